@@ -1,0 +1,58 @@
+#pragma once
+// Aggregation rules: how a returned subtask result is folded into the global model.
+// One interface, four rules, all working in place on flat contiguous float32 buffers:
+//   vc-asgd          W ← α·W + (1−α)·c·W_c                       (the seed's rule)
+//   staleness-aware  as vc-asgd with α_s = 1 − (1−α)/(1+s)^p     (stale results count less)
+//   async-delta      W ← W + η·c·(W_c − W_base), optionally through outer (Nesterov) momentum
+//   sync-average     results of a round are summed, W ← Σ c_i·W_i / Σ c_i when it closes
+// where c ∈ (0, 1] is the credit of a result (the fraction of a full shard's work it did;
+// for vc-asgd and staleness-aware the mixing weight is scaled by it: (1−α)·c) and s its
+// staleness. Used only by the coordinator's thread.
+
+#include "JobSpec.h"
+#include "Result.h"
+
+#include <torch/types.h>
+
+#include <memory>
+
+namespace flotilla {
+
+// Everything an aggregation rule keeps between assimilations; checkpointed as a whole.
+struct AggregationState
+{
+    torch::Tensor weights;  // the global model W
+    torch::Tensor momentum; // async-delta with momentum: the outer momentum buffer
+    torch::Tensor roundSum; // sync-average: Σ c_i·W_i of the open round
+    double roundCredit = 0.0;
+    int roundResults = 0;
+};
+
+struct Contribution
+{
+    torch::Tensor result; // W_c
+    torch::Tensor base;   // W_base, the weights the subtask started from (async-delta only)
+    double credit = 1.0;
+    std::int64_t staleness = 0;
+};
+
+class AggregationRule
+{
+public:
+    virtual ~AggregationRule() = default;
+    virtual QString name() const = 0;
+    // Whether assimilate() needs Contribution::base.
+    virtual bool needsBase() const { return false; }
+    // Whether the rule works in rounds: the next epoch starts only when this one is closed.
+    virtual bool synchronous() const { return false; }
+    // Prepares rule-specific buffers for weights of the given size.
+    virtual void initialize(AggregationState &state) const { Q_UNUSED(state); }
+    // Folds one result in. Returns true if W changed (a new version).
+    virtual bool assimilate(AggregationState &state, const Contribution &c) = 0;
+    // Synchronous rules: closes the round. Returns true if W changed.
+    virtual bool closeRound(AggregationState &state) { Q_UNUSED(state); return false; }
+};
+
+Result<std::unique_ptr<AggregationRule>> createAggregationRule(const AggregationSpec &spec);
+
+} // namespace flotilla

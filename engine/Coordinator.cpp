@@ -1,0 +1,820 @@
+#include "Coordinator.h"
+
+#include "AtomicFile.h"
+#include "Checkpoint.h"
+#include "EngineLog.h"
+#include "Random.h"
+
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTextStream>
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+namespace flotilla {
+
+namespace {
+
+constexpr int kStalenessWindow = 50;
+const QString kStoreFile = QStringLiteral("flotilla.db");
+
+} // namespace
+
+Coordinator::~Coordinator() = default;
+
+Result<std::unique_ptr<Coordinator>> Coordinator::open(const JobSpec &spec, const QString &runDir, const Clock *clock,
+                                                       std::shared_ptr<const JobData> data)
+{
+    std::unique_ptr<Coordinator> c(new Coordinator);
+    c->m_runDir = QDir(runDir).absolutePath();
+    c->m_clock = clock;
+    if (!QDir().mkpath(c->m_runDir + QStringLiteral("/checkpoints")))
+        return fail(QStringLiteral("cannot create run directory '%1'").arg(c->m_runDir));
+    auto store = Store::open(c->m_runDir + u'/' + kStoreFile);
+    if (!store)
+        return store.takeError();
+    c->m_store = std::move(store).value();
+
+    auto existing = c->m_store->latestJob();
+    if (!existing)
+        return existing.takeError();
+    if (existing->has_value()) {
+        const JobRecord &job = **existing;
+        if (job.state == QLatin1String("finished"))
+            return fail(QStringLiteral("the job '%1' in '%2' has already finished; choose another run directory to "
+                                       "start a new job")
+                            .arg(job.name, c->m_runDir));
+        auto stored = JobSpec::fromJson(QJsonDocument::fromJson(job.spec.toUtf8()).object());
+        if (!stored)
+            return fail(QStringLiteral("the job stored in '%1' cannot be read: %2").arg(c->m_runDir, stored.error()));
+        c->m_spec = *stored;
+    } else {
+        c->m_spec = spec;
+    }
+    if (auto valid = c->m_spec.validate(); !valid)
+        return valid.takeError();
+
+    if (!data) {
+        auto loaded = loadJobData(c->m_spec);
+        if (!loaded)
+            return loaded.takeError();
+        data = *loaded;
+    }
+    c->m_data = std::move(data);
+    if (auto r = c->prepare(); !r)
+        return r.takeError();
+    auto r = existing->has_value() ? c->resume(**existing) : c->createNew(c->m_spec);
+    if (!r)
+        return r.takeError();
+    return c;
+}
+
+Result<void> Coordinator::prepare()
+{
+    auto prices = PriceTable::load(m_spec.fleet.priceTable);
+    if (!prices)
+        return prices.takeError();
+    m_prices = *prices;
+    if (auto rates = m_prices.rates(m_spec.fleet.instanceType, m_spec.fleet.priceClass); !rates)
+        return fail(QStringLiteral("'fleet.instance_type': %1").arg(rates.error()));
+
+    auto rule = createAggregationRule(m_spec.aggregation);
+    if (!rule)
+        return rule.takeError();
+    m_rule = std::move(rule).value();
+
+    // The job seed fixes the initial weights; LibTorch's generator is process-wide.
+    torch::manual_seed(m_spec.training.seed);
+    auto model = createModel(m_spec.model, m_data->inputShape, m_data->numClasses);
+    if (!model)
+        return model.takeError();
+    m_evalModel = std::move(model).value();
+    if (auto fits = checkModelFitsData(*m_evalModel, m_data->inputShape, m_data->numClasses); !fits)
+        return fits;
+    m_layout = m_evalModel->layout();
+
+    Scheduler::Config config;
+    config.epochs = m_spec.training.epochs;
+    for (int s = 0; s < m_data->plan.numShards(); ++s)
+        config.shardSizes.push_back(m_data->plan.shardSize(s));
+    config.synchronous = m_rule->synchronous();
+    m_scheduler = std::make_unique<Scheduler>(std::move(config), m_clock);
+    return {};
+}
+
+QString Coordinator::checkpointPath(qint64 seq) const
+{
+    return QStringLiteral("checkpoints/state-%1.ckpt").arg(seq, 9, 10, QChar(u'0'));
+}
+
+Result<void> Coordinator::createNew(const JobSpec &spec)
+{
+    const qint64 now = m_clock->nowMs();
+    m_state.weights = m_evalModel->flatWeights();
+    m_rule->initialize(m_state);
+    Checkpoint checkpoint{0, 0, m_layout.digest(), m_state};
+    auto sha = writeCheckpoint(m_runDir + u'/' + checkpointPath(0), checkpoint);
+    if (!sha)
+        return sha.takeError();
+    if (auto r = spec.save(m_runDir + QStringLiteral("/job.json")); !r)
+        return r;
+
+    if (auto r = m_store->begin(); !r)
+        return r;
+    auto jobId = m_store->createJob(spec.name, QString::fromUtf8(QJsonDocument(spec.toJson()).toJson(QJsonDocument::Compact)), now);
+    if (!jobId) {
+        m_store->rollback();
+        return jobId.takeError();
+    }
+    m_jobId = *jobId;
+    if (auto r = m_store->addState(m_jobId, StateRecord{0, 0, checkpointPath(0), *sha, now}); !r) {
+        m_store->rollback();
+        return r;
+    }
+    if (auto r = m_store->commit(); !r)
+        return r;
+    m_checkpointSeqs.insert(0);
+    m_startedMs = now;
+    event(QStringLiteral("job-created"), 0, 0, 0,
+          QStringLiteral("%1: %2 on %3, %4 epochs × %5 shards, rule %6, %7 parameters")
+              .arg(spec.name, spec.model.kind, spec.dataset.kind)
+              .arg(spec.training.epochs)
+              .arg(spec.training.shards)
+              .arg(spec.aggregation.rule)
+              .arg(m_layout.totalNumel));
+    return {};
+}
+
+Result<void> Coordinator::resume(const JobRecord &job)
+{
+    m_jobId = job.id;
+    m_resumed = true;
+    m_startedMs = job.createdMs;
+    auto latest = m_store->latestState(m_jobId);
+    if (!latest)
+        return latest.takeError();
+    if (!latest->has_value())
+        return fail(QStringLiteral("the store in '%1' records no global model state").arg(m_runDir));
+    const StateRecord &st = **latest;
+    auto checkpoint = readCheckpoint(m_runDir + u'/' + st.path, st.sha256);
+    if (!checkpoint)
+        return fail(QStringLiteral("cannot resume: %1. The store and its checkpoints no longer match; restore the run "
+                                   "directory from a backup or start a new run")
+                        .arg(checkpoint.error()));
+    if (checkpoint->layoutDigest != m_layout.digest() || checkpoint->state.weights.numel() != m_layout.totalNumel)
+        return fail(QStringLiteral("cannot resume: checkpoint '%1' does not match the %2 model of this job")
+                        .arg(st.path, m_spec.model.kind));
+    m_state = checkpoint->state;
+    m_rule->initialize(m_state);
+    m_seq = st.seq;
+    m_version = st.version;
+
+    auto subtasks = m_store->subtasks(m_jobId);
+    auto leases = m_store->leases(m_jobId);
+    auto workers = m_store->workers(m_jobId);
+    auto assimilations = m_store->assimilations(m_jobId);
+    auto evaluations = m_store->evaluations(m_jobId);
+    if (!subtasks || !leases || !workers || !assimilations || !evaluations)
+        return fail(QStringLiteral("cannot resume from '%1': the store cannot be read").arg(m_store->path()));
+    m_scheduler->restore(*subtasks, *leases);
+    for (const auto &a : *assimilations) {
+        m_lossEma = m_lossEma < 0 ? a.loss : 0.9 * m_lossEma + 0.1 * a.loss;
+        m_maxStaleness = std::max(m_maxStaleness, a.staleness);
+        m_recentStaleness.push_back(a.staleness);
+        if (m_recentStaleness.size() > kStalenessWindow)
+            m_recentStaleness.pop_front();
+    }
+    for (const auto &e : *evaluations) {
+        m_evaluatedEpoch = std::max(m_evaluatedEpoch, e.epoch);
+        m_lastAccuracy = e.accuracy;
+        m_lastTestLoss = e.loss;
+    }
+    m_requestedEpoch = m_evaluatedEpoch;
+    for (const auto &w : *workers) {
+        WorkerState ws;
+        ws.record = w;
+        ws.record.state = QStringLiteral("offline");
+        auto rates = m_prices.rates(w.instanceType, w.priceClass);
+        ws.rates = rates ? *rates : CostRates{};
+        m_workers[w.id] = ws;
+    }
+    // Checkpoint files newer than the latest committed state were written by an
+    // assimilation that never committed: the global model never included them.
+    const QDir dir(m_runDir + QStringLiteral("/checkpoints"));
+    for (const QString &name : dir.entryList({QStringLiteral("state-*.ckpt")}, QDir::Files)) {
+        const qint64 seq = name.mid(6, 9).toLongLong();
+        if (seq > m_seq) {
+            QFile::remove(dir.filePath(name));
+            qCInfo(lcEngine) << "removed uncommitted checkpoint" << name;
+        } else {
+            m_checkpointSeqs.insert(seq);
+        }
+    }
+
+    event(QStringLiteral("job-resumed"), 0, 0, 0,
+          QStringLiteral("resumed at version %1 (%2 assimilations, %3 of %4 epochs done)")
+              .arg(m_version).arg(m_seq).arg(m_scheduler->epochsDone()).arg(m_scheduler->epochs()));
+    // Whatever was leased before the restart is lost: local workers died with the process,
+    // remote ones will rejoin and take new leases.
+    const std::vector<Lease> active = m_scheduler->activeLeases();
+    for (const auto &lease : active)
+        handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost), QStringLiteral("the coordinator restarted"));
+    collectGarbage();
+    if (m_scheduler->finished() && m_evaluatedEpoch < m_spec.training.epochs - 1)
+        requestEvaluation(m_spec.training.epochs - 1);
+    else if (m_scheduler->finished())
+        return finalize();
+    return {};
+}
+
+void Coordinator::event(const QString &kind, qint64 workerId, qint64 subtaskId, qint64 leaseId, const QString &detail)
+{
+    EventRecord e{0, m_clock->nowMs(), kind, workerId, subtaskId, leaseId, detail};
+    auto id = m_store->addEvent(m_jobId, e);
+    if (!id) {
+        setFatal(id.error());
+        return;
+    }
+    e.id = *id;
+    const bool routine = kind == QLatin1String("lease-granted") || kind == QLatin1String("result-assimilated");
+    if (routine)
+        qCDebug(lcEngine).noquote() << kind << "worker" << workerId << "subtask" << subtaskId << "lease" << leaseId << detail;
+    else
+        qCInfo(lcEngine).noquote() << kind << (workerId ? QStringLiteral("worker %1").arg(workerId) : QString())
+                                   << detail;
+    if (m_hooks.event)
+        m_hooks.event(e);
+}
+
+void Coordinator::ledger(qint64 workerId, qint64 leaseId, const QString &kind, double seconds)
+{
+    const auto it = m_workers.find(workerId);
+    const CostRates rates = it == m_workers.end() ? CostRates{} : it->second.rates;
+    LedgerRecord l{workerId, leaseId, m_clock->nowMs(), kind, seconds, seconds * rates.spotPerSecond,
+                   seconds * rates.onDemandPerSecond, seconds * rates.actualPerSecond};
+    if (auto r = m_store->addLedger(m_jobId, l); !r)
+        setFatal(r.error());
+}
+
+void Coordinator::setFatal(const QString &message)
+{
+    if (m_fatal.isEmpty()) {
+        m_fatal = message;
+        qCCritical(lcEngine).noquote() << "the job stops:" << message;
+    }
+}
+
+Result<void> Coordinator::persist(const SchedulerChanges &changes)
+{
+    if (changes.subtasks.empty() && changes.leases.empty())
+        return {};
+    return m_store->saveChanges(m_jobId, changes);
+}
+
+// Records the end of a lease that delivered nothing: wasted compute, and an event.
+void Coordinator::leaseEnded(const Lease &lease, const QString &why)
+{
+    auto &worker = m_workers[lease.workerId];
+    if (worker.leaseId == lease.id)
+        worker.leaseId = 0;
+    // Worker-seconds spent on the lease, as far as the coordinator saw the worker alive.
+    const qint64 end = lease.state == LeaseState::Lost && worker.record.lastSeenMs > lease.issuedMs
+                           ? std::min(lease.endedMs, worker.record.lastSeenMs)
+                           : lease.endedMs;
+    const double seconds = std::max<qint64>(0, end - lease.issuedMs) / 1000.0;
+    m_wastedSeconds[lease.id] = seconds;
+    ledger(lease.workerId, lease.id, QStringLiteral("wasted"), seconds);
+    const QString kind = lease.state == LeaseState::Expired      ? QStringLiteral("lease-expired")
+                         : lease.state == LeaseState::HandedBack ? QStringLiteral("lease-handed-back")
+                         : lease.state == LeaseState::Superseded ? QStringLiteral("lease-superseded")
+                                                                 : QStringLiteral("lease-lost");
+    event(kind, lease.workerId, lease.subtaskId, lease.id, why);
+    if (lease.state == LeaseState::Superseded && m_hooks.superseded)
+        m_hooks.superseded(lease.workerId, lease.id);
+}
+
+void Coordinator::handleChanges(const SchedulerChanges &changes, const QString &why)
+{
+    if (auto r = persist(changes); !r) {
+        setFatal(r.error());
+        return;
+    }
+    for (const auto &lease : changes.leases)
+        if (lease.state != LeaseState::Active && lease.state != LeaseState::Completed)
+            leaseEnded(lease, why);
+    for (const auto &lease : changes.leases)
+        if (lease.state != LeaseState::Active && m_bases.count(lease.baseSeq))
+            collectGarbage();
+}
+
+Result<qint64> Coordinator::workerJoined(const WorkerInfo &info, qint64 knownWorkerId)
+{
+    if (!m_fatal.isEmpty())
+        return fail(m_fatal);
+    auto rates = m_prices.rates(info.instanceType, info.priceClass);
+    if (!rates)
+        return rates.takeError();
+    const qint64 now = m_clock->nowMs();
+    const auto known = m_workers.find(knownWorkerId);
+    if (knownWorkerId != 0 && known != m_workers.end()) {
+        WorkerState &w = known->second;
+        w.online = true;
+        w.rates = *rates;
+        w.record.instanceType = info.instanceType;
+        w.record.priceClass = info.priceClass;
+        w.record.state = QStringLiteral("online");
+        w.record.lastSeenMs = now;
+        if (auto r = m_store->updateWorker(m_jobId, w.record); !r)
+            return r.takeError();
+        event(QStringLiteral("worker-joined"), knownWorkerId, 0, 0, QStringLiteral("%1 came back").arg(w.record.name));
+        handleChanges(m_scheduler->workerLost(knownWorkerId),
+                      QStringLiteral("the worker came back without the result (it was restarted)"));
+        return knownWorkerId;
+    }
+    WorkerRecord record{0, info.name, info.instanceType, info.priceClass, info.device, info.threads, now, now,
+                        QStringLiteral("online")};
+    auto id = m_store->addWorker(m_jobId, record);
+    if (!id)
+        return id.takeError();
+    record.id = *id;
+    m_workers[*id] = WorkerState{record, *rates, true, 0, 0, 0};
+    event(QStringLiteral("worker-joined"), *id, 0, 0,
+          QStringLiteral("%1 (%2, %3, %4 %5 thread(s))")
+              .arg(info.name, info.instanceType, info.priceClass, info.device)
+              .arg(info.threads));
+    return *id;
+}
+
+void Coordinator::workerLeft(qint64 workerId, const QString &reason)
+{
+    const auto it = m_workers.find(workerId);
+    if (it == m_workers.end() || !it->second.online)
+        return;
+    it->second.online = false;
+    it->second.record.state = QStringLiteral("offline");
+    if (auto r = m_store->updateWorker(m_jobId, it->second.record); !r)
+        setFatal(r.error());
+    event(QStringLiteral("worker-left"), workerId, 0, 0, reason);
+    handleChanges(m_scheduler->workerLost(workerId), reason);
+}
+
+void Coordinator::recordEvent(const QString &kind, qint64 workerId, const QString &detail)
+{
+    if (kind == QLatin1String("worker-preempted"))
+        ++m_preemptions;
+    event(kind, workerId, 0, 0, detail);
+}
+
+void Coordinator::heartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps, qint64 plannedSampleSteps)
+{
+    const auto it = m_workers.find(workerId);
+    if (it == m_workers.end())
+        return;
+    it->second.record.lastSeenMs = m_clock->nowMs();
+    if (it->second.leaseId == leaseId) {
+        it->second.sampleSteps = sampleSteps;
+        it->second.plannedSampleSteps = plannedSampleSteps;
+    }
+}
+
+TrainConfig Coordinator::trainConfigFor(const Subtask &subtask) const
+{
+    const TrainingSpec &t = m_spec.training;
+    TrainConfig c;
+    c.optimizer = t.optimizer;
+    c.learningRate = scheduledLearningRate(t, subtask.epoch);
+    c.momentum = t.momentum;
+    c.weightDecay = t.weightDecay;
+    c.batchSize = t.batchSize;
+    c.localEpochs = t.localEpochs;
+    if (t.localSteps > 0) {
+        // A remainder subtask gets its share of the steps.
+        const double share = double(subtask.size()) / double(m_scheduler->shardSize(subtask.shard));
+        c.localSteps = std::max(1, int(std::lround(t.localSteps * share)));
+    }
+    c.seed = mixSeed(mixSeed(t.seed, static_cast<std::uint64_t>(subtask.id)), 0xC0FFEE);
+    c.threads = t.threads;
+    return c;
+}
+
+std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
+{
+    if (!m_fatal.isEmpty() || m_finished)
+        return std::nullopt;
+    const auto wit = m_workers.find(workerId);
+    if (wit == m_workers.end() || !wit->second.online)
+        return std::nullopt;
+    WorkerState &worker = wit->second;
+    worker.record.lastSeenMs = m_clock->nowMs();
+    // One lease per worker: asking again means it dropped the previous one.
+    if (auto held = m_scheduler->activeLeaseOf(workerId))
+        handleChanges(m_scheduler->handBack(held->id), QStringLiteral("the worker asked for new work instead"));
+
+    const auto durationMs = static_cast<qint64>(m_spec.fleet.leaseTimeoutSeconds * 1000.0);
+    auto grant = m_scheduler->grant(workerId, m_seq, m_version, durationMs);
+    if (!grant) {
+        // Opening an epoch changes nothing when there is no work; persist it anyway.
+        return std::nullopt;
+    }
+    if (auto r = persist(grant->changes); !r) {
+        setFatal(r.error());
+        return std::nullopt;
+    }
+    if (!m_snapshot.defined())
+        m_snapshot = m_state.weights.clone();
+    if (m_rule->needsBase())
+        m_bases.emplace(m_seq, m_snapshot);
+
+    const Subtask &s = grant->subtask;
+    if (s.attempts > 1) {
+        ++m_reassignments;
+        event(QStringLiteral("subtask-reassigned"), workerId, s.id, grant->lease.id,
+              QStringLiteral("epoch %1, shard %2, positions %3-%4, attempt %5")
+                  .arg(s.epoch).arg(s.shard).arg(s.begin).arg(s.end).arg(s.attempts));
+    }
+    event(QStringLiteral("lease-granted"), workerId, s.id, grant->lease.id,
+          QStringLiteral("epoch %1, shard %2, positions %3-%4, version %5")
+              .arg(s.epoch).arg(s.shard).arg(s.begin).arg(s.end).arg(m_version));
+    worker.leaseId = grant->lease.id;
+    worker.sampleSteps = 0;
+    worker.plannedSampleSteps = 0;
+
+    Assignment a;
+    a.leaseId = grant->lease.id;
+    a.subtaskId = s.id;
+    a.epoch = s.epoch;
+    a.shard = s.shard;
+    a.begin = s.begin;
+    a.end = s.end;
+    a.baseSeq = m_seq;
+    a.baseVersion = m_version;
+    a.deadlineMs = grant->lease.deadlineMs;
+    a.config = trainConfigFor(s);
+    a.weights = m_snapshot;
+    return a;
+}
+
+QString Coordinator::validate(const SubtaskResult &r) const
+{
+    const torch::Tensor &w = r.weights;
+    if (!w.defined())
+        return QStringLiteral("the result carries no weights");
+    if (w.scalar_type() != torch::kFloat32 || w.dim() != 1)
+        return QStringLiteral("the weights must be one flat float32 buffer");
+    if (w.numel() != m_layout.totalNumel)
+        return QStringLiteral("the weights have %1 values; the %2 model has %3")
+            .arg(w.numel()).arg(m_spec.model.kind).arg(m_layout.totalNumel);
+    if (!torch::isfinite(w).all().item<bool>())
+        return QStringLiteral("the weights contain NaN or infinite values");
+    if (r.sampleSteps < 0 || r.covered < 0 || !std::isfinite(r.meanLoss) || !std::isfinite(r.seconds))
+        return QStringLiteral("the result's metrics are malformed");
+    return {};
+}
+
+Result<torch::Tensor> Coordinator::baseWeights(const Lease &lease)
+{
+    if (const auto it = m_bases.find(lease.baseSeq); it != m_bases.end())
+        return it->second;
+    if (lease.baseSeq == m_seq)
+        return m_state.weights.clone();
+    auto st = m_store->state(m_jobId, lease.baseSeq);
+    if (st && st->has_value() && QFileInfo::exists(m_runDir + u'/' + (*st)->path)) {
+        auto c = readCheckpoint(m_runDir + u'/' + (*st)->path, (*st)->sha256);
+        if (c)
+            return c->state.weights;
+    }
+    return fail(QStringLiteral("the weights of version %1 this result started from are no longer kept")
+                    .arg(lease.baseVersion));
+}
+
+SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
+{
+    SubmitReply reply;
+    if (!m_fatal.isEmpty()) {
+        reply.reason = m_fatal;
+        return reply;
+    }
+    if (const auto it = m_workers.find(workerId); it != m_workers.end())
+        it->second.record.lastSeenMs = m_clock->nowMs();
+    const Scheduler::Check check = m_scheduler->check(result.leaseId);
+    if (check.verdict == Scheduler::Verdict::Unknown || (check.verdict != Scheduler::Verdict::Unknown
+                                                         && check.lease.workerId != workerId)) {
+        reply.reason = check.verdict == Scheduler::Verdict::Unknown
+                           ? check.reason
+                           : QStringLiteral("lease %1 belongs to another worker").arg(result.leaseId);
+        ++m_rejected;
+        event(QStringLiteral("result-rejected"), workerId, check.subtask.id, result.leaseId, reply.reason);
+        return reply;
+    }
+    const Lease &lease = check.lease;
+    const Subtask &subtask = check.subtask;
+    const double workSeconds = std::max<qint64>(0, m_clock->nowMs() - lease.issuedMs) / 1000.0;
+
+    if (check.verdict == Scheduler::Verdict::Duplicate) {
+        reply.status = SubmitStatus::Duplicate;
+        reply.reason = check.reason;
+        ++m_duplicates;
+        event(QStringLiteral("result-duplicate"), workerId, subtask.id, lease.id, QStringLiteral("dropped: %1").arg(check.reason));
+        // A superseded or already-ended lease was accounted for when it ended.
+        return reply;
+    }
+    if (const QString invalid = validate(result); !invalid.isEmpty()) {
+        reply.reason = invalid;
+        ++m_rejected;
+        event(QStringLiteral("result-rejected"), workerId, subtask.id, lease.id, invalid);
+        handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost), QStringLiteral("its result was rejected: %1").arg(invalid));
+        return reply;
+    }
+    const qint64 covered = std::min(result.covered, subtask.size());
+    if (covered <= 0) {
+        handBack(workerId, lease.id, QStringLiteral("the partial result trained no sample"));
+        reply.status = SubmitStatus::Duplicate;
+        reply.reason = QStringLiteral("nothing was trained");
+        return reply;
+    }
+
+    Contribution contribution;
+    contribution.staleness = m_version - lease.baseVersion;
+    const qint64 fullShardWork = m_spec.training.localSteps > 0
+                                     ? qint64(m_spec.training.localSteps) * m_spec.training.batchSize
+                                     : qint64(m_spec.training.localEpochs) * m_scheduler->shardSize(subtask.shard);
+    contribution.credit = std::clamp(double(result.sampleSteps) / double(fullShardWork), 1e-6, 1.0);
+    if (m_rule->needsBase()) {
+        auto base = baseWeights(lease);
+        if (!base) {
+            reply.reason = base.error();
+            ++m_rejected;
+            event(QStringLiteral("result-rejected"), workerId, subtask.id, lease.id, base.error());
+            handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost), base.error());
+            return reply;
+        }
+        contribution.base = *base;
+    }
+    contribution.result = std::move(result.weights);
+
+    // Fold in, then make it durable: checkpoint file first, then one store transaction.
+    const qint64 seq = m_seq + 1;
+    bool changed = m_rule->assimilate(m_state, contribution);
+    const int epochsDoneBefore = m_scheduler->epochsDone();
+    SchedulerChanges changes = m_scheduler->complete(lease.id, covered, seq);
+    // Epochs close in order: this result closed one if the count of finished epochs grew.
+    const bool epochClosed = m_scheduler->epochsDone() > epochsDoneBefore;
+    if (epochClosed && m_rule->synchronous())
+        changed = m_rule->closeRound(m_state) || changed;
+    const qint64 version = m_version + (changed ? 1 : 0);
+    const qint64 now = m_clock->nowMs();
+
+    Checkpoint checkpoint{seq, version, m_layout.digest(), m_state};
+    auto sha = writeCheckpoint(m_runDir + u'/' + checkpointPath(seq), checkpoint);
+    if (!sha) {
+        setFatal(QStringLiteral("cannot write the checkpoint of assimilation %1: %2").arg(seq).arg(sha.error()));
+        reply.reason = m_fatal;
+        return reply;
+    }
+    AssimilationRecord record{seq, version, subtask.epoch, subtask.shard, subtask.id, lease.id, workerId,
+                              contribution.staleness, contribution.credit, result.sampleSteps, subtask.begin,
+                              subtask.begin + covered, result.meanLoss, result.seconds, now};
+    auto transaction = [&]() -> Result<void> {
+        if (auto r = m_store->begin(); !r)
+            return r;
+        auto steps = {m_store->addState(m_jobId, StateRecord{seq, version, checkpointPath(seq), *sha, now}),
+                      m_store->addAssimilation(m_jobId, record), persist(changes)};
+        for (const auto &r : steps)
+            if (!r) {
+                m_store->rollback();
+                return r;
+            }
+        return m_store->commit();
+    };
+    if (auto r = transaction(); !r) {
+        setFatal(QStringLiteral("cannot record assimilation %1: %2").arg(seq).arg(r.error()));
+        reply.reason = m_fatal;
+        return reply;
+    }
+    m_seq = seq;
+    m_version = version;
+    m_checkpointSeqs.insert(seq);
+    m_snapshot = torch::Tensor();
+
+    // Accounting and observation, after the commit.
+    if (check.late) {
+        const auto wasted = m_wastedSeconds.find(lease.id);
+        if (wasted != m_wastedSeconds.end()) {
+            ledger(workerId, lease.id, QStringLiteral("wasted"), -wasted->second);
+            m_wastedSeconds.erase(wasted);
+        }
+    }
+    ledger(workerId, lease.id, QStringLiteral("useful"), workSeconds);
+    auto &worker = m_workers[workerId];
+    if (worker.leaseId == lease.id)
+        worker.leaseId = 0;
+    m_lossEma = m_lossEma < 0 ? result.meanLoss : 0.9 * m_lossEma + 0.1 * result.meanLoss;
+    m_maxStaleness = std::max<qint64>(m_maxStaleness, contribution.staleness);
+    m_recentStaleness.push_back(contribution.staleness);
+    if (m_recentStaleness.size() > kStalenessWindow)
+        m_recentStaleness.pop_front();
+    event(result.partial || covered < subtask.size() ? QStringLiteral("result-partial") : QStringLiteral("result-assimilated"),
+          workerId, subtask.id, lease.id,
+          QStringLiteral("seq %1, version %2, staleness %3, credit %4, positions %5-%6 of shard %7%8")
+              .arg(seq).arg(version).arg(contribution.staleness).arg(contribution.credit, 0, 'f', 3)
+              .arg(subtask.begin).arg(subtask.begin + covered).arg(subtask.shard)
+              .arg(check.late ? QStringLiteral(" (late result)") : QString()));
+    for (const auto &l : changes.leases)
+        if (l.state == LeaseState::Superseded)
+            leaseEnded(l, QStringLiteral("subtask %1 was completed by lease %2").arg(subtask.id).arg(lease.id));
+    if (m_hooks.assimilated)
+        m_hooks.assimilated(record);
+    collectGarbage();
+
+    if (epochClosed) {
+        const int epoch = m_scheduler->epochsDone() - 1;
+        event(QStringLiteral("epoch-completed"), 0, 0, 0,
+              QStringLiteral("epoch %1 of %2 at version %3").arg(epoch + 1).arg(m_spec.training.epochs).arg(version));
+        requestEvaluation(epoch);
+    }
+    reply.status = SubmitStatus::Assimilated;
+    reply.seq = seq;
+    reply.version = version;
+    reply.staleness = contribution.staleness;
+    return reply;
+}
+
+void Coordinator::handBack(qint64 workerId, qint64 leaseId, const QString &reason)
+{
+    const Scheduler::Check check = m_scheduler->check(leaseId);
+    if (check.verdict == Scheduler::Verdict::Unknown || check.lease.workerId != workerId)
+        return;
+    handleChanges(m_scheduler->handBack(leaseId), reason);
+}
+
+void Coordinator::tick()
+{
+    if (!m_fatal.isEmpty())
+        return;
+    handleChanges(m_scheduler->expire(), QStringLiteral("the lease passed its deadline without a result"));
+}
+
+void Coordinator::requestEvaluation(int epoch)
+{
+    if (epoch <= m_requestedEpoch)
+        return;
+    m_requestedEpoch = epoch;
+    EvaluationRequest request{epoch, m_version, m_seq, m_state.weights.clone()};
+    if (m_hooks.evaluate) {
+        m_hooks.evaluate(std::move(request));
+        return;
+    }
+    auto device = selectDevice(m_spec.training.device);
+    auto ev = evaluate(*m_evalModel, request.weights, m_data->test.features, m_data->test.labels,
+                       device ? *device : torch::Device(torch::kCPU));
+    if (!ev) {
+        setFatal(ev.error());
+        return;
+    }
+    recordEvaluation(request, *ev);
+}
+
+void Coordinator::recordEvaluation(const EvaluationRequest &request, const Evaluation &evaluation)
+{
+    EvaluationRecord record{request.epoch, request.version, request.seq, evaluation.accuracy, evaluation.loss,
+                            m_clock->nowMs()};
+    if (auto r = m_store->addEvaluation(m_jobId, record); !r) {
+        setFatal(r.error());
+        return;
+    }
+    if (request.epoch > m_evaluatedEpoch) {
+        m_evaluatedEpoch = request.epoch;
+        m_lastAccuracy = evaluation.accuracy;
+        m_lastTestLoss = evaluation.loss;
+    }
+    event(QStringLiteral("evaluation"), 0, 0, 0,
+          QStringLiteral("epoch %1, version %2: test accuracy %3%, loss %4")
+              .arg(request.epoch + 1).arg(request.version).arg(100.0 * evaluation.accuracy, 0, 'f', 2)
+              .arg(evaluation.loss, 0, 'f', 4));
+    if (m_hooks.evaluated)
+        m_hooks.evaluated(record);
+    if (m_scheduler->finished() && request.epoch == m_spec.training.epochs - 1 && !m_finished) {
+        if (auto r = finalize(); !r)
+            setFatal(r.error());
+    }
+}
+
+void Coordinator::collectGarbage()
+{
+    // Keep the bases of active leases (async-delta needs them) and the two latest states.
+    std::set<qint64> needed{m_seq};
+    if (m_seq > 0)
+        needed.insert(m_seq - 1);
+    for (const auto &lease : m_scheduler->activeLeases())
+        if (m_rule->needsBase())
+            needed.insert(lease.baseSeq);
+    for (auto it = m_bases.begin(); it != m_bases.end();)
+        it = needed.count(it->first) ? std::next(it) : m_bases.erase(it);
+    for (auto it = m_checkpointSeqs.begin(); it != m_checkpointSeqs.end();) {
+        if (needed.count(*it)) {
+            ++it;
+            continue;
+        }
+        QFile::remove(m_runDir + u'/' + checkpointPath(*it));
+        it = m_checkpointSeqs.erase(it);
+    }
+}
+
+Result<void> Coordinator::finalize()
+{
+    // The final model, in a form Python loads, and the metrics as CSV.
+    if (auto r = m_evalModel->loadFlatWeights(m_state.weights); !r)
+        return r;
+    if (auto r = m_evalModel->save(m_runDir + QStringLiteral("/model.pt")); !r)
+        return r;
+    QJsonArray mean;
+    QJsonArray stddev;
+    for (const float v : m_data->normalization.mean)
+        mean.append(double(v));
+    for (const float v : m_data->normalization.stddev)
+        stddev.append(double(v));
+    const QJsonObject norm{{QStringLiteral("mean"), mean}, {QStringLiteral("std"), stddev},
+                           {QStringLiteral("about"), QStringLiteral("inputs are scaled to [0,1] (images), then "
+                                                                    "(x - mean) / std per channel or feature")}};
+    if (auto r = writeFileAtomically(m_runDir + QStringLiteral("/normalization.json"), QJsonDocument(norm).toJson()); !r)
+        return r;
+
+    auto assimilations = m_store->assimilations(m_jobId);
+    auto evaluations = m_store->evaluations(m_jobId);
+    if (!assimilations || !evaluations)
+        return fail(QStringLiteral("cannot read the metrics back from the store"));
+    QByteArray csv = "seq,version,epoch,shard,worker,staleness,credit,samples,train_loss,train_seconds,at_ms,"
+                     "test_accuracy,test_loss\n";
+    std::size_t e = 0;
+    for (const auto &a : *assimilations) {
+        QString accuracy;
+        QString testLoss;
+        while (e < evaluations->size() && (*evaluations)[e].seq <= a.seq) {
+            if ((*evaluations)[e].seq == a.seq) {
+                accuracy = QString::number((*evaluations)[e].accuracy, 'f', 5);
+                testLoss = QString::number((*evaluations)[e].loss, 'f', 5);
+            }
+            ++e;
+        }
+        csv += QStringLiteral("%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13\n")
+                   .arg(a.seq).arg(a.version).arg(a.epoch).arg(a.shard).arg(a.workerId).arg(a.staleness)
+                   .arg(a.credit, 0, 'f', 4).arg(a.samples).arg(a.loss, 0, 'f', 5).arg(a.trainSeconds, 0, 'f', 3)
+                   .arg(a.atMs).arg(accuracy, testLoss)
+                   .toUtf8();
+    }
+    if (auto r = writeFileAtomically(m_runDir + QStringLiteral("/metrics.csv"), csv); !r)
+        return r;
+    const qint64 now = m_clock->nowMs();
+    if (auto r = m_store->setJobState(m_jobId, QStringLiteral("finished"), now); !r)
+        return r;
+    m_finished = true;
+    event(QStringLiteral("job-finished"), 0, 0, 0,
+          QStringLiteral("%1 epochs, version %2, test accuracy %3%; model saved to %4/model.pt")
+              .arg(m_spec.training.epochs).arg(m_version).arg(100.0 * m_lastAccuracy, 0, 'f', 2).arg(m_runDir));
+    if (m_hooks.finished)
+        m_hooks.finished();
+    return {};
+}
+
+JobProgress Coordinator::progress() const
+{
+    JobProgress p;
+    p.name = m_spec.name;
+    p.epochsDone = m_scheduler->epochsDone();
+    p.epochs = m_scheduler->epochs();
+    p.seq = m_seq;
+    p.version = m_version;
+    p.lossEma = m_lossEma;
+    p.testAccuracy = m_lastAccuracy;
+    p.testLoss = m_lastTestLoss;
+    p.evaluatedEpoch = m_evaluatedEpoch;
+    for (const auto &[id, w] : m_workers)
+        p.workersOnline += w.online ? 1 : 0;
+    p.activeLeases = m_scheduler->activeLeaseCount();
+    p.queuedSubtasks = m_scheduler->queuedCount();
+    if (!m_recentStaleness.empty()) {
+        double sum = 0;
+        for (const auto s : m_recentStaleness)
+            sum += double(s);
+        p.recentStaleness = sum / double(m_recentStaleness.size());
+    }
+    p.maxStaleness = m_maxStaleness;
+    p.reassignments = m_reassignments;
+    p.preemptions = m_preemptions;
+    p.rejected = m_rejected;
+    p.duplicates = m_duplicates;
+    auto totals = m_store->ledgerTotals(m_jobId);
+    if (totals)
+        p.cost = *totals;
+    p.elapsedMs = m_clock->nowMs() - m_startedMs;
+    p.finished = m_finished;
+    return p;
+}
+
+} // namespace flotilla

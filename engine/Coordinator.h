@@ -1,0 +1,240 @@
+#pragma once
+// The coordinator of one job: it hands out subtasks under leases, validates and assimilates
+// results with the job's aggregation rule, keeps the version counter and the staleness of
+// every assimilation, evaluates the global model after each epoch, accounts cost, and
+// persists everything so that a killed job resumes where it stopped.
+//
+// Durability of an assimilation: the new global state is written to a checkpoint file
+// (temporary file, fsync, rename) and its SHA-256 is recorded in the same store transaction
+// as the assimilation itself, after the file is on disk. A crash before the commit leaves an
+// orphan file that is ignored; a crash after it loses nothing.
+//
+// It does not know how workers reach it: a worker is anything that joins, asks for a
+// subtask and returns a result, be it a thread of this process or a remote process. All
+// methods must be called from one thread, the coordinator's owner.
+
+#include "Aggregation.h"
+#include "Clock.h"
+#include "JobData.h"
+#include "JobSpec.h"
+#include "Model.h"
+#include "PriceTable.h"
+#include "Result.h"
+#include "Scheduler.h"
+#include "Store.h"
+#include "Trainer.h"
+
+#include <QHash>
+#include <QString>
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+
+namespace flotilla {
+
+struct WorkerInfo
+{
+    QString name;
+    QString instanceType;
+    QString priceClass;
+    QString device = QStringLiteral("cpu");
+    int threads = 1;
+};
+
+// Everything a worker needs to run a subtask.
+struct Assignment
+{
+    qint64 leaseId = 0;
+    qint64 subtaskId = 0;
+    int epoch = 0;
+    int shard = 0;
+    qint64 begin = 0;
+    qint64 end = 0;
+    qint64 baseSeq = 0;
+    qint64 baseVersion = 0;
+    qint64 deadlineMs = 0;
+    TrainConfig config;
+    torch::Tensor weights; // read-only snapshot of the global model; never modify in place
+};
+
+struct SubtaskResult
+{
+    qint64 leaseId = 0;
+    torch::Tensor weights;
+    double meanLoss = 0.0;
+    qint64 sampleSteps = 0;
+    qint64 covered = 0; // leading positions of the subtask trained at least once
+    double seconds = 0.0;
+    bool partial = false;
+};
+
+enum class SubmitStatus { Assimilated, Duplicate, Rejected };
+
+struct SubmitReply
+{
+    SubmitStatus status = SubmitStatus::Rejected;
+    QString reason;
+    qint64 seq = 0;
+    qint64 version = 0;
+    qint64 staleness = 0;
+};
+
+struct JobProgress
+{
+    QString name;
+    int epochsDone = 0;
+    int epochs = 0;
+    qint64 seq = 0;
+    qint64 version = 0;
+    double lossEma = -1.0;      // training loss, exponentially averaged over assimilations
+    double testAccuracy = -1.0; // latest evaluation; -1 before the first
+    double testLoss = -1.0;
+    int evaluatedEpoch = -1;
+    int workersOnline = 0;
+    int activeLeases = 0;
+    int queuedSubtasks = 0;
+    double recentStaleness = 0.0; // mean over the last assimilations
+    qint64 maxStaleness = 0;
+    qint64 reassignments = 0;
+    qint64 preemptions = 0;
+    qint64 rejected = 0;
+    qint64 duplicates = 0;
+    LedgerTotals cost;
+    qint64 elapsedMs = 0;
+    bool finished = false;
+};
+
+struct EvaluationRequest
+{
+    int epoch = 0;
+    qint64 version = 0;
+    qint64 seq = 0;
+    torch::Tensor weights; // a private copy
+};
+
+// Hooks for the coordinator's owner; all called on the coordinator's thread.
+struct CoordinatorHooks
+{
+    // Runs an evaluation somewhere else and later calls recordEvaluation(). Without it the
+    // coordinator evaluates inline.
+    std::function<void(EvaluationRequest)> evaluate;
+    // A worker's lease was superseded: it may stop training that subtask.
+    std::function<void(qint64 workerId, qint64 leaseId)> superseded;
+    // Every event, as it is stored.
+    std::function<void(const EventRecord &)> event;
+    std::function<void(const AssimilationRecord &)> assimilated;
+    std::function<void(const EvaluationRecord &)> evaluated;
+    std::function<void()> finished;
+};
+
+class Coordinator
+{
+public:
+    ~Coordinator();
+
+    // Opens the job in runDir: resumes the job stored there, or creates it from spec.
+    // data may be given when the caller has loaded it already.
+    static Result<std::unique_ptr<Coordinator>> open(const JobSpec &spec, const QString &runDir, const Clock *clock,
+                                                     std::shared_ptr<const JobData> data = nullptr);
+
+    const JobSpec &spec() const { return m_spec; }
+    std::shared_ptr<const JobData> data() const { return m_data; }
+    bool resumed() const { return m_resumed; }
+    QString runDir() const { return m_runDir; }
+    Store &store() { return *m_store; }
+    void setHooks(CoordinatorHooks hooks) { m_hooks = std::move(hooks); }
+
+    // A worker joins, or comes back (knownWorkerId != 0): a returning worker's active leases
+    // are lost, since it can no longer be working on them.
+    Result<qint64> workerJoined(const WorkerInfo &info, qint64 knownWorkerId = 0);
+    void workerLeft(qint64 workerId, const QString &reason);
+    // A note from whoever runs the fleet (e.g. a simulated preemption), stored as an event.
+    void recordEvent(const QString &kind, qint64 workerId, const QString &detail);
+    void heartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps, qint64 plannedSampleSteps);
+
+    std::optional<Assignment> requestSubtask(qint64 workerId);
+    SubmitReply submitResult(qint64 workerId, SubtaskResult result);
+    void handBack(qint64 workerId, qint64 leaseId, const QString &reason);
+    // Expires leases past their deadline.
+    void tick();
+    void recordEvaluation(const EvaluationRequest &request, const Evaluation &evaluation);
+
+    bool finished() const { return m_finished; }
+    // Set when the store or a checkpoint could not be written: the job stops, and resuming
+    // it from the store loses nothing that was acknowledged.
+    QString fatalError() const { return m_fatal; }
+    JobProgress progress() const;
+    torch::Tensor globalWeights() const { return m_state.weights; }
+    const WeightLayout &layout() const { return m_layout; }
+
+private:
+    Coordinator() = default;
+    Result<void> createNew(const JobSpec &spec);
+    Result<void> resume(const JobRecord &job);
+    Result<void> prepare();
+    QString checkpointPath(qint64 seq) const;
+    Result<void> persist(const SchedulerChanges &changes);
+    void event(const QString &kind, qint64 workerId, qint64 subtaskId, qint64 leaseId, const QString &detail);
+    void ledger(qint64 workerId, qint64 leaseId, const QString &kind, double seconds);
+    void leaseEnded(const Lease &lease, const QString &why);
+    void handleChanges(const SchedulerChanges &changes, const QString &why);
+    void setFatal(const QString &message);
+    QString validate(const SubtaskResult &result) const;
+    Result<torch::Tensor> baseWeights(const Lease &lease);
+    void collectGarbage();
+    void requestEvaluation(int epoch);
+    Result<void> finalize();
+    TrainConfig trainConfigFor(const Subtask &subtask) const;
+
+    JobSpec m_spec;
+    QString m_runDir;
+    const Clock *m_clock = nullptr;
+    std::shared_ptr<const JobData> m_data;
+    std::unique_ptr<Store> m_store;
+    std::unique_ptr<Scheduler> m_scheduler;
+    std::unique_ptr<AggregationRule> m_rule;
+    std::unique_ptr<Model> m_evalModel;
+    WeightLayout m_layout;
+    PriceTable m_prices;
+    CoordinatorHooks m_hooks;
+    qint64 m_jobId = 0;
+    bool m_resumed = false;
+    bool m_finished = false;
+    QString m_fatal;
+
+    AggregationState m_state;
+    qint64 m_seq = 0;
+    qint64 m_version = 0;
+    torch::Tensor m_snapshot;             // read-only copy of W handed to workers at m_seq
+    std::map<qint64, torch::Tensor> m_bases; // async-delta: W at the base of active leases
+    std::set<qint64> m_checkpointSeqs;    // checkpoint files on disk
+
+    struct WorkerState
+    {
+        WorkerRecord record;
+        CostRates rates;
+        bool online = false;
+        qint64 leaseId = 0;
+        qint64 sampleSteps = 0;
+        qint64 plannedSampleSteps = 0;
+    };
+    std::map<qint64, WorkerState> m_workers;
+    std::map<qint64, double> m_wastedSeconds; // recorded as wasted, reversed if a late result lands
+    int m_evaluatedEpoch = -1;
+    int m_requestedEpoch = -1;
+    double m_lossEma = -1.0;
+    double m_lastAccuracy = -1.0;
+    double m_lastTestLoss = -1.0;
+    std::deque<qint64> m_recentStaleness;
+    qint64 m_maxStaleness = 0;
+    qint64 m_reassignments = 0;
+    qint64 m_preemptions = 0;
+    qint64 m_rejected = 0;
+    qint64 m_duplicates = 0;
+    qint64 m_startedMs = 0;
+};
+
+} // namespace flotilla

@@ -1,0 +1,167 @@
+#include "CsvReader.h"
+
+#include <QFile>
+#include <QFileInfo>
+#include <QMap>
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+namespace flotilla {
+
+namespace {
+
+QList<QByteArray> splitRow(const QByteArray &line, char delimiter)
+{
+    QList<QByteArray> cells = line.split(delimiter);
+    for (auto &cell : cells) {
+        cell = cell.trimmed();
+        if (cell.size() >= 2 && cell.startsWith('"') && cell.endsWith('"'))
+            cell = cell.mid(1, cell.size() - 2);
+    }
+    return cells;
+}
+
+bool isNumber(const QByteArray &cell)
+{
+    bool ok = false;
+    cell.toDouble(&ok);
+    return ok;
+}
+
+} // namespace
+
+Result<Dataset> readCsvDataset(const QString &path, const CsvOptions &options)
+{
+    if (!QFileInfo::exists(path))
+        return fail(QStringLiteral("'%1' does not exist").arg(path));
+    QFile file(path);
+    if (!file.open(QIODevice::ReadOnly))
+        return fail(QStringLiteral("cannot open '%1': %2").arg(path, file.errorString()));
+    const char delimiter = options.delimiter.toLatin1();
+
+    QList<QByteArray> header;
+    std::vector<float> values;
+    QList<QByteArray> rawLabels;
+    int columns = -1;
+    int labelIndex = -1;
+    int lineNumber = 0;
+    std::int64_t rows = 0;
+
+    while (!file.atEnd()) {
+        QByteArray line = file.readLine();
+        ++lineNumber;
+        if (line.endsWith('\n'))
+            line.chop(1);
+        if (line.endsWith('\r'))
+            line.chop(1);
+        if (line.trimmed().isEmpty())
+            continue;
+        const QList<QByteArray> cells = splitRow(line, delimiter);
+
+        if (columns < 0) {
+            columns = static_cast<int>(cells.size());
+            if (columns < 2)
+                return fail(QStringLiteral("'%1' line %2: found %3 column; a data set needs at least "
+                                           "one feature column and a label column (is the delimiter '%4'?)")
+                                .arg(path).arg(lineNumber).arg(columns).arg(options.delimiter));
+            if (options.labelColumn.isEmpty()) {
+                labelIndex = columns - 1;
+            } else {
+                bool isIndex = false;
+                const int number = options.labelColumn.toInt(&isIndex);
+                if (isIndex) {
+                    if (number < 1 || number > columns)
+                        return fail(QStringLiteral("'%1': label column %2 does not exist (the file has %3 columns)")
+                                        .arg(path).arg(number).arg(columns));
+                    labelIndex = number - 1;
+                } else {
+                    labelIndex = static_cast<int>(cells.indexOf(options.labelColumn.toUtf8()));
+                    if (labelIndex < 0)
+                        return fail(QStringLiteral("'%1': no column named '%2' in the first row")
+                                        .arg(path, options.labelColumn));
+                }
+            }
+            // The first row is a header if the label column was named, or if a feature cell
+            // in it is not a number (labels may be text in any row).
+            bool headerRow = labelIndex >= 0 && !options.labelColumn.isEmpty()
+                             && !options.labelColumn.at(0).isDigit();
+            for (int c = 0; c < columns && !headerRow; ++c)
+                headerRow = c != labelIndex && !isNumber(cells[c]);
+            if (headerRow) {
+                header = cells;
+                continue;
+            }
+        }
+
+        if (cells.size() != columns)
+            return fail(QStringLiteral("'%1' line %2 has %3 columns, expected %4")
+                            .arg(path).arg(lineNumber).arg(cells.size()).arg(columns));
+        for (int c = 0; c < columns; ++c) {
+            if (c == labelIndex) {
+                if (cells[c].isEmpty())
+                    return fail(QStringLiteral("'%1' line %2, column %3: the label is empty")
+                                    .arg(path).arg(lineNumber).arg(c + 1));
+                rawLabels << cells[c];
+                continue;
+            }
+            bool ok = false;
+            const double v = cells[c].toDouble(&ok);
+            if (!ok || !std::isfinite(v)) {
+                const QString columnName = header.isEmpty()
+                    ? QString()
+                    : QStringLiteral(" ('%1')").arg(QString::fromUtf8(header[c]));
+                return fail(QStringLiteral("'%1' line %2, column %3%4: '%5' is not a number")
+                                .arg(path).arg(lineNumber).arg(c + 1).arg(columnName,
+                                                                       QString::fromUtf8(cells[c])));
+            }
+            values.push_back(static_cast<float>(v));
+        }
+        ++rows;
+    }
+    if (rows == 0)
+        return fail(QStringLiteral("'%1' has no data rows").arg(path));
+
+    Dataset data;
+    data.name = QFileInfo(path).fileName();
+    const std::int64_t features = columns - 1;
+    data.features = torch::from_blob(values.data(), {rows, features}, torch::kFloat32).clone();
+
+    // Integer labels are class indices; anything else is a class name.
+    bool allIntegers = true;
+    for (const auto &label : rawLabels) {
+        bool ok = false;
+        const qlonglong v = label.toLongLong(&ok);
+        allIntegers = allIntegers && ok && v >= 0 && v < 100000;
+    }
+    std::vector<std::int64_t> labels;
+    labels.reserve(static_cast<std::size_t>(rows));
+    if (allIntegers) {
+        std::int64_t maxLabel = 0;
+        for (const auto &label : rawLabels) {
+            labels.push_back(label.toLongLong());
+            maxLabel = std::max(maxLabel, labels.back());
+        }
+        data.numClasses = static_cast<int>(maxLabel) + 1;
+    } else {
+        QMap<QByteArray, int> classes;
+        for (const auto &label : rawLabels)
+            classes.insert(label, 0);
+        int next = 0;
+        for (auto it = classes.begin(); it != classes.end(); ++it) {
+            it.value() = next++;
+            data.classNames << QString::fromUtf8(it.key());
+        }
+        for (const auto &label : rawLabels)
+            labels.push_back(classes.value(label));
+        data.numClasses = next;
+    }
+    data.labels = torch::tensor(labels, torch::kInt64);
+    if (data.numClasses < 2)
+        return fail(QStringLiteral("'%1': the label column has only one class; a classifier needs at least two")
+                        .arg(path));
+    return data;
+}
+
+} // namespace flotilla

@@ -1,0 +1,6 @@
+#pragma once
+// The engine's logging category: `flotilla.engine`.
+
+#include <QLoggingCategory>
+
+Q_DECLARE_LOGGING_CATEGORY(lcEngine)

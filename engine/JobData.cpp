@@ -1,0 +1,143 @@
+#include "JobData.h"
+
+#include "CsvReader.h"
+#include "IdxReader.h"
+#include "Random.h"
+
+#include <QDir>
+#include <QFileInfo>
+
+#include <torch/torch.h>
+
+#include <numeric>
+
+namespace flotilla {
+
+namespace {
+
+// "train-images-idx3-ubyte" or the same with ".gz".
+QString findIdx(const QDir &dir, const QString &stem)
+{
+    const QString candidates[] = {stem + QStringLiteral(".gz"), stem};
+    for (const QString &name : candidates)
+        if (QFileInfo::exists(dir.filePath(name)))
+            return dir.filePath(name);
+    return {};
+}
+
+std::pair<Dataset, Dataset> holdOut(const Dataset &all, double fraction, quint64 seed)
+{
+    std::vector<std::int64_t> order(static_cast<std::size_t>(all.size()));
+    std::iota(order.begin(), order.end(), std::int64_t{0});
+    deterministicShuffle(order, mixSeed(seed, 0x7E57));
+    const auto testCount = std::max<std::size_t>(1, static_cast<std::size_t>(double(order.size()) * fraction));
+    const std::vector<std::int64_t> test(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(testCount));
+    const std::vector<std::int64_t> train(order.begin() + static_cast<std::ptrdiff_t>(testCount), order.end());
+    return {all.select(train), all.select(test)};
+}
+
+Dataset firstRows(const Dataset &d, qint64 limit)
+{
+    if (limit <= 0 || limit >= d.size())
+        return d;
+    Dataset out = d;
+    out.features = d.features.narrow(0, 0, limit).contiguous();
+    out.labels = d.labels.narrow(0, 0, limit).contiguous();
+    return out;
+}
+
+Result<std::pair<Dataset, Dataset>> loadIdxFolder(const QString &folder, const QString &name, const DatasetSpec &spec,
+                                                  quint64 seed)
+{
+    const QDir dir(folder);
+    if (!dir.exists())
+        return fail(QStringLiteral("data set folder '%1' does not exist%2")
+                        .arg(folder, name == QLatin1String("fashion-mnist")
+                                         ? QStringLiteral(" (install Debian's dataset-fashion-mnist package, or set "
+                                                          "FLOTILLA_FASHION_MNIST to a folder of its IDX files)")
+                                         : QString()));
+    const QString trainImages = findIdx(dir, QStringLiteral("train-images-idx3-ubyte"));
+    const QString trainLabels = findIdx(dir, QStringLiteral("train-labels-idx1-ubyte"));
+    if (trainImages.isEmpty() || trainLabels.isEmpty())
+        return fail(QStringLiteral("folder '%1' has no train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz]")
+                        .arg(folder));
+    auto train = loadIdxDataset(trainImages, trainLabels, name);
+    if (!train)
+        return train.takeError();
+    const QString testImages = findIdx(dir, QStringLiteral("t10k-images-idx3-ubyte"));
+    const QString testLabels = findIdx(dir, QStringLiteral("t10k-labels-idx1-ubyte"));
+    if (testImages.isEmpty() || testLabels.isEmpty())
+        return holdOut(*train, spec.testFraction, seed);
+    auto test = loadIdxDataset(testImages, testLabels, name);
+    if (!test)
+        return test.takeError();
+    if (test->sampleShape() != train->sampleShape())
+        return fail(QStringLiteral("'%1' holds %2 images but '%3' holds %4 images")
+                        .arg(testImages, shapeToString(test->sampleShape()), trainImages,
+                             shapeToString(train->sampleShape())));
+    return std::make_pair(std::move(train).value(), std::move(test).value());
+}
+
+} // namespace
+
+QString defaultFashionMnistDir()
+{
+    const QString fromEnv = qEnvironmentVariable("FLOTILLA_FASHION_MNIST");
+    return fromEnv.isEmpty() ? QStringLiteral("/usr/share/datasets/fashion-mnist") : fromEnv;
+}
+
+Result<std::shared_ptr<const JobData>> loadJobData(const JobSpec &spec)
+{
+    const DatasetSpec &ds = spec.dataset;
+    Result<std::pair<Dataset, Dataset>> splits = fail(QString());
+    if (ds.kind == QLatin1String("fashion-mnist"))
+        splits = loadIdxFolder(ds.path.isEmpty() ? defaultFashionMnistDir() : ds.path, ds.kind, ds, spec.training.seed);
+    else if (ds.kind == QLatin1String("idx"))
+        splits = loadIdxFolder(ds.path, QFileInfo(ds.path).fileName(), ds, spec.training.seed);
+    else if (ds.kind == QLatin1String("csv")) {
+        CsvOptions options;
+        options.labelColumn = ds.labelColumn;
+        auto all = readCsvDataset(ds.path, options);
+        if (!all)
+            return all.takeError();
+        if (all->size() < 4)
+            return fail(QStringLiteral("'%1' has only %2 rows; it needs enough for a training and a test split")
+                            .arg(ds.path).arg(all->size()));
+        splits = holdOut(*all, ds.testFraction, spec.training.seed);
+    } else
+        return fail(QStringLiteral("unknown data set kind '%1'").arg(ds.kind));
+    if (!splits)
+        return splits.takeError();
+
+    auto data = std::make_shared<JobData>();
+    data->train = firstRows(splits->first, ds.trainLimit);
+    data->test = firstRows(splits->second, ds.testLimit);
+    data->numClasses = std::max(data->train.numClasses, data->test.numClasses);
+    data->train.numClasses = data->test.numClasses = data->numClasses;
+    data->inputShape = data->train.sampleShape();
+    data->normalization = Normalization::fit(data->train);
+    data->normalization.apply(data->train);
+    data->normalization.apply(data->test);
+    if (spec.training.shards > data->train.size())
+        return fail(QStringLiteral("'training.shards' is %1 but the training set has only %2 samples; use at most "
+                                   "one shard per sample")
+                        .arg(spec.training.shards).arg(data->train.size()));
+    data->plan = ShardPlan(data->train.size(), spec.training.shards, spec.training.seed);
+    return std::shared_ptr<const JobData>(std::move(data));
+}
+
+Result<torch::Device> selectDevice(const QString &device)
+{
+    const bool cuda = torch::cuda::is_available();
+    if (device == QLatin1String("cuda")) {
+        if (!cuda)
+            return fail(QStringLiteral("device 'cuda' was asked for, but no CUDA GPU is usable here (this LibTorch "
+                                       "build or this machine has none); use 'cpu' or 'auto'"));
+        return torch::Device(torch::kCUDA);
+    }
+    if (device == QLatin1String("auto") && cuda)
+        return torch::Device(torch::kCUDA);
+    return torch::Device(torch::kCPU);
+}
+
+} // namespace flotilla

@@ -1,0 +1,35 @@
+#pragma once
+// What a job trains on, loaded once and shared read-only by the coordinator and the local
+// workers: the normalized training and test sets and the shard plan.
+
+#include "Dataset.h"
+#include "JobSpec.h"
+#include "Result.h"
+#include "ShardPlan.h"
+
+#include <torch/types.h>
+
+#include <memory>
+
+namespace flotilla {
+
+struct JobData
+{
+    Dataset train;
+    Dataset test;
+    Normalization normalization;
+    ShardPlan plan;
+    std::vector<std::int64_t> inputShape;
+    int numClasses = 0;
+};
+
+// Where Fashion-MNIST is looked for when a job names no folder: $FLOTILLA_FASHION_MNIST,
+// else Debian's dataset-fashion-mnist package.
+QString defaultFashionMnistDir();
+
+Result<std::shared_ptr<const JobData>> loadJobData(const JobSpec &spec);
+
+// "auto" picks CUDA when LibTorch was built with it and a GPU is present.
+Result<torch::Device> selectDevice(const QString &device);
+
+} // namespace flotilla

@@ -1,0 +1,100 @@
+#pragma once
+// A job: model + dataset + hyperparameters + aggregation rule + fleet policy, as plain
+// values, read from and written to JSON job files. Free of LibTorch so that every layer may
+// hold one.
+
+#include "Result.h"
+
+#include <QJsonObject>
+#include <QList>
+#include <QString>
+
+namespace flotilla {
+
+struct DatasetSpec
+{
+    QString kind = QStringLiteral("fashion-mnist"); // fashion-mnist | idx | csv
+    QString path;            // folder of IDX files, or CSV file; fashion-mnist: optional folder
+    QString labelColumn;     // csv: name or 1-based number; empty = last column
+    double testFraction = 0.1; // held out when the source has no test split of its own
+    qint64 trainLimit = 0;   // use only the first N training samples (0 = all)
+    qint64 testLimit = 0;    // evaluate on only the first N test samples (0 = all)
+};
+
+struct ModelSpec
+{
+    QString kind = QStringLiteral("cnn"); // mlp | cnn | resnet | torchscript
+    QString path;                         // torchscript: the .pt file
+    double dropout = 0.0;
+    QList<int> hidden{256, 128};          // mlp: hidden layer widths
+};
+
+struct TrainingSpec
+{
+    int epochs = 10;
+    int shards = 30;
+    int localEpochs = 1;   // per subtask
+    int localSteps = 0;    // if > 0: a subtask trains this many steps instead of localEpochs
+    int batchSize = 32;
+    QString optimizer = QStringLiteral("sgd"); // sgd | adam
+    double learningRate = 0.03;
+    double momentum = 0.9;
+    double weightDecay = 0.0;
+    QString lrSchedule = QStringLiteral("cosine"); // constant | step | cosine (over job epochs)
+    int lrStepEpochs = 5;   // step: multiply by lrGamma every this many epochs
+    double lrGamma = 0.5;
+    quint64 seed = 1;
+    int threads = 1;        // torch intra-op threads per worker
+    QString device = QStringLiteral("auto"); // auto | cpu | cuda
+};
+
+struct AggregationSpec
+{
+    QString rule = QStringLiteral("vc-asgd"); // vc-asgd | staleness-aware | async-delta | sync-average
+    double alpha = 0.5;             // vc-asgd, staleness-aware: weight kept by the global model
+    double stalenessExponent = 0.5; // staleness-aware: alpha_s = 1 - (1 - alpha) / (1 + s)^p
+    double outerLearningRate = 1.0; // async-delta
+    double outerMomentum = 0.0;     // async-delta: 0 = plain delta
+    bool nesterov = true;           // async-delta with momentum
+};
+
+struct PreemptionSpec
+{
+    double meanIntervalSeconds = 0.0; // 0 = no simulated preemptions
+    double noticeFraction = 0.5;      // share of preemptions that come with a notice
+    double rejoinDelaySeconds = 3.0;  // a preempted worker comes back after this long
+};
+
+struct FleetSpec
+{
+    int workers = 4;
+    double leaseTimeoutSeconds = 120.0;
+    QString instanceType = QStringLiteral("aws/c5.large");
+    QString priceClass = QStringLiteral("spot"); // spot | on-demand | volunteer
+    QString priceTable;                          // empty = the built-in table
+    PreemptionSpec preemption;
+};
+
+struct JobSpec
+{
+    QString name = QStringLiteral("fashion-mnist-cnn");
+    DatasetSpec dataset;
+    ModelSpec model;
+    TrainingSpec training;
+    AggregationSpec aggregation;
+    FleetSpec fleet;
+
+    // The default job: a small CNN on Fashion-MNIST, four local workers, preemptions on.
+    static JobSpec defaultJob();
+
+    // Unknown keys are errors (a typo must not silently fall back to a default).
+    static Result<JobSpec> fromJson(const QJsonObject &json);
+    static Result<JobSpec> load(const QString &path);
+    QJsonObject toJson() const;
+    Result<void> save(const QString &path) const;
+
+    // Checks every field; the error names the field, its value and the accepted range.
+    Result<void> validate() const;
+};
+
+} // namespace flotilla

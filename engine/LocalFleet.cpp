@@ -1,0 +1,117 @@
+#include "LocalFleet.h"
+
+#include "EngineLog.h"
+
+#include <cmath>
+
+namespace flotilla {
+
+Result<std::unique_ptr<LocalFleet>> LocalFleet::create(const JobSpec &spec, const QString &runDir)
+{
+    static const SystemClock systemClock;
+    auto coordinator = Coordinator::open(spec, runDir, &systemClock);
+    if (!coordinator)
+        return coordinator.takeError();
+    std::unique_ptr<LocalFleet> fleet(new LocalFleet);
+    fleet->m_spec = (*coordinator)->spec();
+    fleet->m_runDir = (*coordinator)->runDir();
+    fleet->m_resumed = (*coordinator)->resumed();
+    fleet->m_data = (*coordinator)->data();
+    fleet->m_random = SplitMix64(mixSeed(fleet->m_spec.training.seed, 0x9EE));
+    fleet->m_service = std::make_unique<CoordinatorService>(std::move(coordinator).value());
+    return fleet;
+}
+
+LocalFleet::~LocalFleet()
+{
+    stop();
+}
+
+void LocalFleet::start()
+{
+    LocalFleet *self = this;
+    connect(m_service.get(), &CoordinatorService::progressed, this,
+            [self](const JobProgress &p) { Q_EMIT self->progressed(p, self->workersAlive()); });
+    connect(m_service.get(), &CoordinatorService::leaseSuperseded, this, [self](qint64 workerId, qint64 leaseId) {
+        for (auto &w : self->m_workers)
+            if (w->workerId() == workerId)
+                w->supersede(leaseId);
+    });
+    connect(m_service.get(), &CoordinatorService::jobEnded, this, [self](bool ok, const QString &message) {
+        self->m_preemptionTimer.stop();
+        Q_EMIT self->finished(ok, message);
+    });
+
+    const FleetSpec &fleet = m_spec.fleet;
+    for (int i = 0; i < fleet.workers; ++i) {
+        WorkerInfo info;
+        info.name = QStringLiteral("local-%1").arg(i + 1);
+        info.instanceType = fleet.instanceType;
+        info.priceClass = fleet.priceClass;
+        auto worker = std::make_unique<LocalWorker>(m_service.get(), m_data, m_spec, info,
+                                                    fleet.preemption.rejoinDelaySeconds);
+        worker->start();
+        m_workers.push_back(std::move(worker));
+    }
+    m_preemptionTimer.setSingleShot(true);
+    connect(&m_preemptionTimer, &QTimer::timeout, this, [self] {
+        self->preemptOne();
+        self->schedulePreemption();
+    });
+    schedulePreemption();
+}
+
+void LocalFleet::schedulePreemption()
+{
+    const double mean = m_spec.fleet.preemption.meanIntervalSeconds;
+    if (mean <= 0 || m_stopped)
+        return;
+    // Preemptions arrive as a Poisson process: exponential gaps with the given mean.
+    const double gap = -mean * std::log(1.0 - m_random.uniform());
+    m_preemptionTimer.start(static_cast<int>(std::min(gap, 1e6) * 1000.0));
+}
+
+void LocalFleet::preemptOne()
+{
+    std::vector<LocalWorker *> up;
+    for (auto &w : m_workers)
+        if (!w->isDown() && w->workerId() != 0)
+            up.push_back(w.get());
+    if (up.empty())
+        return;
+    LocalWorker *victim = up[static_cast<std::size_t>(m_random.below(up.size()))];
+    const bool notice = m_random.uniform() < m_spec.fleet.preemption.noticeFraction;
+    if (!victim->preempt(notice))
+        return;
+    m_service->callRecordEvent(QStringLiteral("worker-preempted"), victim->workerId(),
+                               notice ? QStringLiteral("simulated preemption with notice: the worker hands in a "
+                                                       "partial result, back in %1 s")
+                                            .arg(m_spec.fleet.preemption.rejoinDelaySeconds)
+                                      : QStringLiteral("simulated SIGKILL: the subtask's work is lost, back in %1 s")
+                                            .arg(m_spec.fleet.preemption.rejoinDelaySeconds));
+}
+
+int LocalFleet::workersAlive() const
+{
+    int alive = 0;
+    for (const auto &w : m_workers)
+        alive += w->isDown() ? 0 : 1;
+    return alive;
+}
+
+void LocalFleet::stop()
+{
+    if (m_stopped)
+        return;
+    m_stopped = true;
+    m_preemptionTimer.stop();
+    for (auto &w : m_workers)
+        w->stop();
+    for (auto &w : m_workers)
+        w->wait();
+    m_workers.clear();
+    if (m_service)
+        m_service->shutdown();
+}
+
+} // namespace flotilla

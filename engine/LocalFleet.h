@@ -1,0 +1,60 @@
+#pragma once
+// A job trained on this machine: the coordinator on its own thread, N local workers on
+// theirs, and an optional preemption simulator that knocks workers out at random (with or
+// without a notice) and lets them come back after a delay.
+//
+// Threads: a LocalFleet lives on the thread that created it (the CLI's main thread, the
+// GUI's thread); it never blocks that thread on training.
+
+#include "CoordinatorService.h"
+#include "LocalWorker.h"
+#include "Random.h"
+
+#include <QObject>
+#include <QTimer>
+
+#include <memory>
+#include <vector>
+
+namespace flotilla {
+
+class LocalFleet : public QObject
+{
+    Q_OBJECT
+
+public:
+    // Opens (or resumes) the job in runDir; loads its data; nothing runs yet.
+    static Result<std::unique_ptr<LocalFleet>> create(const JobSpec &spec, const QString &runDir);
+    ~LocalFleet() override;
+
+    void start();
+    // Hands back the workers' leases and stops everything; the job can be resumed later.
+    void stop();
+
+    const JobSpec &spec() const { return m_spec; }
+    bool resumed() const { return m_resumed; }
+    QString runDir() const { return m_runDir; }
+    int workersAlive() const;
+    CoordinatorService *service() { return m_service.get(); }
+
+Q_SIGNALS:
+    void progressed(const flotilla::JobProgress &progress, int workersAlive);
+    void finished(bool ok, const QString &message);
+
+private:
+    LocalFleet() = default;
+    void schedulePreemption();
+    void preemptOne();
+
+    JobSpec m_spec;
+    QString m_runDir;
+    bool m_resumed = false;
+    std::shared_ptr<const JobData> m_data;
+    std::unique_ptr<CoordinatorService> m_service;
+    std::vector<std::unique_ptr<LocalWorker>> m_workers;
+    QTimer m_preemptionTimer;
+    SplitMix64 m_random{1};
+    bool m_stopped = false;
+};
+
+} // namespace flotilla

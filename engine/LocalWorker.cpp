@@ -1,0 +1,169 @@
+#include "LocalWorker.h"
+
+#include "EngineLog.h"
+
+#include <QElapsedTimer>
+#include <QMutexLocker>
+
+#include <torch/torch.h>
+
+namespace flotilla {
+
+LocalWorker::LocalWorker(CoordinatorService *service, std::shared_ptr<const JobData> data, JobSpec spec,
+                         WorkerInfo info, double rejoinDelaySeconds)
+    : m_service(service), m_data(std::move(data)), m_spec(std::move(spec)), m_info(std::move(info)),
+      m_rejoinDelay(rejoinDelaySeconds)
+{
+}
+
+LocalWorker::~LocalWorker()
+{
+    stop();
+    wait();
+}
+
+void LocalWorker::start()
+{
+    m_thread.reset(QThread::create([this] { run(); }));
+    m_thread->setObjectName(m_info.name);
+    m_thread->start();
+}
+
+void LocalWorker::stop()
+{
+    m_stop = true;
+    m_cancel = true;
+}
+
+void LocalWorker::wait()
+{
+    if (m_thread)
+        m_thread->wait();
+}
+
+bool LocalWorker::preempt(bool withNotice)
+{
+    bool expected = false;
+    if (!m_down.compare_exchange_strong(expected, true))
+        return false;
+    m_killed = !withNotice;
+    m_cancel = true;
+    return true;
+}
+
+void LocalWorker::supersede(qint64 leaseId)
+{
+    if (m_currentLease.load() == leaseId) {
+        m_supersededLease = leaseId;
+        m_cancel = true;
+    }
+}
+
+QString LocalWorker::lastError() const
+{
+    QMutexLocker lock(&m_errorMutex);
+    return m_lastError;
+}
+
+bool LocalWorker::sleepFor(double seconds)
+{
+    QElapsedTimer timer;
+    timer.start();
+    while (!m_stop && timer.elapsed() < qint64(seconds * 1000.0))
+        QThread::msleep(20);
+    return !m_stop;
+}
+
+void LocalWorker::run()
+{
+    auto device = selectDevice(m_spec.training.device);
+    auto model = createModel(m_spec.model, m_data->inputShape, m_data->numClasses);
+    if (!device || !model) {
+        QMutexLocker lock(&m_errorMutex);
+        m_lastError = !device ? device.error() : model.error();
+        qCWarning(lcEngine).noquote() << m_info.name << "cannot start:" << m_lastError;
+        return;
+    }
+    (*model)->to(*device);
+    m_info.device = device->is_cuda() ? QStringLiteral("cuda") : QStringLiteral("cpu");
+    m_info.threads = m_spec.training.threads;
+    auto joined = m_service->callJoin(m_info);
+    if (!joined) {
+        QMutexLocker lock(&m_errorMutex);
+        m_lastError = joined.error();
+        qCWarning(lcEngine).noquote() << m_info.name << "cannot join:" << m_lastError;
+        return;
+    }
+    m_workerId = *joined;
+    const qint64 id = *joined;
+
+    while (!m_stop) {
+        if (m_down) {
+            if (!m_killed)
+                m_service->callLeave(id, QStringLiteral("preemption notice: the worker handed in its work and left"));
+            if (!sleepFor(m_rejoinDelay))
+                break;
+            m_killed = false;
+            m_cancel = false;
+            m_down = false;
+            if (auto back = m_service->callJoin(m_info, id); !back)
+                qCWarning(lcEngine).noquote() << m_info.name << "cannot rejoin:" << back.error();
+            continue;
+        }
+        std::optional<Assignment> a = m_service->callRequest(id);
+        if (!a) {
+            sleepFor(0.05);
+            continue;
+        }
+        m_currentLease = a->leaseId;
+
+        const std::vector<std::int64_t> order = m_data->plan.epochOrder(a->shard, a->epoch);
+        const torch::Tensor idx = torch::tensor(
+            std::vector<std::int64_t>(order.begin() + a->begin, order.begin() + a->end), torch::kInt64);
+        const torch::Tensor x = m_data->train.features.index_select(0, idx);
+        const torch::Tensor y = m_data->train.labels.index_select(0, idx);
+        QElapsedTimer beat;
+        beat.start();
+        const qint64 leaseId = a->leaseId;
+        auto outcome = trainSubtask(**model, a->weights, x, y, a->config, *device, &m_cancel,
+                                    [&](std::int64_t done, std::int64_t planned) {
+                                        if (beat.elapsed() >= 1000) {
+                                            beat.restart();
+                                            m_service->callHeartbeat(id, leaseId, done, planned);
+                                        }
+                                    });
+        a.reset(); // let go of the snapshot
+        m_currentLease = 0;
+
+        if (m_stop) {
+            m_service->callHandBack(id, leaseId, QStringLiteral("the worker is shutting down"));
+            break;
+        }
+        if (m_killed) // a simulated SIGKILL: nothing reaches the coordinator
+            continue;
+        if (m_supersededLease.exchange(0) == leaseId) {
+            if (!m_down)
+                m_cancel = false;
+            m_service->callHandBack(id, leaseId, QStringLiteral("another worker's result completed the subtask"));
+            continue;
+        }
+        if (!outcome) {
+            qCWarning(lcEngine).noquote() << m_info.name << "subtask failed:" << outcome.error();
+            m_service->callHandBack(id, leaseId, outcome.error());
+            continue;
+        }
+        SubtaskResult result;
+        result.leaseId = leaseId;
+        result.weights = outcome->weights;
+        result.meanLoss = outcome->meanLoss;
+        result.sampleSteps = outcome->sampleSteps;
+        result.covered = outcome->covered;
+        result.seconds = outcome->seconds;
+        result.partial = outcome->partial;
+        const SubmitReply reply = m_service->callSubmit(id, std::move(result));
+        if (reply.status == SubmitStatus::Rejected)
+            qCWarning(lcEngine).noquote() << m_info.name << "result rejected:" << reply.reason;
+    }
+}
+
+} // namespace flotilla

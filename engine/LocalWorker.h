@@ -1,0 +1,64 @@
+#pragma once
+// A worker that is a thread of this process: it joins the coordinator, asks for subtasks,
+// trains them with the local trainer and returns the results. For demos and tests it can
+// be preempted: with a notice it stops after the current batch and returns a partial
+// result; without one (a simulated SIGKILL) its work is lost. Either way it is down for a
+// while, then comes back under the same worker id.
+//
+// Threads: the worker's own thread runs the loop; stop(), preempt() and supersede() may be
+// called from any thread.
+
+#include "Coordinator.h"
+#include "CoordinatorService.h"
+
+#include <QMutex>
+#include <QThread>
+
+#include <atomic>
+#include <memory>
+
+namespace flotilla {
+
+class LocalWorker
+{
+public:
+    LocalWorker(CoordinatorService *service, std::shared_ptr<const JobData> data, JobSpec spec, WorkerInfo info,
+                double rejoinDelaySeconds);
+    ~LocalWorker();
+
+    void start();
+    void stop();  // hands back the current lease and ends the loop
+    void wait();
+
+    // Returns false if the worker is already down.
+    bool preempt(bool withNotice);
+    // The coordinator no longer needs the result of this lease.
+    void supersede(qint64 leaseId);
+
+    bool isDown() const { return m_down.load(); }
+    qint64 workerId() const { return m_workerId.load(); }
+    QString name() const { return m_info.name; }
+    QString lastError() const;
+
+private:
+    void run();
+    bool sleepFor(double seconds); // false if stopped meanwhile
+
+    CoordinatorService *m_service;
+    std::shared_ptr<const JobData> m_data;
+    JobSpec m_spec;
+    WorkerInfo m_info;
+    double m_rejoinDelay;
+    std::unique_ptr<QThread> m_thread;
+    std::atomic<bool> m_stop{false};
+    std::atomic<bool> m_cancel{false};
+    std::atomic<bool> m_down{false};
+    std::atomic<bool> m_killed{false};
+    std::atomic<qint64> m_workerId{0};
+    std::atomic<qint64> m_currentLease{0};
+    std::atomic<qint64> m_supersededLease{0};
+    mutable QMutex m_errorMutex;
+    QString m_lastError;
+};
+
+} // namespace flotilla

@@ -1,0 +1,262 @@
+#include "Model.h"
+
+#include "AtomicFile.h"
+#include "Dataset.h"
+#include "Models.h"
+
+#include <QCryptographicHash>
+#include <QFileInfo>
+
+#include <sstream>
+
+namespace flotilla {
+
+QString torchErrorSummary(const std::exception &e)
+{
+    const auto *c10 = dynamic_cast<const c10::Error *>(&e);
+    QString text = QString::fromUtf8(c10 ? c10->what_without_backtrace() : e.what()).trimmed();
+    const qsizetype newline = text.indexOf(u'\n');
+    if (newline > 0)
+        text.truncate(newline);
+    return text;
+}
+
+QString WeightLayout::digest() const
+{
+    QCryptographicHash hash(QCryptographicHash::Sha256);
+    for (const auto &e : entries) {
+        hash.addData(QByteArrayView(e.name.data(), static_cast<qsizetype>(e.name.size())));
+        for (const auto d : e.shape)
+            hash.addData(QByteArray(QByteArray::number(static_cast<qlonglong>(d)) + 'x'));
+        hash.addData(QByteArrayView(";"));
+    }
+    return QString::fromLatin1(hash.result().toHex().left(16));
+}
+
+WeightLayout Model::layout()
+{
+    WeightLayout l;
+    for (auto &[name, tensor] : state()) {
+        WeightLayout::Entry e;
+        e.name = name;
+        e.shape = tensor.sizes().vec();
+        e.numel = tensor.numel();
+        e.offset = l.totalNumel;
+        l.totalNumel += e.numel;
+        l.entries.push_back(std::move(e));
+    }
+    return l;
+}
+
+torch::Tensor Model::flatWeights()
+{
+    torch::NoGradGuard noGrad;
+    std::vector<torch::Tensor> parts;
+    for (auto &entry : state())
+        parts.push_back(entry.second.detach().to(torch::kCPU, torch::kFloat32).reshape({-1}));
+    if (parts.empty())
+        return torch::empty({0}, torch::kFloat32);
+    return torch::cat(parts).contiguous();
+}
+
+Result<void> Model::loadFlatWeights(const torch::Tensor &flat)
+{
+    torch::NoGradGuard noGrad;
+    auto entries = state();
+    std::int64_t total = 0;
+    for (const auto &e : entries)
+        total += e.second.numel();
+    if (flat.dim() != 1 || flat.numel() != total || flat.scalar_type() != torch::kFloat32)
+        return fail(QStringLiteral("weights have %1 float32 values but the %2 model has %3")
+                        .arg(flat.numel()).arg(kind()).arg(total));
+    std::int64_t offset = 0;
+    for (auto &[name, tensor] : entries) {
+        const std::int64_t n = tensor.numel();
+        tensor.copy_(flat.narrow(0, offset, n).view(tensor.sizes()));
+        offset += n;
+    }
+    return {};
+}
+
+namespace {
+
+bool isFloating(const torch::Tensor &t)
+{
+    return t.defined() && t.is_floating_point();
+}
+
+// A built-in network behind the Model interface.
+template <typename Net>
+class BuiltinModel final : public Model
+{
+public:
+    BuiltinModel(Net net, ModelSpec spec, std::vector<std::int64_t> inputShape, int classes)
+        : m_net(std::move(net)), m_spec(std::move(spec)), m_inputShape(std::move(inputShape)), m_classes(classes)
+    {
+    }
+
+    torch::Tensor forward(const torch::Tensor &input) override { return m_net->forward(input); }
+    void setTraining(bool on) override { m_net->train(on); }
+    void to(torch::Device device) override { m_net->to(device); }
+    std::vector<torch::Tensor> parameters() override { return m_net->parameters(); }
+    std::vector<std::pair<std::string, torch::Tensor>> state() override
+    {
+        std::vector<std::pair<std::string, torch::Tensor>> out;
+        for (const auto &p : m_net->named_parameters(true))
+            out.emplace_back(p.key(), p.value());
+        for (const auto &b : m_net->named_buffers(true))
+            if (isFloating(b.value()))
+                out.emplace_back(b.key(), b.value());
+        return out;
+    }
+    std::unique_ptr<Model> clone() const override
+    {
+        auto copy = createModel(m_spec, m_inputShape, m_classes);
+        auto *self = const_cast<BuiltinModel *>(this);
+        (void)(*copy)->loadFlatWeights(self->flatWeights());
+        return std::move(copy).value();
+    }
+    Result<void> save(const QString &path) override
+    {
+        try {
+            c10::Dict<std::string, torch::Tensor> dict;
+            for (auto &[name, tensor] : state())
+                dict.insert(name, tensor.detach().cpu().clone());
+            const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+            return writeFileAtomically(path, QByteArray(bytes.data(), static_cast<qsizetype>(bytes.size())));
+        } catch (const std::exception &e) {
+            return fail(QStringLiteral("cannot save the model to '%1': %2").arg(path, torchErrorSummary(e)));
+        }
+    }
+    QString kind() const override { return m_spec.kind; }
+
+private:
+    Net m_net;
+    ModelSpec m_spec;
+    std::vector<std::int64_t> m_inputShape;
+    int m_classes;
+};
+
+// A TorchScript module made in Python with torch.jit.script(...).save(...).
+class ScriptModel final : public Model
+{
+public:
+    explicit ScriptModel(torch::jit::Module module) : m_module(std::move(module)) {}
+
+    torch::Tensor forward(const torch::Tensor &input) override
+    {
+        return m_module.forward({input}).toTensor();
+    }
+    void setTraining(bool on) override { m_module.train(on); }
+    void to(torch::Device device) override { m_module.to(device); }
+    std::vector<torch::Tensor> parameters() override
+    {
+        std::vector<torch::Tensor> out;
+        for (const auto &p : m_module.parameters(true))
+            if (p.requires_grad())
+                out.push_back(p);
+        return out;
+    }
+    std::vector<std::pair<std::string, torch::Tensor>> state() override
+    {
+        std::vector<std::pair<std::string, torch::Tensor>> out;
+        for (const auto &p : m_module.named_parameters(true))
+            out.emplace_back(p.name, p.value);
+        for (const auto &b : m_module.named_buffers(true))
+            if (isFloating(b.value))
+                out.emplace_back(b.name, b.value);
+        return out;
+    }
+    std::unique_ptr<Model> clone() const override
+    {
+        return std::make_unique<ScriptModel>(m_module.deepcopy());
+    }
+    Result<void> save(const QString &path) override
+    {
+        try {
+            std::ostringstream out;
+            m_module.save(out);
+            const std::string bytes = out.str();
+            return writeFileAtomically(path, QByteArray(bytes.data(), static_cast<qsizetype>(bytes.size())));
+        } catch (const std::exception &e) {
+            return fail(QStringLiteral("cannot save the TorchScript model to '%1': %2").arg(path, torchErrorSummary(e)));
+        }
+    }
+    QString kind() const override { return QStringLiteral("torchscript"); }
+
+private:
+    torch::jit::Module m_module;
+};
+
+} // namespace
+
+Result<std::unique_ptr<Model>> createModel(const ModelSpec &spec, const std::vector<std::int64_t> &inputShape,
+                                           int numClasses)
+{
+    try {
+        std::int64_t inputs = 1;
+        for (const auto d : inputShape)
+            inputs *= d;
+        if (spec.kind == QLatin1String("mlp")) {
+            std::vector<int> hidden(spec.hidden.begin(), spec.hidden.end());
+            return std::unique_ptr<Model>(std::make_unique<BuiltinModel<Mlp>>(
+                Mlp(inputs, hidden, numClasses, spec.dropout), spec, inputShape, numClasses));
+        }
+        if (spec.kind == QLatin1String("cnn") || spec.kind == QLatin1String("resnet")) {
+            if (inputShape.size() != 3)
+                return fail(QStringLiteral("model '%1' needs image samples [channels, height, width], but "
+                                           "this data set's samples have shape [%2]; use the 'mlp' model "
+                                           "for tabular data")
+                                .arg(spec.kind, shapeToString(inputShape)));
+            if (spec.kind == QLatin1String("cnn")) {
+                if (CnnImpl::featureSide(inputShape[1]) < 1 || CnnImpl::featureSide(inputShape[2]) < 1)
+                    return fail(QStringLiteral("model 'cnn' needs images of at least 10×10 pixels; this data "
+                                               "set's samples are %1")
+                                    .arg(shapeToString(inputShape)));
+                return std::unique_ptr<Model>(std::make_unique<BuiltinModel<Cnn>>(
+                    Cnn(inputShape[0], inputShape[1], inputShape[2], numClasses, spec.dropout), spec,
+                    inputShape, numClasses));
+            }
+            return std::unique_ptr<Model>(std::make_unique<BuiltinModel<ResNet>>(
+                ResNet(inputShape[0], numClasses, spec.dropout), spec, inputShape, numClasses));
+        }
+        if (spec.kind == QLatin1String("torchscript")) {
+            if (!QFileInfo::exists(spec.path))
+                return fail(QStringLiteral("TorchScript model file '%1' does not exist").arg(spec.path));
+            torch::jit::Module module = torch::jit::load(spec.path.toStdString(), torch::kCPU);
+            return std::unique_ptr<Model>(std::make_unique<ScriptModel>(std::move(module)));
+        }
+        return fail(QStringLiteral("unknown model kind '%1' (built in: mlp, cnn, resnet; or torchscript)").arg(spec.kind));
+    } catch (const std::exception &e) {
+        if (spec.kind == QLatin1String("torchscript"))
+            return fail(QStringLiteral("cannot load TorchScript model '%1': %2 (save it in Python with "
+                                       "torch.jit.script(model).save(path))")
+                            .arg(spec.path, torchErrorSummary(e)));
+        return fail(QStringLiteral("cannot build model '%1': %2").arg(spec.kind, torchErrorSummary(e)));
+    }
+}
+
+Result<void> checkModelFitsData(Model &model, const std::vector<std::int64_t> &inputShape, int numClasses)
+{
+    std::vector<std::int64_t> batchShape{2};
+    batchShape.insert(batchShape.end(), inputShape.begin(), inputShape.end());
+    torch::Tensor out;
+    try {
+        torch::NoGradGuard noGrad;
+        model.setTraining(false);
+        out = model.forward(torch::zeros(batchShape));
+        model.setTraining(true);
+    } catch (const std::exception &e) {
+        return fail(QStringLiteral("the %1 model cannot take this data set's samples of shape [%2]: %3")
+                        .arg(model.kind(), shapeToString(inputShape), torchErrorSummary(e)));
+    }
+    if (out.dim() != 2 || out.size(0) != 2 || out.size(1) != numClasses)
+        return fail(QStringLiteral("the %1 model outputs shape [%2] for a batch of 2, but this data set has "
+                                   "%3 classes: it must output [batch, %3]")
+                        .arg(model.kind(), shapeToString(out.sizes().vec())).arg(numClasses));
+    if (model.parameters().empty())
+        return fail(QStringLiteral("the %1 model has no trainable parameters").arg(model.kind()));
+    return {};
+}
+
+} // namespace flotilla

@@ -1,0 +1,75 @@
+#pragma once
+// A trainable classifier, built in or loaded from TorchScript, with its weights seen as one
+// flat float32 buffer in a fixed order (the layout). Flat buffers are what aggregation,
+// checkpoints and the network move around; a Model turns them back into parameters.
+//
+// A Model instance belongs to one thread at a time (its owner trains or evaluates it);
+// clone() gives another thread its own copy.
+
+#include "JobSpec.h"
+#include "Result.h"
+
+#include <QString>
+
+#include <torch/torch.h>
+#include <torch/script.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace flotilla {
+
+// Names, shapes and offsets of the tensors inside a flat weight buffer.
+struct WeightLayout
+{
+    struct Entry
+    {
+        std::string name;
+        std::vector<std::int64_t> shape;
+        std::int64_t offset = 0;
+        std::int64_t numel = 0;
+    };
+    std::vector<Entry> entries;
+    std::int64_t totalNumel = 0;
+
+    // A digest of names and shapes: two models can exchange weights iff their digests match.
+    QString digest() const;
+};
+
+class Model
+{
+public:
+    virtual ~Model() = default;
+
+    virtual torch::Tensor forward(const torch::Tensor &input) = 0;
+    virtual void setTraining(bool on) = 0;
+    virtual void to(torch::Device device) = 0;
+    // Trainable parameters, for the optimizer.
+    virtual std::vector<torch::Tensor> parameters() = 0;
+    // Everything that makes up the weights: parameters and floating-point buffers, in the
+    // layout's order.
+    virtual std::vector<std::pair<std::string, torch::Tensor>> state() = 0;
+    virtual std::unique_ptr<Model> clone() const = 0;
+    // Writes the model to a file Python can load: TorchScript models as TorchScript
+    // (torch.jit.load), built-in ones as a state dict (torch.load).
+    virtual Result<void> save(const QString &path) = 0;
+    virtual QString kind() const = 0;
+
+    WeightLayout layout();
+    torch::Tensor flatWeights();                   // CPU, float32, contiguous
+    Result<void> loadFlatWeights(const torch::Tensor &flat);
+};
+
+// Builds the model a job asks for. inputShape is one sample's shape ([C, H, W] or [F]).
+Result<std::unique_ptr<Model>> createModel(const ModelSpec &spec, const std::vector<std::int64_t> &inputShape,
+                                           int numClasses);
+
+// Runs a tiny batch through the model: a model that cannot take the data set's samples, or
+// that outputs the wrong number of classes, is reported before any training starts.
+Result<void> checkModelFitsData(Model &model, const std::vector<std::int64_t> &inputShape, int numClasses);
+
+// The first line of a LibTorch error, without its C++ stack trace.
+QString torchErrorSummary(const std::exception &e);
+
+} // namespace flotilla

@@ -1,0 +1,345 @@
+#include "Scheduler.h"
+
+#include <algorithm>
+
+namespace flotilla {
+
+namespace {
+
+const char *const kSubtaskStates[] = {"queued", "leased", "done"};
+const char *const kLeaseStates[] = {"active", "completed", "expired", "handed-back", "lost", "superseded"};
+
+} // namespace
+
+QString toString(SubtaskState state)
+{
+    return QString::fromLatin1(kSubtaskStates[static_cast<int>(state)]);
+}
+
+QString toString(LeaseState state)
+{
+    return QString::fromLatin1(kLeaseStates[static_cast<int>(state)]);
+}
+
+std::optional<SubtaskState> subtaskStateFromString(const QString &text)
+{
+    for (int i = 0; i < 3; ++i)
+        if (text == QLatin1String(kSubtaskStates[i]))
+            return static_cast<SubtaskState>(i);
+    return std::nullopt;
+}
+
+std::optional<LeaseState> leaseStateFromString(const QString &text)
+{
+    for (int i = 0; i < 6; ++i)
+        if (text == QLatin1String(kLeaseStates[i]))
+            return static_cast<LeaseState>(i);
+    return std::nullopt;
+}
+
+Scheduler::Scheduler(Config config, const Clock *clock)
+    : m_config(std::move(config)), m_clock(clock)
+{
+}
+
+void Scheduler::restore(const std::vector<Subtask> &subtasks, const std::vector<Lease> &leases)
+{
+    m_subtasks.clear();
+    m_leases.clear();
+    m_queue.clear();
+    m_openByEpoch.clear();
+    m_openedEpochs = 0;
+    for (const auto &s : subtasks) {
+        m_subtasks[s.id] = s;
+        m_nextSubtaskId = std::max(m_nextSubtaskId, s.id + 1);
+        m_openedEpochs = std::max(m_openedEpochs, s.epoch + 1);
+        m_openByEpoch[s.epoch] += 0;
+        if (s.state != SubtaskState::Done)
+            ++m_openByEpoch[s.epoch];
+        if (s.state == SubtaskState::Queued)
+            m_queue.insert({s.epoch, s.id});
+    }
+    for (const auto &l : leases) {
+        m_leases[l.id] = l;
+        m_nextLeaseId = std::max(m_nextLeaseId, l.id + 1);
+        if (const auto it = m_subtasks.find(l.subtaskId); it != m_subtasks.end())
+            ++it->second.attempts;
+    }
+    // A subtask recorded as leased without an active lease (the lease ended in the same
+    // moment the process died) goes back to the queue.
+    for (auto &[id, s] : m_subtasks) {
+        if (s.state != SubtaskState::Leased)
+            continue;
+        const bool held = std::any_of(m_leases.begin(), m_leases.end(), [&](const auto &entry) {
+            return entry.second.subtaskId == id && entry.second.state == LeaseState::Active;
+        });
+        if (!held)
+            requeue(s);
+    }
+    m_epochsDone = 0;
+    advanceDoneEpochs();
+}
+
+Subtask &Scheduler::newSubtask(int epoch, int shard, qint64 begin, qint64 end, qint64 parentId)
+{
+    Subtask s;
+    s.id = m_nextSubtaskId++;
+    s.epoch = epoch;
+    s.shard = shard;
+    s.begin = begin;
+    s.end = end;
+    s.parentId = parentId;
+    s.state = SubtaskState::Queued;
+    m_queue.insert({epoch, s.id});
+    ++m_openByEpoch[epoch];
+    return m_subtasks[s.id] = s;
+}
+
+void Scheduler::requeue(Subtask &s)
+{
+    s.state = SubtaskState::Queued;
+    m_queue.insert({s.epoch, s.id});
+}
+
+SchedulerChanges Scheduler::openEpochs()
+{
+    SchedulerChanges changes;
+    for (;;) {
+        if (m_openedEpochs >= m_config.epochs)
+            break;
+        if (m_openedEpochs > 0) {
+            const int latest = m_openedEpochs - 1;
+            if (m_config.synchronous) {
+                if (!epochDone(latest))
+                    break;
+            } else {
+                // One epoch ahead at most, and only once the latest one has nothing queued.
+                if (latest - m_epochsDone >= 1)
+                    break;
+                const bool queued = std::any_of(m_queue.begin(), m_queue.end(),
+                                                [&](const auto &q) { return q.first == latest; });
+                if (queued)
+                    break;
+            }
+        }
+        const int epoch = m_openedEpochs++;
+        m_openByEpoch[epoch] += 0;
+        for (int shard = 0; shard < shards(); ++shard)
+            changes.add(newSubtask(epoch, shard, 0, shardSize(shard), 0));
+    }
+    return changes;
+}
+
+std::optional<Scheduler::Grant> Scheduler::grant(qint64 workerId, qint64 baseSeq, qint64 baseVersion,
+                                                 qint64 durationMs)
+{
+    Grant g;
+    g.changes = openEpochs();
+    if (m_queue.empty())
+        return std::nullopt;
+    const auto [epoch, subtaskId] = *m_queue.begin();
+    m_queue.erase(m_queue.begin());
+    Subtask &s = m_subtasks.at(subtaskId);
+    s.state = SubtaskState::Leased;
+    ++s.attempts;
+
+    Lease lease;
+    lease.id = m_nextLeaseId++;
+    lease.subtaskId = s.id;
+    lease.workerId = workerId;
+    lease.baseSeq = baseSeq;
+    lease.baseVersion = baseVersion;
+    lease.issuedMs = m_clock->nowMs();
+    lease.deadlineMs = lease.issuedMs + durationMs;
+    m_leases[lease.id] = lease;
+
+    g.lease = lease;
+    g.subtask = s;
+    g.changes.add(s);
+    g.changes.add(lease);
+    // Granting the last queued subtask of an epoch may open the next one.
+    const SchedulerChanges more = openEpochs();
+    g.changes.subtasks.insert(g.changes.subtasks.end(), more.subtasks.begin(), more.subtasks.end());
+    return g;
+}
+
+Scheduler::Check Scheduler::check(qint64 leaseId) const
+{
+    Check c;
+    const auto it = m_leases.find(leaseId);
+    if (it == m_leases.end()) {
+        c.verdict = Verdict::Unknown;
+        c.reason = QStringLiteral("no lease %1 was ever issued").arg(leaseId);
+        return c;
+    }
+    c.lease = it->second;
+    c.subtask = m_subtasks.at(c.lease.subtaskId);
+    switch (c.lease.state) {
+    case LeaseState::Completed:
+        c.verdict = Verdict::Duplicate;
+        c.reason = QStringLiteral("lease %1 already delivered its result").arg(leaseId);
+        return c;
+    case LeaseState::Superseded:
+        c.verdict = Verdict::Duplicate;
+        c.reason = QStringLiteral("subtask %1 was completed by another worker's result").arg(c.subtask.id);
+        return c;
+    case LeaseState::Active:
+        break;
+    case LeaseState::Expired:
+    case LeaseState::HandedBack:
+    case LeaseState::Lost:
+        c.late = true;
+        break;
+    }
+    if (c.subtask.state == SubtaskState::Done) {
+        c.verdict = Verdict::Duplicate;
+        c.reason = QStringLiteral("subtask %1 (epoch %2, shard %3) was already assimilated")
+                       .arg(c.subtask.id).arg(c.subtask.epoch).arg(c.subtask.shard);
+        return c;
+    }
+    c.verdict = Verdict::Accept;
+    return c;
+}
+
+void Scheduler::endLease(Lease &lease, LeaseState state, SchedulerChanges &changes)
+{
+    lease.state = state;
+    lease.endedMs = m_clock->nowMs();
+    changes.add(lease);
+}
+
+SchedulerChanges Scheduler::complete(qint64 leaseId, qint64 covered, qint64 seq)
+{
+    SchedulerChanges changes;
+    Lease &lease = m_leases.at(leaseId);
+    Subtask &s = m_subtasks.at(lease.subtaskId);
+    const bool wasQueued = s.state == SubtaskState::Queued;
+    covered = std::clamp<qint64>(covered, 1, s.size());
+
+    if (lease.state == LeaseState::Active)
+        endLease(lease, LeaseState::Completed, changes);
+    else {
+        // A late result: the lease keeps its end time, its state records the delivery.
+        lease.state = LeaseState::Completed;
+        changes.add(lease);
+    }
+    for (auto &[id, other] : m_leases)
+        if (other.subtaskId == s.id && other.state == LeaseState::Active)
+            endLease(other, LeaseState::Superseded, changes);
+
+    if (wasQueued)
+        m_queue.erase({s.epoch, s.id});
+    s.state = SubtaskState::Done;
+    s.coveredEnd = s.begin + covered;
+    s.assimilatedSeq = seq;
+    --m_openByEpoch[s.epoch];
+    changes.add(s);
+    if (covered < s.size())
+        changes.add(newSubtask(s.epoch, s.shard, s.begin + covered, s.end, s.id));
+
+    advanceDoneEpochs();
+    const SchedulerChanges more = openEpochs();
+    changes.subtasks.insert(changes.subtasks.end(), more.subtasks.begin(), more.subtasks.end());
+    return changes;
+}
+
+SchedulerChanges Scheduler::drop(qint64 leaseId, LeaseState endState)
+{
+    SchedulerChanges changes;
+    const auto it = m_leases.find(leaseId);
+    if (it == m_leases.end() || it->second.state != LeaseState::Active)
+        return changes;
+    endLease(it->second, endState, changes);
+    Subtask &s = m_subtasks.at(it->second.subtaskId);
+    if (s.state == SubtaskState::Leased) {
+        requeue(s);
+        changes.add(s);
+    }
+    return changes;
+}
+
+SchedulerChanges Scheduler::handBack(qint64 leaseId)
+{
+    return drop(leaseId, LeaseState::HandedBack);
+}
+
+SchedulerChanges Scheduler::expire()
+{
+    SchedulerChanges changes;
+    const qint64 now = m_clock->nowMs();
+    for (auto &[id, lease] : m_leases) {
+        if (lease.state != LeaseState::Active || lease.deadlineMs > now)
+            continue;
+        const SchedulerChanges one = drop(id, LeaseState::Expired);
+        changes.subtasks.insert(changes.subtasks.end(), one.subtasks.begin(), one.subtasks.end());
+        changes.leases.insert(changes.leases.end(), one.leases.begin(), one.leases.end());
+    }
+    return changes;
+}
+
+SchedulerChanges Scheduler::workerLost(qint64 workerId)
+{
+    SchedulerChanges changes;
+    for (auto &[id, lease] : m_leases) {
+        if (lease.workerId != workerId || lease.state != LeaseState::Active)
+            continue;
+        const SchedulerChanges one = drop(id, LeaseState::Lost);
+        changes.subtasks.insert(changes.subtasks.end(), one.subtasks.begin(), one.subtasks.end());
+        changes.leases.insert(changes.leases.end(), one.leases.begin(), one.leases.end());
+    }
+    return changes;
+}
+
+bool Scheduler::epochDone(int epoch) const
+{
+    if (epoch >= m_openedEpochs)
+        return false;
+    const auto it = m_openByEpoch.find(epoch);
+    return it != m_openByEpoch.end() && it->second == 0;
+}
+
+void Scheduler::advanceDoneEpochs()
+{
+    while (m_epochsDone < m_openedEpochs && epochDone(m_epochsDone))
+        ++m_epochsDone;
+}
+
+std::vector<Lease> Scheduler::activeLeases() const
+{
+    std::vector<Lease> out;
+    for (const auto &[id, lease] : m_leases)
+        if (lease.state == LeaseState::Active)
+            out.push_back(lease);
+    return out;
+}
+
+std::optional<Lease> Scheduler::activeLeaseOf(qint64 workerId) const
+{
+    for (const auto &[id, lease] : m_leases)
+        if (lease.workerId == workerId && lease.state == LeaseState::Active)
+            return lease;
+    return std::nullopt;
+}
+
+const Subtask *Scheduler::subtask(qint64 id) const
+{
+    const auto it = m_subtasks.find(id);
+    return it == m_subtasks.end() ? nullptr : &it->second;
+}
+
+int Scheduler::activeLeaseCount() const
+{
+    return static_cast<int>(std::count_if(m_leases.begin(), m_leases.end(),
+                                          [](const auto &e) { return e.second.state == LeaseState::Active; }));
+}
+
+qint64 Scheduler::oldestActiveBaseSeq() const
+{
+    qint64 oldest = -1;
+    for (const auto &[id, lease] : m_leases)
+        if (lease.state == LeaseState::Active && (oldest < 0 || lease.baseSeq < oldest))
+            oldest = lease.baseSeq;
+    return oldest;
+}
+
+} // namespace flotilla

@@ -1,0 +1,161 @@
+#pragma once
+// Scheduling of subtasks and leases, without I/O: epochs become one subtask per shard,
+// workers take subtasks under leases with deadlines, leases expire or are handed back and
+// their subtasks go back to the queue, and each subtask is assimilated exactly once.
+//
+// A subtask names positions [begin, end) of its shard's order in its epoch. A partial result
+// covering [begin, begin+k) closes the subtask and opens a remainder subtask [begin+k, end),
+// so every sample of every shard is trained exactly once per epoch even when workers are
+// preempted mid-subtask.
+//
+// Late results: a result whose lease has expired, been handed back or been lost is still
+// accepted if its subtask is not done yet; otherwise it is a duplicate and is dropped. When a
+// subtask is done, other active leases on it are superseded (their results will be dropped).
+//
+// Every mutation returns the records it changed so the caller can persist them. Owned and
+// used by the coordinator's thread only.
+
+#include "Clock.h"
+
+#include <QString>
+
+#include <map>
+#include <optional>
+#include <set>
+#include <vector>
+
+namespace flotilla {
+
+enum class SubtaskState { Queued, Leased, Done };
+enum class LeaseState { Active, Completed, Expired, HandedBack, Lost, Superseded };
+
+QString toString(SubtaskState state);
+QString toString(LeaseState state);
+std::optional<SubtaskState> subtaskStateFromString(const QString &text);
+std::optional<LeaseState> leaseStateFromString(const QString &text);
+
+struct Subtask
+{
+    qint64 id = 0;
+    int epoch = 0;
+    int shard = 0;
+    qint64 begin = 0;
+    qint64 end = 0;
+    qint64 parentId = 0;  // the subtask this one is the remainder of
+    SubtaskState state = SubtaskState::Queued;
+    qint64 coveredEnd = 0; // done: the positions [begin, coveredEnd) were assimilated
+    qint64 assimilatedSeq = 0;
+    int attempts = 0;      // leases granted on it so far (not stored; rebuilt from leases)
+
+    qint64 size() const { return end - begin; }
+};
+
+struct Lease
+{
+    qint64 id = 0;
+    qint64 subtaskId = 0;
+    qint64 workerId = 0;
+    qint64 baseSeq = 0;      // the state the worker started from
+    qint64 baseVersion = 0;
+    qint64 issuedMs = 0;
+    qint64 deadlineMs = 0;
+    LeaseState state = LeaseState::Active;
+    qint64 endedMs = 0;
+};
+
+struct SchedulerChanges
+{
+    std::vector<Subtask> subtasks;
+    std::vector<Lease> leases;
+    void add(const Subtask &s) { subtasks.push_back(s); }
+    void add(const Lease &l) { leases.push_back(l); }
+};
+
+class Scheduler
+{
+public:
+    struct Config
+    {
+        int epochs = 1;
+        std::vector<qint64> shardSizes;
+        bool synchronous = false; // open epoch e+1 only when epoch e is done
+    };
+
+    Scheduler(Config config, const Clock *clock);
+
+    // Rebuilds the state from stored records (in any order).
+    void restore(const std::vector<Subtask> &subtasks, const std::vector<Lease> &leases);
+
+    // Opens the next epoch(s) when the policy allows: asynchronous jobs run at most one epoch
+    // ahead of the oldest unfinished one, synchronous jobs one epoch at a time.
+    SchedulerChanges openEpochs();
+
+    // Leases the next queued subtask (oldest epoch first) to a worker.
+    struct Grant
+    {
+        Lease lease;
+        Subtask subtask;
+        SchedulerChanges changes;
+    };
+    std::optional<Grant> grant(qint64 workerId, qint64 baseSeq, qint64 baseVersion, qint64 durationMs);
+
+    enum class Verdict { Accept, Duplicate, Unknown };
+    struct Check
+    {
+        Verdict verdict = Verdict::Unknown;
+        QString reason; // why a result is not accepted
+        bool late = false;
+        Lease lease;
+        Subtask subtask;
+    };
+    // What to do with a result that arrives for a lease.
+    Check check(qint64 leaseId) const;
+
+    // Records an accepted result that trained positions [begin, begin + covered) of the
+    // subtask. Closes the subtask, opens a remainder if covered < size.
+    SchedulerChanges complete(qint64 leaseId, qint64 covered, qint64 seq);
+    // Records a result that was checked and dropped (a duplicate, or a rejected upload):
+    // the lease ends; an active lease's subtask goes back to the queue.
+    SchedulerChanges drop(qint64 leaseId, LeaseState endState);
+    // The worker gives the subtask back without a result.
+    SchedulerChanges handBack(qint64 leaseId);
+    // Active leases past their deadline expire; their subtasks go back to the queue.
+    SchedulerChanges expire();
+    // A worker is gone (crashed, killed, restarted): its active leases are lost.
+    SchedulerChanges workerLost(qint64 workerId);
+
+    bool epochDone(int epoch) const;
+    int epochsDone() const { return m_epochsDone; }
+    int openedEpochs() const { return m_openedEpochs; }
+    int epochs() const { return m_config.epochs; }
+    bool finished() const { return m_epochsDone >= m_config.epochs; }
+    qint64 shardSize(int shard) const { return m_config.shardSizes[static_cast<std::size_t>(shard)]; }
+    int shards() const { return static_cast<int>(m_config.shardSizes.size()); }
+
+    std::vector<Lease> activeLeases() const;
+    std::optional<Lease> activeLeaseOf(qint64 workerId) const;
+    const Subtask *subtask(qint64 id) const;
+    int queuedCount() const { return static_cast<int>(m_queue.size()); }
+    int activeLeaseCount() const;
+    // The lowest base version of any active lease (to keep its weights), or -1.
+    qint64 oldestActiveBaseSeq() const;
+
+private:
+    Subtask &newSubtask(int epoch, int shard, qint64 begin, qint64 end, qint64 parentId);
+    void requeue(Subtask &s);
+    void endLease(Lease &lease, LeaseState state, SchedulerChanges &changes);
+    void advanceDoneEpochs();
+
+    Config m_config;
+    const Clock *m_clock;
+    std::map<qint64, Subtask> m_subtasks;
+    std::map<qint64, Lease> m_leases;
+    std::set<std::pair<int, qint64>> m_queue; // (epoch, subtask id)
+    std::map<int, int> m_openByEpoch;         // subtasks not yet done, per epoch
+    int m_openedEpochs = 0;
+    int m_epochsDone = 0;
+    qint64 m_nextSubtaskId = 1;
+    qint64 m_nextLeaseId = 1;
+};
+
+} // namespace flotilla

@@ -1,0 +1,37 @@
+#include "ShardPlan.h"
+
+#include "Random.h"
+
+#include <numeric>
+
+namespace flotilla {
+
+ShardPlan::ShardPlan(std::int64_t numSamples, int numShards, std::uint64_t seed)
+    : m_seed(seed)
+{
+    m_permutation.resize(static_cast<std::size_t>(numSamples));
+    std::iota(m_permutation.begin(), m_permutation.end(), std::int64_t{0});
+    deterministicShuffle(m_permutation, mixSeed(seed, 0x5A4D));
+
+    // Sizes differ by at most one: the first (numSamples % numShards) shards get one extra.
+    m_offsets.assign(static_cast<std::size_t>(numShards) + 1, 0);
+    const std::int64_t base = numSamples / numShards;
+    const std::int64_t extra = numSamples % numShards;
+    for (int s = 0; s < numShards; ++s)
+        m_offsets[s + 1] = m_offsets[s] + base + (s < extra ? 1 : 0);
+}
+
+std::vector<std::int64_t> ShardPlan::shard(int s) const
+{
+    return {m_permutation.begin() + m_offsets[s], m_permutation.begin() + m_offsets[s + 1]};
+}
+
+std::vector<std::int64_t> ShardPlan::epochOrder(int s, int epoch) const
+{
+    std::vector<std::int64_t> order = shard(s);
+    deterministicShuffle(order, mixSeed(mixSeed(m_seed, static_cast<std::uint64_t>(epoch) + 1),
+                                        static_cast<std::uint64_t>(s) + 1));
+    return order;
+}
+
+} // namespace flotilla

@@ -1,0 +1,34 @@
+#pragma once
+// Deterministic split of a training set into shards. A shard is a fixed set of sample
+// indices for the whole job; in each epoch its samples are visited in an order derived from
+// (seed, epoch, shard), so a subtask can name "positions [begin, end) of shard s in epoch e"
+// and every machine computes the same samples. Pure and thread-safe after construction.
+
+#include <cstdint>
+#include <vector>
+
+namespace flotilla {
+
+class ShardPlan
+{
+public:
+    ShardPlan() = default;
+    ShardPlan(std::int64_t numSamples, int numShards, std::uint64_t seed);
+
+    int numShards() const { return static_cast<int>(m_offsets.size()) - 1; }
+    std::int64_t numSamples() const { return static_cast<std::int64_t>(m_permutation.size()); }
+    std::int64_t shardSize(int shard) const { return m_offsets[shard + 1] - m_offsets[shard]; }
+
+    // The sample indices of a shard, in their fixed order.
+    std::vector<std::int64_t> shard(int shard) const;
+
+    // The shard's samples in the order they are visited in an epoch.
+    std::vector<std::int64_t> epochOrder(int shard, int epoch) const;
+
+private:
+    std::uint64_t m_seed = 0;
+    std::vector<std::int64_t> m_permutation;
+    std::vector<std::int64_t> m_offsets{0};
+};
+
+} // namespace flotilla

@@ -1,0 +1,463 @@
+#include "Store.h"
+
+#include <QFile>
+#include <QFileInfo>
+
+#include <sqlite3.h>
+
+namespace flotilla {
+
+namespace {
+
+constexpr int kSchemaVersion = 1;
+
+const char *const kSchema = R"SQL(
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs(
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL, spec TEXT NOT NULL, state TEXT NOT NULL,
+    created_ms INTEGER NOT NULL, finished_ms INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS workers(
+    id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL REFERENCES jobs(id), name TEXT NOT NULL,
+    instance_type TEXT NOT NULL, price_class TEXT NOT NULL, device TEXT NOT NULL, threads INTEGER NOT NULL,
+    joined_ms INTEGER NOT NULL, last_seen_ms INTEGER NOT NULL, state TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS subtasks(
+    id INTEGER NOT NULL, job_id INTEGER NOT NULL REFERENCES jobs(id), epoch INTEGER NOT NULL,
+    shard INTEGER NOT NULL, begin_pos INTEGER NOT NULL, end_pos INTEGER NOT NULL, parent_id INTEGER NOT NULL,
+    state TEXT NOT NULL, covered_end INTEGER NOT NULL, assimilated_seq INTEGER NOT NULL,
+    PRIMARY KEY(job_id, id));
+CREATE TABLE IF NOT EXISTS leases(
+    id INTEGER NOT NULL, job_id INTEGER NOT NULL REFERENCES jobs(id), subtask_id INTEGER NOT NULL,
+    worker_id INTEGER NOT NULL, base_seq INTEGER NOT NULL, base_version INTEGER NOT NULL,
+    issued_ms INTEGER NOT NULL, deadline_ms INTEGER NOT NULL, state TEXT NOT NULL, ended_ms INTEGER NOT NULL,
+    PRIMARY KEY(job_id, id));
+CREATE TABLE IF NOT EXISTS states(
+    job_id INTEGER NOT NULL REFERENCES jobs(id), seq INTEGER NOT NULL, version INTEGER NOT NULL,
+    path TEXT NOT NULL, sha256 TEXT NOT NULL, at_ms INTEGER NOT NULL, PRIMARY KEY(job_id, seq));
+CREATE TABLE IF NOT EXISTS assimilations(
+    job_id INTEGER NOT NULL REFERENCES jobs(id), seq INTEGER NOT NULL, version INTEGER NOT NULL,
+    epoch INTEGER NOT NULL, shard INTEGER NOT NULL, subtask_id INTEGER NOT NULL, lease_id INTEGER NOT NULL,
+    worker_id INTEGER NOT NULL, staleness INTEGER NOT NULL, credit REAL NOT NULL, samples INTEGER NOT NULL,
+    begin_pos INTEGER NOT NULL, covered_end INTEGER NOT NULL, loss REAL NOT NULL, train_seconds REAL NOT NULL,
+    at_ms INTEGER NOT NULL, PRIMARY KEY(job_id, seq));
+CREATE TABLE IF NOT EXISTS evaluations(
+    job_id INTEGER NOT NULL REFERENCES jobs(id), epoch INTEGER NOT NULL, version INTEGER NOT NULL,
+    seq INTEGER NOT NULL, accuracy REAL NOT NULL, loss REAL NOT NULL, at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS events(
+    id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL REFERENCES jobs(id), at_ms INTEGER NOT NULL,
+    kind TEXT NOT NULL, worker_id INTEGER NOT NULL, subtask_id INTEGER NOT NULL, lease_id INTEGER NOT NULL,
+    detail TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS ledger(
+    id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL REFERENCES jobs(id), worker_id INTEGER NOT NULL,
+    lease_id INTEGER NOT NULL, at_ms INTEGER NOT NULL, kind TEXT NOT NULL, seconds REAL NOT NULL,
+    cost_spot REAL NOT NULL, cost_on_demand REAL NOT NULL, cost_actual REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS events_by_kind ON events(job_id, kind);
+)SQL";
+
+// A prepared statement with positional binding and typed column access.
+class Statement
+{
+public:
+    Statement(sqlite3 *db, const char *sql) : m_db(db)
+    {
+        m_rc = sqlite3_prepare_v2(db, sql, -1, &m_stmt, nullptr);
+    }
+    ~Statement() { sqlite3_finalize(m_stmt); }
+    Statement(const Statement &) = delete;
+    Statement &operator=(const Statement &) = delete;
+
+    Statement &bind(qint64 v) { return check(sqlite3_bind_int64(m_stmt, ++m_index, v)); }
+    Statement &bind(int v) { return check(sqlite3_bind_int64(m_stmt, ++m_index, v)); }
+    Statement &bind(double v) { return check(sqlite3_bind_double(m_stmt, ++m_index, v)); }
+    Statement &bind(const QString &v)
+    {
+        const QByteArray utf8 = v.toUtf8();
+        return check(sqlite3_bind_text(m_stmt, ++m_index, utf8.constData(), static_cast<int>(utf8.size()),
+                                       SQLITE_TRANSIENT));
+    }
+
+    // Runs a statement that returns no rows.
+    Result<void> run()
+    {
+        if (m_rc != SQLITE_OK)
+            return error();
+        const int rc = sqlite3_step(m_stmt);
+        if (rc != SQLITE_DONE) {
+            m_rc = rc;
+            return error();
+        }
+        return {};
+    }
+    // Steps to the next row; false at the end or on error (then ok() is false).
+    bool next()
+    {
+        if (m_rc != SQLITE_OK)
+            return false;
+        const int rc = sqlite3_step(m_stmt);
+        if (rc == SQLITE_ROW)
+            return true;
+        if (rc != SQLITE_DONE)
+            m_rc = rc;
+        return false;
+    }
+    bool ok() const { return m_rc == SQLITE_OK; }
+    Error error() const
+    {
+        return fail(QStringLiteral("job store error: %1").arg(QString::fromUtf8(sqlite3_errmsg(m_db))));
+    }
+
+    qint64 i64(int col) const { return sqlite3_column_int64(m_stmt, col); }
+    int i32(int col) const { return sqlite3_column_int(m_stmt, col); }
+    double f64(int col) const { return sqlite3_column_double(m_stmt, col); }
+    QString text(int col) const
+    {
+        return QString::fromUtf8(reinterpret_cast<const char *>(sqlite3_column_text(m_stmt, col)),
+                                 sqlite3_column_bytes(m_stmt, col));
+    }
+
+private:
+    Statement &check(int rc)
+    {
+        if (m_rc == SQLITE_OK && rc != SQLITE_OK)
+            m_rc = rc;
+        return *this;
+    }
+
+    sqlite3 *m_db;
+    sqlite3_stmt *m_stmt = nullptr;
+    int m_rc = SQLITE_OK;
+    int m_index = 0;
+};
+
+template <typename T, typename F>
+Result<std::vector<T>> collect(Statement &q, F &&row)
+{
+    std::vector<T> out;
+    while (q.next())
+        out.push_back(row(q));
+    if (!q.ok())
+        return q.error();
+    return out;
+}
+
+} // namespace
+
+Store::~Store()
+{
+    if (m_db)
+        sqlite3_close(m_db);
+}
+
+Result<std::unique_ptr<Store>> Store::open(const QString &path)
+{
+    std::unique_ptr<Store> store(new Store);
+    store->m_path = path;
+    const int rc = sqlite3_open_v2(QFile::encodeName(path).constData(), &store->m_db,
+                                   SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+    if (rc != SQLITE_OK)
+        return fail(QStringLiteral("cannot open job store '%1': %2")
+                        .arg(path, QString::fromUtf8(store->m_db ? sqlite3_errmsg(store->m_db) : sqlite3_errstr(rc))));
+    sqlite3_busy_timeout(store->m_db, 10000);
+    // WAL: readers (the dashboard, a status command) never block the coordinator's writes.
+    // synchronous=FULL: a committed assimilation survives a power loss, not just a crash.
+    for (const char *pragma : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL", "PRAGMA foreign_keys=ON"})
+        if (auto r = store->exec(pragma); !r)
+            return fail(QStringLiteral("cannot open job store '%1': %2").arg(path, r.error()));
+    if (auto r = store->migrate(); !r)
+        return fail(QStringLiteral("cannot open job store '%1': %2").arg(path, r.error()));
+    return store;
+}
+
+Result<void> Store::exec(const char *sql)
+{
+    char *message = nullptr;
+    if (sqlite3_exec(m_db, sql, nullptr, nullptr, &message) != SQLITE_OK) {
+        const QString text = QString::fromUtf8(message ? message : "unknown error");
+        sqlite3_free(message);
+        return fail(QStringLiteral("job store error: %1").arg(text));
+    }
+    return {};
+}
+
+Result<void> Store::migrate()
+{
+    Statement q(m_db, "SELECT value FROM meta WHERE key = 'schema'");
+    if (q.ok() && q.next()) {
+        const int version = q.text(0).toInt();
+        if (version > kSchemaVersion)
+            return fail(QStringLiteral("the store was written by a newer Flotilla (schema %1, this one reads up to %2)")
+                            .arg(version).arg(kSchemaVersion));
+        return {};
+    }
+    if (auto r = exec("BEGIN IMMEDIATE"); !r)
+        return r;
+    if (auto r = exec(kSchema); !r) {
+        rollback();
+        return r;
+    }
+    Statement insert(m_db, "INSERT OR REPLACE INTO meta(key, value) VALUES('schema', ?)");
+    if (auto r = insert.bind(QString::number(kSchemaVersion)).run(); !r) {
+        rollback();
+        return r;
+    }
+    return commit();
+}
+
+Result<void> Store::begin()
+{
+    return exec("BEGIN IMMEDIATE");
+}
+
+Result<void> Store::commit()
+{
+    return exec("COMMIT");
+}
+
+void Store::rollback()
+{
+    (void)exec("ROLLBACK");
+}
+
+Result<qint64> Store::createJob(const QString &name, const QString &spec, qint64 nowMs)
+{
+    Statement q(m_db, "INSERT INTO jobs(name, spec, state, created_ms) VALUES(?, ?, 'running', ?)");
+    if (auto r = q.bind(name).bind(spec).bind(nowMs).run(); !r)
+        return r.takeError();
+    return static_cast<qint64>(sqlite3_last_insert_rowid(m_db));
+}
+
+Result<std::optional<JobRecord>> Store::latestJob()
+{
+    Statement q(m_db, "SELECT id, name, spec, state, created_ms, finished_ms FROM jobs ORDER BY id DESC LIMIT 1");
+    auto rows = collect<JobRecord>(q, [](Statement &s) {
+        return JobRecord{s.i64(0), s.text(1), s.text(2), s.text(3), s.i64(4), s.i64(5)};
+    });
+    if (!rows)
+        return rows.takeError();
+    if (rows->empty())
+        return std::optional<JobRecord>{};
+    return std::optional<JobRecord>{rows->front()};
+}
+
+Result<void> Store::setJobState(qint64 jobId, const QString &state, qint64 nowMs)
+{
+    Statement q(m_db, "UPDATE jobs SET state = ?, finished_ms = ? WHERE id = ?");
+    return q.bind(state).bind(state == QLatin1String("running") ? qint64(0) : nowMs).bind(jobId).run();
+}
+
+Result<qint64> Store::addWorker(qint64 jobId, const WorkerRecord &w)
+{
+    Statement q(m_db, "INSERT INTO workers(job_id, name, instance_type, price_class, device, threads, joined_ms, "
+                      "last_seen_ms, state) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    if (auto r = q.bind(jobId).bind(w.name).bind(w.instanceType).bind(w.priceClass).bind(w.device)
+                     .bind(w.threads).bind(w.joinedMs).bind(w.lastSeenMs).bind(w.state).run();
+        !r)
+        return r.takeError();
+    return static_cast<qint64>(sqlite3_last_insert_rowid(m_db));
+}
+
+Result<void> Store::updateWorker(qint64 jobId, const WorkerRecord &w)
+{
+    Statement q(m_db, "UPDATE workers SET name = ?, instance_type = ?, price_class = ?, device = ?, threads = ?, "
+                      "joined_ms = ?, last_seen_ms = ?, state = ? WHERE job_id = ? AND id = ?");
+    return q.bind(w.name).bind(w.instanceType).bind(w.priceClass).bind(w.device).bind(w.threads)
+        .bind(w.joinedMs).bind(w.lastSeenMs).bind(w.state).bind(jobId).bind(w.id).run();
+}
+
+Result<std::vector<WorkerRecord>> Store::workers(qint64 jobId)
+{
+    Statement q(m_db, "SELECT id, name, instance_type, price_class, device, threads, joined_ms, last_seen_ms, state "
+                      "FROM workers WHERE job_id = ? ORDER BY id");
+    q.bind(jobId);
+    return collect<WorkerRecord>(q, [](Statement &s) {
+        return WorkerRecord{s.i64(0), s.text(1), s.text(2), s.text(3), s.text(4), s.i32(5), s.i64(6), s.i64(7), s.text(8)};
+    });
+}
+
+Result<void> Store::saveChanges(qint64 jobId, const SchedulerChanges &changes)
+{
+    for (const auto &s : changes.subtasks) {
+        Statement q(m_db, "INSERT OR REPLACE INTO subtasks(id, job_id, epoch, shard, begin_pos, end_pos, parent_id, "
+                          "state, covered_end, assimilated_seq) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        if (auto r = q.bind(s.id).bind(jobId).bind(s.epoch).bind(s.shard).bind(s.begin).bind(s.end)
+                         .bind(s.parentId).bind(toString(s.state)).bind(s.coveredEnd).bind(s.assimilatedSeq).run();
+            !r)
+            return r;
+    }
+    for (const auto &l : changes.leases) {
+        Statement q(m_db, "INSERT OR REPLACE INTO leases(id, job_id, subtask_id, worker_id, base_seq, base_version, "
+                          "issued_ms, deadline_ms, state, ended_ms) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+        if (auto r = q.bind(l.id).bind(jobId).bind(l.subtaskId).bind(l.workerId).bind(l.baseSeq).bind(l.baseVersion)
+                         .bind(l.issuedMs).bind(l.deadlineMs).bind(toString(l.state)).bind(l.endedMs).run();
+            !r)
+            return r;
+    }
+    return {};
+}
+
+Result<std::vector<Subtask>> Store::subtasks(qint64 jobId)
+{
+    Statement q(m_db, "SELECT id, epoch, shard, begin_pos, end_pos, parent_id, state, covered_end, assimilated_seq "
+                      "FROM subtasks WHERE job_id = ? ORDER BY id");
+    q.bind(jobId);
+    return collect<Subtask>(q, [](Statement &s) {
+        Subtask t;
+        t.id = s.i64(0);
+        t.epoch = s.i32(1);
+        t.shard = s.i32(2);
+        t.begin = s.i64(3);
+        t.end = s.i64(4);
+        t.parentId = s.i64(5);
+        t.state = subtaskStateFromString(s.text(6)).value_or(SubtaskState::Queued);
+        t.coveredEnd = s.i64(7);
+        t.assimilatedSeq = s.i64(8);
+        return t;
+    });
+}
+
+Result<std::vector<Lease>> Store::leases(qint64 jobId)
+{
+    Statement q(m_db, "SELECT id, subtask_id, worker_id, base_seq, base_version, issued_ms, deadline_ms, state, "
+                      "ended_ms FROM leases WHERE job_id = ? ORDER BY id");
+    q.bind(jobId);
+    return collect<Lease>(q, [](Statement &s) {
+        Lease l;
+        l.id = s.i64(0);
+        l.subtaskId = s.i64(1);
+        l.workerId = s.i64(2);
+        l.baseSeq = s.i64(3);
+        l.baseVersion = s.i64(4);
+        l.issuedMs = s.i64(5);
+        l.deadlineMs = s.i64(6);
+        l.state = leaseStateFromString(s.text(7)).value_or(LeaseState::Lost);
+        l.endedMs = s.i64(8);
+        return l;
+    });
+}
+
+Result<void> Store::addState(qint64 jobId, const StateRecord &st)
+{
+    Statement q(m_db, "INSERT INTO states(job_id, seq, version, path, sha256, at_ms) VALUES(?, ?, ?, ?, ?, ?)");
+    return q.bind(jobId).bind(st.seq).bind(st.version).bind(st.path).bind(st.sha256).bind(st.atMs).run();
+}
+
+Result<std::optional<StateRecord>> Store::latestState(qint64 jobId)
+{
+    Statement q(m_db, "SELECT seq, version, path, sha256, at_ms FROM states WHERE job_id = ? ORDER BY seq DESC LIMIT 1");
+    q.bind(jobId);
+    auto rows = collect<StateRecord>(q, [](Statement &s) {
+        return StateRecord{s.i64(0), s.i64(1), s.text(2), s.text(3), s.i64(4)};
+    });
+    if (!rows)
+        return rows.takeError();
+    return rows->empty() ? std::optional<StateRecord>{} : std::optional<StateRecord>{rows->front()};
+}
+
+Result<std::optional<StateRecord>> Store::state(qint64 jobId, qint64 seq)
+{
+    Statement q(m_db, "SELECT seq, version, path, sha256, at_ms FROM states WHERE job_id = ? AND seq = ?");
+    q.bind(jobId).bind(seq);
+    auto rows = collect<StateRecord>(q, [](Statement &s) {
+        return StateRecord{s.i64(0), s.i64(1), s.text(2), s.text(3), s.i64(4)};
+    });
+    if (!rows)
+        return rows.takeError();
+    return rows->empty() ? std::optional<StateRecord>{} : std::optional<StateRecord>{rows->front()};
+}
+
+Result<void> Store::addAssimilation(qint64 jobId, const AssimilationRecord &a)
+{
+    Statement q(m_db, "INSERT INTO assimilations(job_id, seq, version, epoch, shard, subtask_id, lease_id, worker_id, "
+                      "staleness, credit, samples, begin_pos, covered_end, loss, train_seconds, at_ms) "
+                      "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    return q.bind(jobId).bind(a.seq).bind(a.version).bind(a.epoch).bind(a.shard).bind(a.subtaskId).bind(a.leaseId)
+        .bind(a.workerId).bind(a.staleness).bind(a.credit).bind(a.samples).bind(a.begin).bind(a.coveredEnd)
+        .bind(a.loss).bind(a.trainSeconds).bind(a.atMs).run();
+}
+
+Result<std::vector<AssimilationRecord>> Store::assimilations(qint64 jobId)
+{
+    Statement q(m_db, "SELECT seq, version, epoch, shard, subtask_id, lease_id, worker_id, staleness, credit, samples, "
+                      "begin_pos, covered_end, loss, train_seconds, at_ms FROM assimilations WHERE job_id = ? "
+                      "ORDER BY seq");
+    q.bind(jobId);
+    return collect<AssimilationRecord>(q, [](Statement &s) {
+        return AssimilationRecord{s.i64(0), s.i64(1), s.i32(2), s.i32(3), s.i64(4), s.i64(5), s.i64(6), s.i64(7),
+                                  s.f64(8), s.i64(9), s.i64(10), s.i64(11), s.f64(12), s.f64(13), s.i64(14)};
+    });
+}
+
+Result<void> Store::addEvaluation(qint64 jobId, const EvaluationRecord &e)
+{
+    Statement q(m_db, "INSERT INTO evaluations(job_id, epoch, version, seq, accuracy, loss, at_ms) "
+                      "VALUES(?, ?, ?, ?, ?, ?, ?)");
+    return q.bind(jobId).bind(e.epoch).bind(e.version).bind(e.seq).bind(e.accuracy).bind(e.loss).bind(e.atMs).run();
+}
+
+Result<std::vector<EvaluationRecord>> Store::evaluations(qint64 jobId)
+{
+    Statement q(m_db, "SELECT epoch, version, seq, accuracy, loss, at_ms FROM evaluations WHERE job_id = ? "
+                      "ORDER BY seq, epoch");
+    q.bind(jobId);
+    return collect<EvaluationRecord>(q, [](Statement &s) {
+        return EvaluationRecord{s.i32(0), s.i64(1), s.i64(2), s.f64(3), s.f64(4), s.i64(5)};
+    });
+}
+
+Result<qint64> Store::addEvent(qint64 jobId, const EventRecord &e)
+{
+    Statement q(m_db, "INSERT INTO events(job_id, at_ms, kind, worker_id, subtask_id, lease_id, detail) "
+                      "VALUES(?, ?, ?, ?, ?, ?, ?)");
+    if (auto r = q.bind(jobId).bind(e.atMs).bind(e.kind).bind(e.workerId).bind(e.subtaskId).bind(e.leaseId)
+                     .bind(e.detail).run();
+        !r)
+        return r.takeError();
+    return static_cast<qint64>(sqlite3_last_insert_rowid(m_db));
+}
+
+Result<std::vector<EventRecord>> Store::events(qint64 jobId, const QString &kind)
+{
+    Statement q(m_db, kind.isEmpty()
+                          ? "SELECT id, at_ms, kind, worker_id, subtask_id, lease_id, detail FROM events "
+                            "WHERE job_id = ? ORDER BY id"
+                          : "SELECT id, at_ms, kind, worker_id, subtask_id, lease_id, detail FROM events "
+                            "WHERE job_id = ? AND kind = ? ORDER BY id");
+    q.bind(jobId);
+    if (!kind.isEmpty())
+        q.bind(kind);
+    return collect<EventRecord>(q, [](Statement &s) {
+        return EventRecord{s.i64(0), s.i64(1), s.text(2), s.i64(3), s.i64(4), s.i64(5), s.text(6)};
+    });
+}
+
+Result<void> Store::addLedger(qint64 jobId, const LedgerRecord &l)
+{
+    Statement q(m_db, "INSERT INTO ledger(job_id, worker_id, lease_id, at_ms, kind, seconds, cost_spot, "
+                      "cost_on_demand, cost_actual) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    return q.bind(jobId).bind(l.workerId).bind(l.leaseId).bind(l.atMs).bind(l.kind).bind(l.seconds)
+        .bind(l.costSpot).bind(l.costOnDemand).bind(l.costActual).run();
+}
+
+Result<LedgerTotals> Store::ledgerTotals(qint64 jobId)
+{
+    Statement q(m_db, "SELECT "
+                      "COALESCE(SUM(CASE WHEN kind = 'useful' THEN seconds END), 0), "
+                      "COALESCE(SUM(CASE WHEN kind = 'wasted' THEN seconds END), 0), "
+                      "COALESCE(SUM(cost_spot), 0), COALESCE(SUM(cost_on_demand), 0), COALESCE(SUM(cost_actual), 0), "
+                      "COALESCE(SUM(CASE WHEN kind = 'wasted' THEN cost_actual END), 0) "
+                      "FROM ledger WHERE job_id = ?");
+    q.bind(jobId);
+    LedgerTotals t;
+    if (q.next()) {
+        t.usefulSeconds = q.f64(0);
+        t.wastedSeconds = q.f64(1);
+        t.costSpot = q.f64(2);
+        t.costOnDemand = q.f64(3);
+        t.costActual = q.f64(4);
+        t.wastedCostActual = q.f64(5);
+    }
+    if (!q.ok())
+        return q.error();
+    return t;
+}
+
+} // namespace flotilla

@@ -1,0 +1,166 @@
+#pragma once
+// The job store: one SQLite file (WAL mode, synchronous=FULL) holding jobs, workers,
+// subtasks, leases, global model states (checkpoint files and their SHA-256), assimilations,
+// evaluations, events and the cost ledger. It is the source of truth a job resumes from.
+//
+// A Store is one SQLite connection and belongs to one thread; another thread that wants to
+// read opens its own Store on the same file (WAL lets readers run beside the writer).
+
+#include "Result.h"
+#include "Scheduler.h"
+
+#include <QString>
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+struct sqlite3;
+
+namespace flotilla {
+
+struct JobRecord
+{
+    qint64 id = 0;
+    QString name;
+    QString spec; // the job file's JSON
+    QString state; // running | finished | failed
+    qint64 createdMs = 0;
+    qint64 finishedMs = 0;
+};
+
+struct WorkerRecord
+{
+    qint64 id = 0;
+    QString name;
+    QString instanceType;
+    QString priceClass;
+    QString device;
+    int threads = 0;
+    qint64 joinedMs = 0;
+    qint64 lastSeenMs = 0;
+    QString state; // online | offline
+};
+
+struct StateRecord
+{
+    qint64 seq = 0;
+    qint64 version = 0;
+    QString path; // relative to the run directory
+    QString sha256;
+    qint64 atMs = 0;
+};
+
+struct AssimilationRecord
+{
+    qint64 seq = 0;
+    qint64 version = 0;
+    int epoch = 0;
+    int shard = 0;
+    qint64 subtaskId = 0;
+    qint64 leaseId = 0;
+    qint64 workerId = 0;
+    qint64 staleness = 0;
+    double credit = 0.0;
+    qint64 samples = 0; // sample-steps trained
+    qint64 begin = 0;   // positions [begin, coveredEnd) of the shard's epoch order
+    qint64 coveredEnd = 0;
+    double loss = 0.0;
+    double trainSeconds = 0.0;
+    qint64 atMs = 0;
+};
+
+struct EvaluationRecord
+{
+    int epoch = 0;
+    qint64 version = 0;
+    qint64 seq = 0;
+    double accuracy = 0.0;
+    double loss = 0.0;
+    qint64 atMs = 0;
+};
+
+struct EventRecord
+{
+    qint64 id = 0;
+    qint64 atMs = 0;
+    QString kind;
+    qint64 workerId = 0;
+    qint64 subtaskId = 0;
+    qint64 leaseId = 0;
+    QString detail;
+};
+
+struct LedgerRecord
+{
+    qint64 workerId = 0;
+    qint64 leaseId = 0;
+    qint64 atMs = 0;
+    QString kind; // useful | wasted
+    double seconds = 0.0;
+    double costSpot = 0.0;
+    double costOnDemand = 0.0;
+    double costActual = 0.0;
+};
+
+struct LedgerTotals
+{
+    double usefulSeconds = 0.0;
+    double wastedSeconds = 0.0;
+    double costSpot = 0.0;     // all worker-seconds at spot prices
+    double costOnDemand = 0.0; // all worker-seconds at on-demand prices
+    double costActual = 0.0;   // what the fleet's price classes actually pay
+    double wastedCostActual = 0.0;
+    double savingsPercent() const { return costOnDemand > 0 ? 100.0 * (1.0 - costActual / costOnDemand) : 0.0; }
+};
+
+class Store
+{
+public:
+    ~Store();
+    Store(const Store &) = delete;
+    Store &operator=(const Store &) = delete;
+
+    static Result<std::unique_ptr<Store>> open(const QString &path);
+    QString path() const { return m_path; }
+
+    // All writes of one assimilation go in one transaction.
+    Result<void> begin();
+    Result<void> commit();
+    void rollback();
+
+    Result<qint64> createJob(const QString &name, const QString &spec, qint64 nowMs);
+    Result<std::optional<JobRecord>> latestJob();
+    Result<void> setJobState(qint64 jobId, const QString &state, qint64 nowMs);
+
+    Result<qint64> addWorker(qint64 jobId, const WorkerRecord &worker);
+    Result<void> updateWorker(qint64 jobId, const WorkerRecord &worker);
+    Result<std::vector<WorkerRecord>> workers(qint64 jobId);
+
+    Result<void> saveChanges(qint64 jobId, const SchedulerChanges &changes);
+    Result<std::vector<Subtask>> subtasks(qint64 jobId);
+    Result<std::vector<Lease>> leases(qint64 jobId);
+
+    Result<void> addState(qint64 jobId, const StateRecord &state);
+    Result<std::optional<StateRecord>> latestState(qint64 jobId);
+    Result<std::optional<StateRecord>> state(qint64 jobId, qint64 seq);
+
+    Result<void> addAssimilation(qint64 jobId, const AssimilationRecord &a);
+    Result<std::vector<AssimilationRecord>> assimilations(qint64 jobId);
+    Result<void> addEvaluation(qint64 jobId, const EvaluationRecord &e);
+    Result<std::vector<EvaluationRecord>> evaluations(qint64 jobId);
+    Result<qint64> addEvent(qint64 jobId, const EventRecord &e);
+    Result<std::vector<EventRecord>> events(qint64 jobId, const QString &kind = {});
+    Result<void> addLedger(qint64 jobId, const LedgerRecord &l);
+    Result<LedgerTotals> ledgerTotals(qint64 jobId);
+
+private:
+    Store() = default;
+    Result<void> exec(const char *sql);
+    Result<void> migrate();
+
+    sqlite3 *m_db = nullptr;
+    QString m_path;
+};
+
+} // namespace flotilla

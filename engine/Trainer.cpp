@@ -1,0 +1,153 @@
+#include "Trainer.h"
+
+#include "Random.h"
+
+#include <QElapsedTimer>
+
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <numeric>
+
+namespace flotilla {
+
+double scheduledLearningRate(const TrainingSpec &training, int epoch)
+{
+    const double base = training.learningRate;
+    if (training.lrSchedule == QLatin1String("step"))
+        return base * std::pow(training.lrGamma, epoch / training.lrStepEpochs);
+    if (training.lrSchedule == QLatin1String("cosine") && training.epochs > 1) {
+        // Cosine from base down to 5% of base over the job's epochs.
+        const double t = double(epoch) / double(training.epochs - 1);
+        return base * (0.05 + 0.95 * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, t))));
+    }
+    return base;
+}
+
+namespace {
+
+std::unique_ptr<torch::optim::Optimizer> makeOptimizer(Model &model, const TrainConfig &c)
+{
+    if (c.optimizer == QLatin1String("adam"))
+        return std::make_unique<torch::optim::Adam>(
+            model.parameters(), torch::optim::AdamOptions(c.learningRate).weight_decay(c.weightDecay));
+    return std::make_unique<torch::optim::SGD>(
+        model.parameters(),
+        torch::optim::SGDOptions(c.learningRate).momentum(c.momentum).weight_decay(c.weightDecay));
+}
+
+} // namespace
+
+Result<TrainOutcome> trainSubtask(Model &model, const torch::Tensor &startWeights, const torch::Tensor &x,
+                                  const torch::Tensor &y, const TrainConfig &config, torch::Device device,
+                                  const std::atomic<bool> *cancel, const TrainProgress &progress)
+{
+    QElapsedTimer timer;
+    timer.start();
+    const std::int64_t n = x.size(0);
+    if (n == 0 || y.size(0) != n)
+        return fail(QStringLiteral("a subtask needs samples and as many labels (got %1 and %2)").arg(n).arg(y.size(0)));
+    at::set_num_threads(config.threads);
+
+    TrainOutcome out;
+    const std::int64_t batch = config.batchSize;
+    out.plannedSampleSteps = config.localSteps > 0 ? std::int64_t(config.localSteps) * std::min(batch, n)
+                                                   : std::int64_t(config.localEpochs) * n;
+    try {
+        if (auto loaded = model.loadFlatWeights(startWeights); !loaded)
+            return loaded.takeError();
+        model.setTraining(true);
+        auto optimizer = makeOptimizer(model, config);
+
+        double lossSum = 0.0;
+        std::int64_t batches = 0;
+        std::vector<std::int64_t> order(static_cast<std::size_t>(n));
+        std::iota(order.begin(), order.end(), std::int64_t{0});
+        std::int64_t pass = 0;
+        std::int64_t position = 0; // within the current pass
+        torch::Tensor orderTensor = torch::arange(n, torch::kInt64);
+
+        while (out.sampleSteps < out.plannedSampleSteps) {
+            if (cancel && cancel->load(std::memory_order_relaxed)) {
+                out.partial = true;
+                break;
+            }
+            if (position >= n) {
+                // Each further pass visits the samples in a new order; the first pass keeps the
+                // given one so that a partial result covers a prefix the coordinator can name.
+                ++pass;
+                position = 0;
+                deterministicShuffle(order, mixSeed(config.seed, static_cast<std::uint64_t>(pass)));
+                orderTensor = torch::from_blob(order.data(), {n}, torch::kInt64).clone();
+            }
+            const std::int64_t take = std::min({batch, n - position, out.plannedSampleSteps - out.sampleSteps});
+            const torch::Tensor idx = orderTensor.narrow(0, position, take);
+            const torch::Tensor xb = x.index_select(0, idx).to(device);
+            const torch::Tensor yb = y.index_select(0, idx).to(device);
+
+            optimizer->zero_grad();
+            const torch::Tensor loss = torch::nn::functional::cross_entropy(model.forward(xb), yb);
+            const double value = loss.item<double>();
+            if (!std::isfinite(value))
+                return fail(QStringLiteral("training diverged: the loss became %1 at step %2 (learning rate %3); "
+                                           "lower the learning rate or check the data for extreme values")
+                                .arg(std::isnan(value) ? QStringLiteral("NaN") : QStringLiteral("infinite"))
+                                .arg(batches + 1)
+                                .arg(config.learningRate));
+            loss.backward();
+            optimizer->step();
+
+            lossSum += value * double(take);
+            ++batches;
+            position += take;
+            out.sampleSteps += take;
+            if (pass == 0)
+                out.covered = position;
+            if (progress)
+                progress(out.sampleSteps, out.plannedSampleSteps);
+        }
+        if (pass > 0)
+            out.covered = n;
+        out.meanLoss = out.sampleSteps > 0 ? lossSum / double(out.sampleSteps) : 0.0;
+        out.weights = model.flatWeights();
+        if (!torch::isfinite(out.weights).all().item<bool>())
+            return fail(QStringLiteral("training produced non-finite weights (NaN or infinity); lower the learning rate"));
+    } catch (const std::exception &e) {
+        return fail(QStringLiteral("training failed: %1").arg(torchErrorSummary(e)));
+    }
+    out.seconds = double(timer.nsecsElapsed()) / 1e9;
+    return out;
+}
+
+Result<Evaluation> evaluate(Model &model, const torch::Tensor &weights, const torch::Tensor &x,
+                            const torch::Tensor &y, torch::Device device, int batchSize)
+{
+    Evaluation ev;
+    try {
+        if (auto loaded = model.loadFlatWeights(weights); !loaded)
+            return loaded.takeError();
+        torch::NoGradGuard noGrad;
+        model.setTraining(false);
+        const std::int64_t n = x.size(0);
+        double lossSum = 0.0;
+        std::int64_t correct = 0;
+        for (std::int64_t i = 0; i < n; i += batchSize) {
+            const std::int64_t take = std::min<std::int64_t>(batchSize, n - i);
+            const torch::Tensor logits = model.forward(x.narrow(0, i, take).to(device));
+            const torch::Tensor yb = y.narrow(0, i, take).to(device);
+            lossSum += torch::nn::functional::cross_entropy(
+                           logits, yb, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                           .item<double>();
+            correct += logits.argmax(1).eq(yb).sum().item<std::int64_t>();
+        }
+        model.setTraining(true);
+        ev.samples = n;
+        ev.accuracy = n > 0 ? double(correct) / double(n) : 0.0;
+        ev.loss = n > 0 ? lossSum / double(n) : 0.0;
+    } catch (const std::exception &e) {
+        return fail(QStringLiteral("evaluation failed: %1").arg(torchErrorSummary(e)));
+    }
+    return ev;
+}
+
+} // namespace flotilla

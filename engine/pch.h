@@ -1,0 +1,20 @@
+#pragma once
+// Precompiled header of the engine (and of the tests that reach into it): LibTorch's headers
+// dominate compile time, so they are parsed once.
+
+#include <torch/torch.h>
+#include <torch/script.h>
+
+#include <QByteArray>
+#include <QHash>
+#include <QList>
+#include <QString>
+#include <QVector>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
