@@ -1,0 +1,69 @@
+#include "CommandLine.h"
+
+#include "TrainCommand.h"
+
+#include <QCoreApplication>
+#include <QTextStream>
+
+#include <cstdio>
+
+namespace flotilla {
+
+namespace {
+
+struct Command
+{
+    const char *name;
+    const char *summary;
+    int (*run)(const QStringList &arguments);
+};
+
+const Command kCommands[] = {
+    {"train", "Train a job on this machine with local workers (headless), or resume one.", runTrainCommand},
+};
+
+QString usage()
+{
+    QString text;
+    QTextStream out(&text);
+    out << "Flotilla " << FLOTILLA_VERSION
+        << " trains deep-learning models on fleets of unreliable machines (VC-ASGD).\n\n"
+        << "Usage: flotilla <command> [options]\n"
+        << "       flotilla <command> --help    options of one command\n\n"
+        << "Commands:\n";
+    for (const auto &c : kCommands)
+        out << "  " << QString::fromLatin1(c.name).leftJustified(10) << c.summary << '\n';
+    out << "\nOptions:\n"
+        << "  -h, --help      Show this help.\n"
+        << "  -v, --version   Show the version.\n\n"
+        << "Run 'flotilla train' without options to train the default job: a small CNN on\n"
+        << "Fashion-MNIST with four local workers and simulated preemptions.\n";
+    return text;
+}
+
+} // namespace
+
+int runCommandLine(const QStringList &arguments)
+{
+    QCoreApplication::setApplicationName(QStringLiteral("flotilla"));
+    QCoreApplication::setOrganizationName(QStringLiteral("Flotilla"));
+    QCoreApplication::setApplicationVersion(QStringLiteral(FLOTILLA_VERSION));
+    const QString first = arguments.value(1);
+    if (first.isEmpty() || first == QLatin1String("-h") || first == QLatin1String("--help")
+        || first == QLatin1String("help")) {
+        std::fputs(usage().toUtf8().constData(), stdout);
+        return first.isEmpty() ? ExitUsage : ExitOk;
+    }
+    if (first == QLatin1String("-v") || first == QLatin1String("--version")) {
+        std::printf("flotilla %s\n", FLOTILLA_VERSION);
+        return ExitOk;
+    }
+    for (const auto &c : kCommands)
+        if (first == QLatin1String(c.name))
+            return c.run(arguments.mid(1));
+    std::fprintf(stderr, "flotilla: unknown command '%s'\n\n", first.toUtf8().constData());
+    std::fputs(usage().toUtf8().constData(), stderr);
+    return ExitUsage;
+}
+
+} // namespace flotilla
