@@ -183,6 +183,8 @@ Result<void> Coordinator::resume(const JobRecord &job)
     if (!subtasks || !leases || !workers || !assimilations || !evaluations)
         return fail(QStringLiteral("cannot resume from '%1': the store cannot be read").arg(m_store->path()));
     m_scheduler->restore(*subtasks, *leases);
+    if (const QString broken = m_scheduler->checkIntegrity(); !broken.isEmpty())
+        return fail(QStringLiteral("cannot resume from '%1': the store is inconsistent (%2)").arg(m_store->path(), broken));
     for (const auto &a : *assimilations) {
         m_lossEma = m_lossEma < 0 ? a.loss : 0.9 * m_lossEma + 0.1 * a.loss;
         m_maxStaleness = std::max(m_maxStaleness, a.staleness);
@@ -252,13 +254,17 @@ void Coordinator::event(const QString &kind, qint64 workerId, qint64 subtaskId, 
         m_hooks.event(e);
 }
 
-void Coordinator::ledger(qint64 workerId, qint64 leaseId, const QString &kind, double seconds)
+LedgerRecord Coordinator::ledgerRecord(qint64 workerId, qint64 leaseId, const QString &kind, double seconds) const
 {
     const auto it = m_workers.find(workerId);
     const CostRates rates = it == m_workers.end() ? CostRates{} : it->second.rates;
-    LedgerRecord l{workerId, leaseId, m_clock->nowMs(), kind, seconds, seconds * rates.spotPerSecond,
-                   seconds * rates.onDemandPerSecond, seconds * rates.actualPerSecond};
-    if (auto r = m_store->addLedger(m_jobId, l); !r)
+    return LedgerRecord{workerId, leaseId, m_clock->nowMs(), kind, seconds, seconds * rates.spotPerSecond,
+                        seconds * rates.onDemandPerSecond, seconds * rates.actualPerSecond};
+}
+
+void Coordinator::ledger(qint64 workerId, qint64 leaseId, const QString &kind, double seconds)
+{
+    if (auto r = m_store->addLedger(m_jobId, ledgerRecord(workerId, leaseId, kind, seconds)); !r)
         setFatal(r.error());
 }
 
@@ -418,10 +424,8 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
 
     const auto durationMs = static_cast<qint64>(m_spec.fleet.leaseTimeoutSeconds * 1000.0);
     auto grant = m_scheduler->grant(workerId, m_seq, m_version, durationMs);
-    if (!grant) {
-        // Opening an epoch changes nothing when there is no work; persist it anyway.
+    if (!grant)
         return std::nullopt;
-    }
     if (auto r = persist(grant->changes); !r) {
         setFatal(r.error());
         return std::nullopt;
@@ -580,11 +584,20 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     AssimilationRecord record{seq, version, subtask.epoch, subtask.shard, subtask.id, lease.id, workerId,
                               contribution.staleness, contribution.credit, result.sampleSteps, subtask.begin,
                               subtask.begin + covered, result.meanLoss, result.seconds, now};
+    // The ledger entries of this lease go in the same transaction: cost is counted once.
+    std::vector<LedgerRecord> ledgerRows;
+    const auto wasted = check.late ? m_wastedSeconds.find(lease.id) : m_wastedSeconds.end();
+    if (wasted != m_wastedSeconds.end())
+        ledgerRows.push_back(ledgerRecord(workerId, lease.id, QStringLiteral("wasted"), -wasted->second));
+    ledgerRows.push_back(ledgerRecord(workerId, lease.id, QStringLiteral("useful"), workSeconds));
     auto transaction = [&]() -> Result<void> {
         if (auto r = m_store->begin(); !r)
             return r;
-        auto steps = {m_store->addState(m_jobId, StateRecord{seq, version, checkpointPath(seq), *sha, now}),
-                      m_store->addAssimilation(m_jobId, record), persist(changes)};
+        std::vector<Result<void>> steps{
+            m_store->addState(m_jobId, StateRecord{seq, version, checkpointPath(seq), *sha, now}),
+            m_store->addAssimilation(m_jobId, record), persist(changes)};
+        for (const auto &row : ledgerRows)
+            steps.push_back(m_store->addLedger(m_jobId, row));
         for (const auto &r : steps)
             if (!r) {
                 m_store->rollback();
@@ -602,15 +615,9 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     m_checkpointSeqs.insert(seq);
     m_snapshot = torch::Tensor();
 
-    // Accounting and observation, after the commit.
-    if (check.late) {
-        const auto wasted = m_wastedSeconds.find(lease.id);
-        if (wasted != m_wastedSeconds.end()) {
-            ledger(workerId, lease.id, QStringLiteral("wasted"), -wasted->second);
-            m_wastedSeconds.erase(wasted);
-        }
-    }
-    ledger(workerId, lease.id, QStringLiteral("useful"), workSeconds);
+    // Observation, after the commit.
+    if (wasted != m_wastedSeconds.end())
+        m_wastedSeconds.erase(wasted);
     auto &worker = m_workers[workerId];
     if (worker.leaseId == lease.id)
         worker.leaseId = 0;

@@ -178,6 +178,7 @@ private:
     QString checkpointPath(qint64 seq) const;
     Result<void> persist(const SchedulerChanges &changes);
     void event(const QString &kind, qint64 workerId, qint64 subtaskId, qint64 leaseId, const QString &detail);
+    LedgerRecord ledgerRecord(qint64 workerId, qint64 leaseId, const QString &kind, double seconds) const;
     void ledger(qint64 workerId, qint64 leaseId, const QString &kind, double seconds);
     void leaseEnded(const Lease &lease, const QString &why);
     void handleChanges(const SchedulerChanges &changes, const QString &why);

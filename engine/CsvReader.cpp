@@ -12,14 +12,35 @@ namespace flotilla {
 
 namespace {
 
+// Splits one line into cells. A cell in double quotes may hold the delimiter, and "" stands
+// for a quote inside it (RFC 4180); quotes are removed and cells trimmed.
 QList<QByteArray> splitRow(const QByteArray &line, char delimiter)
 {
-    QList<QByteArray> cells = line.split(delimiter);
-    for (auto &cell : cells) {
-        cell = cell.trimmed();
-        if (cell.size() >= 2 && cell.startsWith('"') && cell.endsWith('"'))
-            cell = cell.mid(1, cell.size() - 2);
+    QList<QByteArray> cells;
+    QByteArray cell;
+    bool quoted = false;
+    for (qsizetype i = 0; i < line.size(); ++i) {
+        const char ch = line[i];
+        if (quoted) {
+            if (ch == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+                cell += '"';
+                ++i;
+            } else if (ch == '"') {
+                quoted = false;
+            } else {
+                cell += ch;
+            }
+        } else if (ch == '"' && cell.trimmed().isEmpty()) {
+            cell.clear();
+            quoted = true;
+        } else if (ch == delimiter) {
+            cells << cell.trimmed();
+            cell.clear();
+        } else {
+            cell += ch;
+        }
     }
+    cells << cell.trimmed();
     return cells;
 }
 
@@ -56,6 +77,8 @@ Result<Dataset> readCsvDataset(const QString &path, const CsvOptions &options)
             line.chop(1);
         if (line.endsWith('\r'))
             line.chop(1);
+        if (lineNumber == 1 && line.startsWith("\xEF\xBB\xBF")) // UTF-8 byte-order mark
+            line.remove(0, 3);
         if (line.trimmed().isEmpty())
             continue;
         const QList<QByteArray> cells = splitRow(line, delimiter);

@@ -46,6 +46,18 @@ Result<QByteArray> inflateGzip(const QByteArray &compressed, const QString &path
             return fail(QStringLiteral("cannot read '%1': it inflates to more than %2 GiB")
                             .arg(path).arg(kMaxInflatedBytes >> 30));
         }
+        if (rc == Z_STREAM_END && zs.avail_in > 0) {
+            // gzip allows several members one after the other; anything else is garbage.
+            const auto *next = zs.next_in;
+            if (zs.avail_in >= 2 && next[0] == 0x1f && next[1] == 0x8b) {
+                inflateReset(&zs);
+                rc = Z_OK;
+                continue;
+            }
+            inflateEnd(&zs);
+            return fail(QStringLiteral("cannot read '%1': %2 unexpected bytes after the end of the gzip data")
+                            .arg(path).arg(zs.avail_in));
+        }
         if (rc == Z_OK && zs.avail_in == 0 && zs.avail_out != 0) {
             inflateEnd(&zs);
             return fail(QStringLiteral(

@@ -14,6 +14,8 @@ namespace flotilla {
 
 namespace {
 
+constexpr double kMaxExactInteger = 9007199254740992.0; // 2^53
+
 // Reads typed members of one JSON object, remembering the first error and rejecting keys
 // it was never asked about.
 class ObjectReader
@@ -30,20 +32,23 @@ public:
     void read(const char *key, bool &out) { with(key, [&](const QJsonValue &v) {
         if (!v.isBool()) return expected(key, "true or false");
         out = v.toBool(); return true; }); }
+    // JSON numbers are doubles: integers are exact up to 2^53, so that is the limit here too.
     template <typename Int>
     void readInt(const char *key, Int &out) { with(key, [&](const QJsonValue &v) {
         const double d = v.toDouble(std::numeric_limits<double>::quiet_NaN());
-        if (!v.isDouble() || d != std::floor(d) || d < double(std::numeric_limits<Int>::min())
-            || d > double(std::numeric_limits<Int>::max()))
-            return expected(key, "an integer");
+        if (!v.isDouble() || d != std::floor(d) || std::abs(d) > kMaxExactInteger)
+            return expected(key, "an integer (at most 2^53 in magnitude)");
+        if (d < double(std::numeric_limits<Int>::min()) || d > double(std::numeric_limits<Int>::max()))
+            return expected(key, std::is_signed_v<Int> ? "an integer in range" : "a non-negative integer in range");
         out = static_cast<Int>(d); return true; }); }
     void read(const char *key, QList<int> &out) { with(key, [&](const QJsonValue &v) {
         if (!v.isArray()) return expected(key, "an array of integers");
         QList<int> list;
         for (const auto &item : v.toArray()) {
-            if (!item.isDouble() || item.toDouble() != std::floor(item.toDouble()))
+            const double d = item.toDouble();
+            if (!item.isDouble() || d != std::floor(d) || std::abs(d) > double(std::numeric_limits<int>::max()))
                 return expected(key, "an array of integers");
-            list << item.toInt();
+            list << static_cast<int>(d);
         }
         out = list; return true; }); }
     template <typename F>
@@ -298,6 +303,7 @@ Result<void> JobSpec::validate() const
         inRange(QStringLiteral("training.lr_step_epochs"), training.lrStepEpochs, 1, 100000),
         inRange(QStringLiteral("training.lr_gamma"), training.lrGamma, 1e-6, 1.0),
         inRange(QStringLiteral("training.threads"), training.threads, 1, 1024),
+        inRange<quint64>(QStringLiteral("training.seed"), training.seed, 0, (quint64(1) << 53) - 1),
         oneOf(QStringLiteral("training.device"), training.device,
               {QStringLiteral("auto"), QStringLiteral("cpu"), QStringLiteral("cuda")}),
         oneOf(QStringLiteral("aggregation.rule"), aggregation.rule,

@@ -31,7 +31,7 @@ struct ModelSpec
 
 struct TrainingSpec
 {
-    int epochs = 10;
+    int epochs = 20;
     int shards = 30;
     int localEpochs = 1;   // per subtask
     int localSteps = 0;    // if > 0: a subtask trains this many steps instead of localEpochs

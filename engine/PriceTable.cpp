@@ -25,8 +25,11 @@ Result<PriceTable> PriceTable::parse(const QByteArray &json, const QString &orig
 {
     QJsonParseError error{};
     const QJsonDocument doc = QJsonDocument::fromJson(json, &error);
-    if (error.error != QJsonParseError::NoError || !doc.isObject())
-        return fail(QStringLiteral("price table '%1' is not a JSON object: %2").arg(origin, error.errorString()));
+    if (error.error != QJsonParseError::NoError)
+        return fail(QStringLiteral("price table '%1' is not valid JSON at offset %2: %3")
+                        .arg(origin).arg(error.offset).arg(error.errorString()));
+    if (!doc.isObject())
+        return fail(QStringLiteral("price table '%1' must hold a JSON object with an \"instances\" array").arg(origin));
     PriceTable table;
     table.m_compiled = doc.object().value(QStringLiteral("compiled")).toString();
     const QJsonArray instances = doc.object().value(QStringLiteral("instances")).toArray();
@@ -48,6 +51,12 @@ Result<PriceTable> PriceTable::parse(const QByteArray &json, const QString &orig
                             .arg(origin).arg(i + 1));
         p.onDemandPerHour = onDemand.toDouble();
         p.spotPerHour = spot.toDouble();
+        if (p.spotPerHour > p.onDemandPerHour)
+            return fail(QStringLiteral("price table '%1', instance '%2': the spot price (%3 $/h) is above the "
+                                       "on-demand price (%4 $/h)")
+                            .arg(origin, p.name).arg(p.spotPerHour).arg(p.onDemandPerHour));
+        if (table.find(p.name))
+            return fail(QStringLiteral("price table '%1' lists instance '%2' twice").arg(origin, p.name));
         table.m_instances << p;
     }
     return table;

@@ -80,6 +80,36 @@ void Scheduler::restore(const std::vector<Subtask> &subtasks, const std::vector<
     advanceDoneEpochs();
 }
 
+QString Scheduler::checkIntegrity() const
+{
+    std::map<std::pair<int, int>, int> roots;
+    for (const auto &[id, s] : m_subtasks) {
+        if (s.epoch < 0 || s.epoch >= m_config.epochs || s.shard < 0 || s.shard >= shards())
+            return QStringLiteral("subtask %1 names epoch %2, shard %3 outside the job").arg(id).arg(s.epoch).arg(s.shard);
+        if (s.begin < 0 || s.end > shardSize(s.shard) || s.begin >= s.end)
+            return QStringLiteral("subtask %1 covers positions %2-%3 of a shard of %4")
+                .arg(id).arg(s.begin).arg(s.end).arg(shardSize(s.shard));
+        if (s.parentId == 0) {
+            if (s.begin != 0 || s.end != shardSize(s.shard))
+                return QStringLiteral("subtask %1 should cover its whole shard").arg(id);
+            ++roots[{s.epoch, s.shard}];
+            continue;
+        }
+        const auto parent = m_subtasks.find(s.parentId);
+        if (parent == m_subtasks.end() || parent->second.state != SubtaskState::Done
+            || parent->second.coveredEnd != s.begin || parent->second.end != s.end)
+            return QStringLiteral("subtask %1 does not continue subtask %2").arg(id).arg(s.parentId);
+    }
+    for (int epoch = 0; epoch < m_openedEpochs; ++epoch)
+        for (int shard = 0; shard < shards(); ++shard) {
+            const auto it = roots.find({epoch, shard});
+            if (it == roots.end() || it->second != 1)
+                return QStringLiteral("epoch %1 has %2 subtasks for shard %3, expected 1")
+                    .arg(epoch + 1).arg(it == roots.end() ? 0 : it->second).arg(shard);
+        }
+    return {};
+}
+
 Subtask &Scheduler::newSubtask(int epoch, int shard, qint64 begin, qint64 end, qint64 parentId)
 {
     Subtask s;

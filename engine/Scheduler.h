@@ -85,6 +85,10 @@ public:
 
     // Rebuilds the state from stored records (in any order).
     void restore(const std::vector<Subtask> &subtasks, const std::vector<Lease> &leases);
+    // After restore(): what is wrong with the records, or an empty string. Every opened
+    // epoch must have exactly one whole-shard subtask per shard, and every remainder must
+    // continue a done subtask where it stopped.
+    QString checkIntegrity() const;
 
     // Opens the next epoch(s) when the policy allows: asynchronous jobs run at most one epoch
     // ahead of the oldest unfinished one, synchronous jobs one epoch at a time.

@@ -275,6 +275,21 @@ Result<std::vector<WorkerRecord>> Store::workers(qint64 jobId)
 
 Result<void> Store::saveChanges(qint64 jobId, const SchedulerChanges &changes)
 {
+    // All or nothing, inside or outside an enclosing transaction: an epoch whose subtasks
+    // were only partly written would look finished once those few are done.
+    if (auto r = exec("SAVEPOINT changes"); !r)
+        return r;
+    auto rows = saveChangeRows(jobId, changes);
+    if (!rows) {
+        (void)exec("ROLLBACK TO changes");
+        (void)exec("RELEASE changes");
+        return rows;
+    }
+    return exec("RELEASE changes");
+}
+
+Result<void> Store::saveChangeRows(qint64 jobId, const SchedulerChanges &changes)
+{
     for (const auto &s : changes.subtasks) {
         Statement q(m_db, "INSERT OR REPLACE INTO subtasks(id, job_id, epoch, shard, begin_pos, end_pos, parent_id, "
                           "state, covered_end, assimilated_seq) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");

@@ -157,6 +157,7 @@ public:
 private:
     Store() = default;
     Result<void> exec(const char *sql);
+    Result<void> saveChangeRows(qint64 jobId, const SchedulerChanges &changes);
     Result<void> migrate();
 
     sqlite3 *m_db = nullptr;

@@ -1,0 +1,146 @@
+#include "TestSupport.h"
+
+#include <QFile>
+#include <QFileInfo>
+#include <QtEndian>
+
+#include <torch/torch.h>
+
+#include <zlib.h>
+
+#include <map>
+#include <stdexcept>
+
+namespace flotilla::test {
+
+std::shared_ptr<const JobData> blobs(int samples, int features, int shards, quint64 seed, int testSamples)
+{
+    torch::manual_seed(static_cast<std::uint64_t>(seed));
+    auto make = [&](int n) {
+        Dataset d;
+        d.name = QStringLiteral("blobs");
+        d.labels = torch::randint(0, 2, {n}, torch::kInt64);
+        d.features = torch::randn({n, features}) * 0.5 + (d.labels.to(torch::kFloat32) * 2 - 1).unsqueeze(1);
+        d.numClasses = 2;
+        return d;
+    };
+    auto data = std::make_shared<JobData>();
+    data->train = make(samples);
+    data->test = make(testSamples);
+    data->numClasses = 2;
+    data->inputShape = {features};
+    data->plan = ShardPlan(samples, shards, seed);
+    return data;
+}
+
+JobSpec blobsJob(int shards, int epochs)
+{
+    JobSpec job;
+    job.name = QStringLiteral("blobs");
+    job.dataset.kind = QStringLiteral("csv");
+    job.dataset.path = QStringLiteral("(synthetic)");
+    job.model.kind = QStringLiteral("mlp");
+    job.model.hidden = {8};
+    job.training.epochs = epochs;
+    job.training.shards = shards;
+    job.training.batchSize = 16;
+    job.training.learningRate = 0.05;
+    job.training.lrSchedule = QStringLiteral("constant");
+    job.training.device = QStringLiteral("cpu");
+    job.fleet.workers = 2;
+    job.fleet.leaseTimeoutSeconds = 60;
+    job.fleet.preemption.meanIntervalSeconds = 0;
+    return job;
+}
+
+QByteArray idxBytes(quint8 type, const QList<int> &dims, const QByteArray &payload)
+{
+    QByteArray out;
+    out.append(char(0)).append(char(0)).append(char(type)).append(char(dims.size()));
+    for (const int d : dims) {
+        const quint32 be = qToBigEndian(static_cast<quint32>(d));
+        out.append(reinterpret_cast<const char *>(&be), 4);
+    }
+    return out + payload;
+}
+
+QByteArray gzip(const QByteArray &raw)
+{
+    z_stream zs{};
+    if (deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+        throw std::runtime_error("deflateInit2 failed");
+    QByteArray out(static_cast<qsizetype>(deflateBound(&zs, static_cast<uLong>(raw.size()))), Qt::Uninitialized);
+    zs.next_in = reinterpret_cast<Bytef *>(const_cast<char *>(raw.constData()));
+    zs.avail_in = static_cast<uInt>(raw.size());
+    zs.next_out = reinterpret_cast<Bytef *>(out.data());
+    zs.avail_out = static_cast<uInt>(out.size());
+    deflate(&zs, Z_FINISH);
+    out.resize(static_cast<qsizetype>(zs.total_out));
+    deflateEnd(&zs);
+    return out;
+}
+
+void writeFile(const QString &path, const QByteArray &bytes)
+{
+    QFile f(path);
+    if (!f.open(QIODevice::WriteOnly) || f.write(bytes) != bytes.size())
+        throw std::runtime_error("cannot write test file");
+}
+
+QString verifyExactlyOnce(Store &store, const std::vector<qint64> &shardSizes, int epochs)
+{
+    auto job = store.latestJob();
+    if (!job || !job->has_value())
+        return QStringLiteral("no job in the store");
+    const qint64 jobId = (*job)->id;
+    if ((*job)->state != QLatin1String("finished"))
+        return QStringLiteral("the job is '%1', not finished").arg((*job)->state);
+    auto rows = store.assimilations(jobId);
+    if (!rows)
+        return rows.error();
+    std::map<std::pair<int, int>, std::vector<std::pair<qint64, qint64>>> pieces;
+    qint64 expectedSeq = 1;
+    qint64 lastVersion = 0;
+    for (const auto &a : *rows) {
+        if (a.seq != expectedSeq++)
+            return QStringLiteral("assimilation %1 follows %2").arg(a.seq).arg(expectedSeq - 2);
+        if (a.version < lastVersion || a.version > lastVersion + 1)
+            return QStringLiteral("version jumps from %1 to %2 at seq %3").arg(lastVersion).arg(a.version).arg(a.seq);
+        lastVersion = a.version;
+        pieces[{a.epoch, a.shard}].push_back({a.begin, a.coveredEnd});
+    }
+    if (int(pieces.size()) != epochs * int(shardSizes.size()))
+        return QStringLiteral("%1 (epoch, shard) pairs assimilated, expected %2")
+            .arg(pieces.size()).arg(epochs * int(shardSizes.size()));
+    for (auto &[key, ranges] : pieces) {
+        std::sort(ranges.begin(), ranges.end());
+        qint64 at = 0;
+        for (const auto &[b, e] : ranges) {
+            if (b != at || e <= b)
+                return QStringLiteral("epoch %1 shard %2: piece [%3, %4) after position %5 (gap or overlap)")
+                    .arg(key.first).arg(key.second).arg(b).arg(e).arg(at);
+            at = e;
+        }
+        if (at != shardSizes[std::size_t(key.second)])
+            return QStringLiteral("epoch %1 shard %2 covered up to %3 of %4")
+                .arg(key.first).arg(key.second).arg(at).arg(shardSizes[std::size_t(key.second)]);
+    }
+    return {};
+}
+
+QString flotillaBinary()
+{
+    return QStringLiteral(FLOTILLA_BINARY);
+}
+
+QString python()
+{
+    return QStringLiteral(FLOTILLA_PYTHON);
+}
+
+QString fashionMnistDir()
+{
+    return defaultFashionMnistDir();
+}
+
+} // namespace flotilla::test

@@ -1,0 +1,177 @@
+// Each aggregation rule against numbers worked out by hand.
+#include "Aggregation.h"
+
+#include <QtTest>
+
+#include <torch/torch.h>
+
+using namespace flotilla;
+
+namespace {
+
+torch::Tensor vec(std::initializer_list<float> values)
+{
+    return torch::tensor(std::vector<float>(values), torch::kFloat32);
+}
+
+void expectEqual(const torch::Tensor &actual, std::initializer_list<float> expected)
+{
+    const torch::Tensor e = vec(expected);
+    if (!torch::allclose(actual, e, 1e-5, 1e-6)) {
+        std::ostringstream s;
+        s << "got " << actual << " expected " << e;
+        QFAIL(s.str().c_str());
+    }
+}
+
+std::unique_ptr<AggregationRule> rule(const QString &name, double alpha = 0.5, double exponent = 0.5,
+                                      double outerLr = 1.0, double outerMomentum = 0.0, bool nesterov = true)
+{
+    AggregationSpec spec;
+    spec.rule = name;
+    spec.alpha = alpha;
+    spec.stalenessExponent = exponent;
+    spec.outerLearningRate = outerLr;
+    spec.outerMomentum = outerMomentum;
+    spec.nesterov = nesterov;
+    auto r = createAggregationRule(spec);
+    return std::move(r).value();
+}
+
+} // namespace
+
+class TestAggregation : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void vcAsgdMixesWithAlpha()
+    {
+        auto r = rule(QStringLiteral("vc-asgd"), 0.75);
+        AggregationState s;
+        s.weights = vec({1, 2, 3, 4});
+        const void *before = s.weights.data_ptr();
+        // W = 0.75·[1,2,3,4] + 0.25·[5,6,7,8] = [2,3,4,5]
+        QVERIFY(r->assimilate(s, Contribution{vec({5, 6, 7, 8}), {}, 1.0, 0}));
+        expectEqual(s.weights, {2, 3, 4, 5});
+        QCOMPARE(s.weights.data_ptr(), before); // in place
+    }
+
+    void vcAsgdScalesPartialResultsByCredit()
+    {
+        auto r = rule(QStringLiteral("vc-asgd"), 0.75);
+        AggregationState s;
+        s.weights = vec({1, 2, 3, 4});
+        // m = 0.25·0.5 = 0.125: W = 0.875·W + 0.125·W_c = [1.5, 2.5, 3.5, 4.5]
+        r->assimilate(s, Contribution{vec({5, 6, 7, 8}), {}, 0.5, 0});
+        expectEqual(s.weights, {1.5, 2.5, 3.5, 4.5});
+    }
+
+    void vcAsgdIgnoresStaleness()
+    {
+        auto r = rule(QStringLiteral("vc-asgd"), 0.5);
+        AggregationState s;
+        s.weights = vec({0, 0});
+        r->assimilate(s, Contribution{vec({2, 4}), {}, 1.0, 9});
+        expectEqual(s.weights, {1, 2});
+    }
+
+    void stalenessAwareDiscountsStaleResults()
+    {
+        // α = 0.5, p = 1: fresh m = 0.5; staleness 3 gives m = 0.5 / 4 = 0.125.
+        auto r = rule(QStringLiteral("staleness-aware"), 0.5, 1.0);
+        AggregationState fresh;
+        fresh.weights = vec({1, 2, 3, 4});
+        r->assimilate(fresh, Contribution{vec({5, 6, 7, 8}), {}, 1.0, 0});
+        expectEqual(fresh.weights, {3, 4, 5, 6});
+
+        AggregationState stale;
+        stale.weights = vec({1, 2, 3, 4});
+        r->assimilate(stale, Contribution{vec({5, 6, 7, 8}), {}, 1.0, 3});
+        expectEqual(stale.weights, {1.5, 2.5, 3.5, 4.5});
+    }
+
+    void stalenessAwareSquareRootByDefault()
+    {
+        // p = 0.5, staleness 8: m = 0.5 / sqrt(9) = 1/6; W = 0 + (6 - 0)/6 = 1.
+        auto r = rule(QStringLiteral("staleness-aware"), 0.5, 0.5);
+        AggregationState s;
+        s.weights = vec({0});
+        r->assimilate(s, Contribution{vec({6}), {}, 1.0, 8});
+        expectEqual(s.weights, {1});
+    }
+
+    void asyncDeltaAppliesProgressToCurrentWeights()
+    {
+        auto r = rule(QStringLiteral("async-delta"), 0.5, 0.5, 1.0, 0.0);
+        QVERIFY(r->needsBase());
+        AggregationState s;
+        s.weights = vec({1, 2, 3, 4});
+        // The worker started from [0,0,0,0] and reached [1,1,1,1]; W moved meanwhile.
+        r->assimilate(s, Contribution{vec({1, 1, 1, 1}), vec({0, 0, 0, 0}), 1.0, 2});
+        expectEqual(s.weights, {2, 3, 4, 5});
+        r->assimilate(s, Contribution{vec({1, 1, 1, 1}), vec({0, 0, 0, 0}), 0.5, 0});
+        expectEqual(s.weights, {2.5, 3.5, 4.5, 5.5});
+    }
+
+    void asyncDeltaWithNesterovMomentum()
+    {
+        // η = 0.5, μ = 0.9, Δ = 1 each time.
+        // 1st: m = 1;   W += 0.5·(1 + 0.9·1)   = 0.95
+        // 2nd: m = 1.9; W += 0.5·(1 + 0.9·1.9) = 1.355
+        auto r = rule(QStringLiteral("async-delta"), 0.5, 0.5, 0.5, 0.9, true);
+        AggregationState s;
+        s.weights = vec({1, 2});
+        r->initialize(s);
+        r->assimilate(s, Contribution{vec({1, 1}), vec({0, 0}), 1.0, 0});
+        expectEqual(s.weights, {1.95f, 2.95f});
+        expectEqual(s.momentum, {1, 1});
+        r->assimilate(s, Contribution{vec({1, 1}), vec({0, 0}), 1.0, 0});
+        expectEqual(s.weights, {3.305f, 4.305f});
+        expectEqual(s.momentum, {1.9f, 1.9f});
+    }
+
+    void asyncDeltaWithPlainMomentum()
+    {
+        // η = 0.5, μ = 0.9: W += 0.5·1 = 0.5, then W += 0.5·1.9 = 0.95.
+        auto r = rule(QStringLiteral("async-delta"), 0.5, 0.5, 0.5, 0.9, false);
+        AggregationState s;
+        s.weights = vec({0});
+        r->assimilate(s, Contribution{vec({1}), vec({0}), 1.0, 0});
+        expectEqual(s.weights, {0.5});
+        r->assimilate(s, Contribution{vec({1}), vec({0}), 1.0, 0});
+        expectEqual(s.weights, {1.45f});
+    }
+
+    void syncAverageWaitsForTheRound()
+    {
+        auto r = rule(QStringLiteral("sync-average"));
+        QVERIFY(r->synchronous());
+        AggregationState s;
+        s.weights = vec({1, 1});
+        r->initialize(s);
+        QVERIFY(!r->assimilate(s, Contribution{vec({3, 5}), {}, 1.0, 0}));
+        QVERIFY(!r->assimilate(s, Contribution{vec({6, 8}), {}, 0.5, 0}));
+        expectEqual(s.weights, {1, 1}); // untouched until the round closes
+        QCOMPARE(s.roundResults, 2);
+        // (1·[3,5] + 0.5·[6,8]) / 1.5 = [4, 6]
+        QVERIFY(r->closeRound(s));
+        expectEqual(s.weights, {4, 6});
+        expectEqual(s.roundSum, {0, 0});
+        QCOMPARE(s.roundCredit, 0.0);
+        QVERIFY(!r->closeRound(s)); // an empty round changes nothing
+        expectEqual(s.weights, {4, 6});
+    }
+
+    void unknownRuleIsAnError()
+    {
+        AggregationSpec spec;
+        spec.rule = QStringLiteral("fedprox");
+        auto r = createAggregationRule(spec);
+        QVERIFY(!r);
+        QVERIFY(r.error().contains(QStringLiteral("fedprox")));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestAggregation)
+#include "tst_aggregation.moc"

@@ -1,0 +1,297 @@
+// The `flotilla` command line, run as a real process: help, version, usage errors with exit
+// code 2 that name the bad flag, field or file, and --save-job writing the effective job.
+// Nothing here trains: every `train` run either fails on its arguments or stops at --save-job.
+#include "JobSpec.h"
+#include "TestSupport.h"
+
+#include <QFile>
+#include <QFileInfo>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QRegularExpression>
+#include <QTemporaryDir>
+#include <QtTest>
+
+using namespace flotilla;
+
+namespace {
+
+struct Run
+{
+    int exitCode = -1;
+    bool finished = false;
+    QString out;
+    QString err;
+};
+
+QJsonObject readJsonObject(const QString &path)
+{
+    QFile f(path);
+    if (!f.open(QIODevice::ReadOnly))
+        return {};
+    return QJsonDocument::fromJson(f.readAll()).object();
+}
+
+} // namespace
+
+class TestCli : public QObject
+{
+    Q_OBJECT
+
+private:
+    QTemporaryDir m_dir;
+
+    QString path(const char *name) const { return m_dir.filePath(QString::fromLatin1(name)); }
+
+    Run run(const QStringList &arguments)
+    {
+        QProcess p;
+        p.setWorkingDirectory(m_dir.path());
+        p.start(test::flotillaBinary(), arguments);
+        Run r;
+        if (!p.waitForStarted(10000))
+            return r;
+        r.finished = p.waitForFinished(60000) && p.exitStatus() == QProcess::NormalExit;
+        if (!r.finished) {
+            p.kill();
+            p.waitForFinished(5000);
+        }
+        r.exitCode = p.exitCode();
+        r.out = QString::fromUtf8(p.readAllStandardOutput());
+        r.err = QString::fromUtf8(p.readAllStandardError());
+        return r;
+    }
+
+    // Runs and checks the exit code; on a mismatch the output is shown.
+    Run expectExit(const QStringList &arguments, int code)
+    {
+        const Run r = run(arguments);
+        if (!r.finished || r.exitCode != code)
+            qWarning().noquote() << "flotilla" << arguments.join(u' ') << "exited with" << r.exitCode
+                                 << "\nstdout:" << r.out << "\nstderr:" << r.err;
+        return r;
+    }
+
+    static void expectText(const QString &text, const QStringList &parts)
+    {
+        for (const QString &part : parts)
+            QVERIFY2(text.contains(part), qPrintable(QStringLiteral("'%1' missing from:\n%2").arg(part, text)));
+    }
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        QVERIFY(m_dir.isValid());
+        QVERIFY2(QFileInfo(test::flotillaBinary()).isExecutable(), qPrintable(test::flotillaBinary()));
+    }
+
+    void helpListsTheTrainCommand()
+    {
+        const Run r = expectExit({QStringLiteral("--help")}, 0);
+        QVERIFY(r.finished);
+        QCOMPARE(r.exitCode, 0);
+        expectText(r.out, {QStringLiteral("Usage: flotilla <command> [options]"), QStringLiteral("Commands:"),
+                           QStringLiteral("  train "), QStringLiteral("Train a job"), QStringLiteral("--version")});
+    }
+
+    void noArgumentsIsAUsageError()
+    {
+        const Run r = expectExit({}, 2);
+        QCOMPARE(r.exitCode, 2);
+        expectText(r.out, {QStringLiteral("Usage: flotilla"), QStringLiteral("train")});
+    }
+
+    void version()
+    {
+        const QString expected = QStringLiteral("flotilla " FLOTILLA_VERSION "\n");
+        QVERIFY(QStringLiteral(FLOTILLA_VERSION).contains(u'.'));
+        const Run r = expectExit({QStringLiteral("--version")}, 0);
+        QCOMPARE(r.exitCode, 0);
+        QCOMPARE(r.out, expected);
+        // The version is the project's, as CMakeLists.txt declares it.
+        QFile cmake(QStringLiteral(FLOTILLA_SOURCE_DIR "/CMakeLists.txt"));
+        QVERIFY(cmake.open(QIODevice::ReadOnly));
+        const auto match = QRegularExpression(QStringLiteral("project\\(Flotilla\\s+VERSION\\s+([0-9.]+)"))
+                               .match(QString::fromUtf8(cmake.readAll()));
+        QVERIFY(match.hasMatch());
+        QCOMPARE(r.out, QStringLiteral("flotilla %1\n").arg(match.captured(1)));
+    }
+
+    void trainHelpMentionsEveryFlag()
+    {
+        const Run r = expectExit({QStringLiteral("train"), QStringLiteral("--help")}, 0);
+        QVERIFY(r.finished);
+        QCOMPARE(r.exitCode, 0);
+        QVERIFY2(r.out.startsWith(QLatin1String("Usage: ")), qPrintable(r.out));
+        // The usage line names the command as a user types it.
+        QVERIFY2(r.out.startsWith(QLatin1String("Usage: flotilla train [options]")), qPrintable(r.out.section(u'\n', 0, 0)));
+        const char *const flags[] = {
+            "--job", "--run-dir", "--save-job", "--workers", "--epochs", "--shards", "--local-epochs",
+            "--local-steps", "--batch-size", "--optimizer", "--lr", "--momentum", "--lr-schedule", "--seed",
+            "--threads", "--device", "--model", "--model-file", "--dropout", "--dataset", "--data",
+            "--label-column", "--train-limit", "--test-limit", "--rule", "--alpha", "--lease-timeout",
+            "--preempt-mean", "--preempt-notice", "--rejoin-delay", "--instance-type", "--price-class",
+            "--price-table", "--quiet", "--verbose"};
+        for (const char *flag : flags)
+            expectText(r.out, {QString::fromLatin1(flag).append(u' ')});
+        // Value names are shown, so a user knows what a flag takes.
+        expectText(r.out, {QStringLiteral("--epochs <n>"), QStringLiteral("--rule <name>"),
+                           QStringLiteral("--price-class <class>"), QStringLiteral("--save-job <file>")});
+    }
+
+    void unknownCommand()
+    {
+        const Run r = expectExit({QStringLiteral("frobnicate")}, 2);
+        QCOMPARE(r.exitCode, 2);
+        expectText(r.err, {QStringLiteral("unknown command 'frobnicate'"), QStringLiteral("Usage: flotilla")});
+        QVERIFY(r.out.isEmpty());
+    }
+
+    void unknownOptionAndStrayArgument()
+    {
+        const QString saved = path("stray.json");
+        Run r = expectExit({QStringLiteral("train"), QStringLiteral("--epochz"), QStringLiteral("3"),
+                            QStringLiteral("--save-job"), saved},
+                           2);
+        QCOMPARE(r.exitCode, 2);
+        expectText(r.err, {QStringLiteral("flotilla train:"), QStringLiteral("epochz")});
+        r = expectExit({QStringLiteral("train"), QStringLiteral("extra"), QStringLiteral("--save-job"), saved}, 2);
+        QCOMPARE(r.exitCode, 2);
+        expectText(r.err, {QStringLiteral("unexpected argument 'extra'")});
+        QVERIFY(!QFile::exists(saved));
+    }
+
+    void nonIntegerEpochs()
+    {
+        // --save-job keeps the run short should the flag ever be accepted.
+        const QString saved = path("abc.json");
+        const Run r = expectExit({QStringLiteral("train"), QStringLiteral("--epochs"), QStringLiteral("abc"),
+                                  QStringLiteral("--save-job"), saved},
+                                 2);
+        QCOMPARE(r.exitCode, 2);
+        expectText(r.err, {QStringLiteral("--epochs"), QStringLiteral("integer"), QStringLiteral("'abc'")});
+        QVERIFY(!QFile::exists(saved));
+
+        const Run lr = expectExit({QStringLiteral("train"), QStringLiteral("--lr"), QStringLiteral("fast"),
+                                   QStringLiteral("--save-job"), saved},
+                                  2);
+        QCOMPARE(lr.exitCode, 2);
+        expectText(lr.err, {QStringLiteral("--lr needs a number, got 'fast'")});
+    }
+
+    void invalidRuleNamesTheField()
+    {
+        const QString saved = path("fedprox.json");
+        const Run r = expectExit({QStringLiteral("train"), QStringLiteral("--rule"), QStringLiteral("fedprox"),
+                                  QStringLiteral("--save-job"), saved},
+                                 2);
+        QCOMPARE(r.exitCode, 2);
+        expectText(r.err, {QStringLiteral("aggregation.rule"), QStringLiteral("'fedprox'"), QStringLiteral("vc-asgd")});
+        QVERIFY(!QFile::exists(saved));
+    }
+
+    void missingJobFile()
+    {
+        const QString missing = path("missing.json");
+        const QString saved = path("from-missing.json");
+        const Run r = expectExit({QStringLiteral("train"), QStringLiteral("--job"), missing,
+                                  QStringLiteral("--save-job"), saved},
+                                 2);
+        QCOMPARE(r.exitCode, 2);
+        expectText(r.err, {missing});
+        QVERIFY(!QFile::exists(saved));
+    }
+
+    void jobFileWithUnknownKey()
+    {
+        QJsonObject json = JobSpec::defaultJob().toJson();
+        QJsonObject training = json.value(QStringLiteral("training")).toObject();
+        training.insert(QStringLiteral("epoch"), 3);
+        json.insert(QStringLiteral("training"), training);
+        const QString job = path("typo.json");
+        test::writeFile(job, QJsonDocument(json).toJson());
+        const QString saved = path("from-typo.json");
+        const Run r = expectExit({QStringLiteral("train"), QStringLiteral("--job"), job,
+                                  QStringLiteral("--save-job"), saved},
+                                 2);
+        QCOMPARE(r.exitCode, 2);
+        expectText(r.err, {job, QStringLiteral("unknown key 'training.epoch'")});
+        QVERIFY(!QFile::exists(saved));
+    }
+
+    void saveJobWritesTheEffectiveJob()
+    {
+        const QString saved = path("effective.json");
+        const Run r = expectExit({QStringLiteral("train"), QStringLiteral("--save-job"), saved,
+                                  QStringLiteral("--epochs"), QStringLiteral("3"),
+                                  QStringLiteral("--workers"), QStringLiteral("2")},
+                                 0);
+        QCOMPARE(r.exitCode, 0);
+        const QJsonObject json = readJsonObject(saved);
+        QVERIFY2(!json.isEmpty(), qPrintable(saved));
+        QCOMPARE(json.value(QStringLiteral("training")).toObject().value(QStringLiteral("epochs")).toInt(-1), 3);
+        QCOMPARE(json.value(QStringLiteral("fleet")).toObject().value(QStringLiteral("workers")).toInt(-1), 2);
+        // Everything else is the default job.
+        JobSpec expected = JobSpec::defaultJob();
+        expected.training.epochs = 3;
+        expected.fleet.workers = 2;
+        QCOMPARE(json, expected.toJson());
+        // And the file is a job file the command accepts back.
+        auto loaded = JobSpec::load(saved);
+        QVERIFY2(loaded.ok(), qPrintable(loaded.error()));
+        QCOMPARE(loaded->training.epochs, 3);
+    }
+
+    void flagsOverrideTheJobFile()
+    {
+        JobSpec base = JobSpec::defaultJob();
+        base.name = QStringLiteral("from-file");
+        base.training.epochs = 7;
+        base.training.shards = 11;
+        base.aggregation.rule = QStringLiteral("sync-average");
+        const QString job = path("base.json");
+        QVERIFY(base.save(job).ok());
+        const QString saved = path("merged.json");
+        const Run r = expectExit({QStringLiteral("train"), QStringLiteral("--job"), job,
+                                  QStringLiteral("--epochs"), QStringLiteral("2"),
+                                  QStringLiteral("--rule"), QStringLiteral("staleness-aware"),
+                                  QStringLiteral("--alpha"), QStringLiteral("0.75"),
+                                  QStringLiteral("--preempt-mean"), QStringLiteral("0"),
+                                  QStringLiteral("--price-class"), QStringLiteral("volunteer"),
+                                  QStringLiteral("--dataset"), QStringLiteral("csv"),
+                                  QStringLiteral("--data"), QStringLiteral("table.csv"),
+                                  QStringLiteral("--save-job"), saved},
+                                 0);
+        QCOMPARE(r.exitCode, 0);
+        auto loaded = JobSpec::load(saved);
+        QVERIFY2(loaded.ok(), qPrintable(loaded.error()));
+        QCOMPARE(loaded->name, QStringLiteral("from-file"));
+        QCOMPARE(loaded->training.shards, 11); // from the file
+        QCOMPARE(loaded->training.epochs, 2);  // from the flags
+        QCOMPARE(loaded->aggregation.rule, QStringLiteral("staleness-aware"));
+        QCOMPARE(loaded->aggregation.alpha, 0.75);
+        QCOMPARE(loaded->fleet.preemption.meanIntervalSeconds, 0.0);
+        QCOMPARE(loaded->fleet.priceClass, QStringLiteral("volunteer"));
+        QCOMPARE(loaded->dataset.kind, QStringLiteral("csv"));
+        // A relative data path is made absolute against the working directory.
+        QCOMPARE(loaded->dataset.path, QFileInfo(m_dir.filePath(QStringLiteral("table.csv"))).absoluteFilePath());
+    }
+
+    void outOfRangeIntegersAreRefused()
+    {
+        const QString saved = path("range.json");
+        Run r = expectExit({QStringLiteral("train"), QStringLiteral("--epochs"), QStringLiteral("4294967297"),
+                            QStringLiteral("--save-job"), saved},
+                           2);
+        expectText(r.err, {QStringLiteral("--epochs is out of range")});
+        r = expectExit({QStringLiteral("train"), QStringLiteral("--seed"), QStringLiteral("-1"),
+                        QStringLiteral("--save-job"), saved},
+                       2);
+        expectText(r.err, {QStringLiteral("--seed is out of range")});
+        QVERIFY(!QFile::exists(saved));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "tst_cli.moc"

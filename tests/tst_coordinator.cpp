@@ -1,0 +1,425 @@
+// The coordinator with a fake clock and a real store in a temporary run directory: whole
+// jobs, bad results (NaN, wrong shape, unknown or foreign leases, duplicates), late and
+// partial results, resuming from the store, corrupt and orphan checkpoints, cost.
+#include "Checkpoint.h"
+#include "Coordinator.h"
+#include "FakeClock.h"
+#include "TestSupport.h"
+
+#include <QtTest>
+
+#include <torch/torch.h>
+
+#include <map>
+
+using namespace flotilla;
+using flotilla::test::FakeClock;
+
+namespace {
+
+struct Fixture
+{
+    QTemporaryDir dir;
+    FakeClock clock;
+    std::shared_ptr<const JobData> data = test::blobs(240, 4, 6);
+    JobSpec spec = test::blobsJob(6, 2);
+
+    std::unique_ptr<Coordinator> open()
+    {
+        auto c = Coordinator::open(spec, dir.path(), &clock, data);
+        if (!c)
+            qWarning() << c.error();
+        return c ? std::move(c).value() : nullptr;
+    }
+};
+
+WorkerInfo worker(const QString &name)
+{
+    WorkerInfo w;
+    w.name = name;
+    w.instanceType = QStringLiteral("aws/c5.large");
+    w.priceClass = QStringLiteral("spot");
+    return w;
+}
+
+// A result that moves every weight a little, as training would, without training.
+SubtaskResult fakeResult(const Assignment &a, qint64 covered = -1)
+{
+    SubtaskResult r;
+    r.leaseId = a.leaseId;
+    r.weights = a.weights + 0.01f;
+    r.covered = covered < 0 ? a.end - a.begin : covered;
+    r.sampleSteps = r.covered;
+    r.meanLoss = 0.5;
+    r.seconds = 1.0;
+    r.partial = covered >= 0;
+    return r;
+}
+
+// Runs the job to the end with well-behaved workers; returns the number of assimilations.
+int runToEnd(Coordinator &c, const std::vector<qint64> &workers)
+{
+    int n = 0;
+    for (int guard = 0; guard < 10000 && !c.finished(); ++guard) {
+        for (const qint64 w : workers) {
+            auto a = c.requestSubtask(w);
+            if (!a)
+                continue;
+            if (c.submitResult(w, fakeResult(*a)).status == SubmitStatus::Assimilated)
+                ++n;
+        }
+    }
+    return n;
+}
+
+int countEvents(Coordinator &c, const QString &kind)
+{
+    auto e = c.store().events(1, kind);
+    return e ? int(e->size()) : -1;
+}
+
+} // namespace
+
+class TestCoordinator : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void wholeJobAssimilatesEachShardOnce()
+    {
+        Fixture f;
+        auto c = f.open();
+        QVERIFY(c);
+        QVERIFY(!c->resumed());
+        const qint64 w1 = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 w2 = c->workerJoined(worker(QStringLiteral("b"))).value();
+        const int n = runToEnd(*c, {w1, w2});
+        QCOMPARE(n, 2 * 6);
+        QVERIFY(c->finished());
+        const JobProgress p = c->progress();
+        QCOMPARE(p.seq, qint64(12));
+        QCOMPARE(p.version, qint64(12));
+        QCOMPARE(p.epochsDone, 2);
+        QVERIFY(p.testAccuracy >= 0.0);
+
+        auto rows = c->store().assimilations(1);
+        QVERIFY(rows);
+        std::map<std::pair<int, int>, int> perShard;
+        qint64 expectSeq = 1;
+        for (const auto &a : *rows) {
+            QCOMPARE(a.seq, expectSeq++);
+            ++perShard[{a.epoch, a.shard}];
+        }
+        QCOMPARE(int(perShard.size()), 12);
+        for (const auto &[key, count] : perShard)
+            QCOMPARE(count, 1);
+        QVERIFY(QFileInfo::exists(f.dir.filePath(QStringLiteral("model.pt"))));
+        QFile csv(f.dir.filePath(QStringLiteral("metrics.csv")));
+        QVERIFY(csv.open(QIODevice::ReadOnly));
+        QCOMPARE(csv.readAll().count('\n'), qsizetype(13)); // header + 12 assimilations
+        QCOMPARE(countEvents(*c, QStringLiteral("evaluation")), 2);
+        QCOMPARE(countEvents(*c, QStringLiteral("job-finished")), 1);
+    }
+
+    void nanWeightsAreRejectedAndTheModelIsUntouched()
+    {
+        Fixture f;
+        auto c = f.open();
+        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        auto a = c->requestSubtask(w);
+        const torch::Tensor before = c->globalWeights().clone();
+        SubtaskResult r = fakeResult(*a);
+        r.weights[3] = std::numeric_limits<float>::quiet_NaN();
+        const SubmitReply reply = c->submitResult(w, r);
+        QCOMPARE(reply.status, SubmitStatus::Rejected);
+        QVERIFY2(reply.reason.contains(QStringLiteral("NaN")), qPrintable(reply.reason));
+        QVERIFY(torch::equal(before, c->globalWeights()));
+        QCOMPARE(c->progress().seq, qint64(0));
+        QCOMPARE(countEvents(*c, QStringLiteral("result-rejected")), 1);
+        // The shard is handed out again.
+        auto again = c->requestSubtask(w);
+        QVERIFY(again);
+        QCOMPARE(again->subtaskId, a->subtaskId);
+
+        SubtaskResult inf = fakeResult(*again);
+        inf.weights[0] = std::numeric_limits<float>::infinity();
+        QCOMPARE(c->submitResult(w, inf).status, SubmitStatus::Rejected);
+        QVERIFY(torch::equal(before, c->globalWeights()));
+    }
+
+    void wrongShapeIsRejected()
+    {
+        Fixture f;
+        auto c = f.open();
+        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        auto a = c->requestSubtask(w);
+        SubtaskResult r = fakeResult(*a);
+        r.weights = torch::zeros({a->weights.numel() - 1});
+        const SubmitReply reply = c->submitResult(w, r);
+        QCOMPARE(reply.status, SubmitStatus::Rejected);
+        QVERIFY2(reply.reason.contains(QStringLiteral("values")), qPrintable(reply.reason));
+        r.weights = torch::zeros({2, a->weights.numel() / 2});
+        QCOMPARE(c->submitResult(w, r).status, SubmitStatus::Rejected);
+        r.weights = torch::zeros({a->weights.numel()}, torch::kFloat64);
+        QCOMPARE(c->submitResult(w, r).status, SubmitStatus::Rejected);
+        QCOMPARE(c->progress().seq, qint64(0));
+    }
+
+    void unknownAndForeignLeasesAreRejected()
+    {
+        Fixture f;
+        auto c = f.open();
+        const qint64 w1 = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 w2 = c->workerJoined(worker(QStringLiteral("b"))).value();
+        auto a = c->requestSubtask(w1);
+        SubtaskResult r = fakeResult(*a);
+        r.leaseId = 4242;
+        SubmitReply reply = c->submitResult(w1, r);
+        QCOMPARE(reply.status, SubmitStatus::Rejected);
+        QVERIFY(reply.reason.contains(QStringLiteral("4242")));
+        reply = c->submitResult(w2, fakeResult(*a)); // w2 never held this lease
+        QCOMPARE(reply.status, SubmitStatus::Rejected);
+        QVERIFY(reply.reason.contains(QStringLiteral("another worker")));
+        QCOMPARE(c->submitResult(w1, fakeResult(*a)).status, SubmitStatus::Assimilated);
+    }
+
+    void sameResultTwiceIsDroppedAsDuplicate()
+    {
+        Fixture f;
+        auto c = f.open();
+        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        auto a = c->requestSubtask(w);
+        QCOMPARE(c->submitResult(w, fakeResult(*a)).status, SubmitStatus::Assimilated);
+        const torch::Tensor after = c->globalWeights().clone();
+        const SubmitReply again = c->submitResult(w, fakeResult(*a));
+        QCOMPARE(again.status, SubmitStatus::Duplicate);
+        QVERIFY(torch::equal(after, c->globalWeights()));
+        QCOMPARE(c->progress().seq, qint64(1));
+        QCOMPARE(countEvents(*c, QStringLiteral("result-duplicate")), 1);
+    }
+
+    void lateResultIsFoldedInAndTheReplacementDropped()
+    {
+        Fixture f;
+        f.spec.fleet.leaseTimeoutSeconds = 10;
+        auto c = f.open();
+        const qint64 w1 = c->workerJoined(worker(QStringLiteral("slow"))).value();
+        const qint64 w2 = c->workerJoined(worker(QStringLiteral("fast"))).value();
+        auto a = c->requestSubtask(w1);
+        f.clock.advance(10'000);
+        c->tick(); // w1's lease expires
+        QCOMPARE(countEvents(*c, QStringLiteral("lease-expired")), 1);
+        auto b = c->requestSubtask(w2);
+        QCOMPARE(b->subtaskId, a->subtaskId);
+        QCOMPARE(countEvents(*c, QStringLiteral("subtask-reassigned")), 1);
+        const SubmitReply late = c->submitResult(w1, fakeResult(*a));
+        QCOMPARE(late.status, SubmitStatus::Assimilated);
+        QCOMPARE(late.staleness, qint64(0));
+        QCOMPARE(c->submitResult(w2, fakeResult(*b)).status, SubmitStatus::Duplicate);
+        // The expired lease's time was first counted as wasted, then reversed.
+        auto totals = c->store().ledgerTotals(1);
+        QVERIFY(totals);
+        QCOMPARE(totals->usefulSeconds, 10.0);
+        QCOMPARE(totals->wastedSeconds, 0.0);
+    }
+
+    void partialResultIsCreditedAndTheRemainderReassigned()
+    {
+        Fixture f;
+        auto c = f.open();
+        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        auto a = c->requestSubtask(w);
+        const qint64 size = a->end - a->begin;
+        const SubmitReply reply = c->submitResult(w, fakeResult(*a, 10));
+        QCOMPARE(reply.status, SubmitStatus::Assimilated);
+        auto rows = c->store().assimilations(1);
+        QCOMPARE(rows->size(), std::size_t(1));
+        QCOMPARE(rows->front().credit, 10.0 / double(size));
+        QCOMPARE(rows->front().coveredEnd, qint64(10));
+        QCOMPARE(countEvents(*c, QStringLiteral("result-partial")), 1);
+        // The rest of the shard comes before the next epoch's work.
+        std::optional<Assignment> rest;
+        for (int i = 0; i < 20 && !rest; ++i) {
+            auto next = c->requestSubtask(w);
+            if (next->shard == a->shard && next->epoch == a->epoch)
+                rest = next;
+            else
+                c->submitResult(w, fakeResult(*next));
+        }
+        QVERIFY(rest);
+        QCOMPARE(rest->begin, qint64(10));
+        QCOMPARE(rest->end, a->end);
+    }
+
+    void returningWorkerLosesItsLease()
+    {
+        Fixture f;
+        auto c = f.open();
+        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        auto a = c->requestSubtask(w);
+        f.clock.advance(2000);
+        QCOMPARE(c->workerJoined(worker(QStringLiteral("a")), w).value(), w);
+        QCOMPARE(countEvents(*c, QStringLiteral("lease-lost")), 1);
+        auto again = c->requestSubtask(w);
+        QCOMPARE(again->subtaskId, a->subtaskId);
+        auto totals = c->store().ledgerTotals(1);
+        QCOMPARE(totals->wastedSeconds, 2.0);
+    }
+
+    void costIsRecordedAtSpotAndOnDemandPrices()
+    {
+        Fixture f;
+        auto c = f.open();
+        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        auto a = c->requestSubtask(w);
+        f.clock.advance(3600'000); // one hour of aws/c5.large
+        QCOMPARE(c->submitResult(w, fakeResult(*a)).status, SubmitStatus::Assimilated);
+        auto t = c->store().ledgerTotals(1);
+        QCOMPARE(t->usefulSeconds, 3600.0);
+        QVERIFY(qFuzzyCompare(t->costSpot, 0.032));
+        QVERIFY(qFuzzyCompare(t->costOnDemand, 0.085));
+        QVERIFY(qFuzzyCompare(t->costActual, 0.032));
+        QVERIFY(qAbs(t->savingsPercent() - 100.0 * (1.0 - 0.032 / 0.085)) < 1e-9);
+    }
+
+    void unknownInstanceTypeIsAClearError()
+    {
+        Fixture f;
+        auto c = f.open();
+        WorkerInfo w = worker(QStringLiteral("a"));
+        w.instanceType = QStringLiteral("aws/x99.mega");
+        auto joined = c->workerJoined(w);
+        QVERIFY(!joined);
+        QVERIFY(joined.error().contains(QStringLiteral("x99.mega")));
+    }
+
+    void resumesFromTheStoreWithNothingLost()
+    {
+        Fixture f;
+        qint64 w = 0;
+        torch::Tensor weightsAtKill;
+        {
+            auto c = f.open();
+            w = c->workerJoined(worker(QStringLiteral("a"))).value();
+            for (int i = 0; i < 5; ++i) {
+                auto a = c->requestSubtask(w);
+                c->submitResult(w, fakeResult(*a));
+            }
+            c->requestSubtask(w); // held when the process "dies"
+            weightsAtKill = c->globalWeights().clone();
+        } // the coordinator is gone without any goodbye
+        // An assimilation that wrote its checkpoint but never committed leaves an orphan.
+        test::writeFile(f.dir.filePath(QStringLiteral("checkpoints/state-000000006.ckpt")), "not committed");
+
+        auto c = f.open();
+        QVERIFY(c);
+        QVERIFY(c->resumed());
+        QCOMPARE(c->progress().seq, qint64(5));
+        QVERIFY(torch::equal(weightsAtKill, c->globalWeights()));
+        QVERIFY(!QFileInfo::exists(f.dir.filePath(QStringLiteral("checkpoints/state-000000006.ckpt"))));
+        QCOMPARE(countEvents(*c, QStringLiteral("lease-lost")), 1);
+        QCOMPARE(countEvents(*c, QStringLiteral("job-resumed")), 1);
+        const qint64 back = c->workerJoined(worker(QStringLiteral("a")), w).value();
+        runToEnd(*c, {back});
+        QVERIFY(c->finished());
+        auto rows = c->store().assimilations(1);
+        QCOMPARE(rows->size(), std::size_t(12));
+        std::map<std::pair<int, int>, int> perShard;
+        for (std::size_t i = 0; i < rows->size(); ++i) {
+            QCOMPARE((*rows)[i].seq, qint64(i) + 1);
+            ++perShard[{(*rows)[i].epoch, (*rows)[i].shard}];
+        }
+        for (const auto &[key, count] : perShard)
+            QCOMPARE(count, 1);
+
+        auto reopened = Coordinator::open(f.spec, f.dir.path(), &f.clock, f.data);
+        QVERIFY(!reopened);
+        QVERIFY(reopened.error().contains(QStringLiteral("already finished")));
+    }
+
+    void corruptCheckpointIsRefusedOnResume()
+    {
+        Fixture f;
+        {
+            auto c = f.open();
+            const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+            auto a = c->requestSubtask(w);
+            c->submitResult(w, fakeResult(*a));
+        }
+        QFile file(f.dir.filePath(QStringLiteral("checkpoints/state-000000001.ckpt")));
+        QVERIFY(file.open(QIODevice::ReadWrite));
+        file.seek(file.size() - 8);
+        file.write("garbage!");
+        file.close();
+        auto c = Coordinator::open(f.spec, f.dir.path(), &f.clock, f.data);
+        QVERIFY(!c);
+        QVERIFY2(c.error().contains(QStringLiteral("corrupt")), qPrintable(c.error()));
+    }
+
+    void synchronousAveragingMakesOneVersionPerRound()
+    {
+        Fixture f;
+        f.spec.aggregation.rule = QStringLiteral("sync-average");
+        auto c = f.open();
+        const qint64 w1 = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 w2 = c->workerJoined(worker(QStringLiteral("b"))).value();
+        runToEnd(*c, {w1, w2});
+        QVERIFY(c->finished());
+        QCOMPARE(c->progress().seq, qint64(12));
+        QCOMPARE(c->progress().version, qint64(2)); // one per epoch
+        auto rows = c->store().assimilations(1);
+        for (const auto &a : *rows)
+            QCOMPARE(a.staleness, qint64(0));
+    }
+
+    void asyncDeltaUsesTheBaseOfStaleResults()
+    {
+        Fixture f;
+        f.spec.aggregation.rule = QStringLiteral("async-delta");
+        auto c = f.open();
+        const qint64 w1 = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 w2 = c->workerJoined(worker(QStringLiteral("b"))).value();
+        auto stale = c->requestSubtask(w1); // starts at version 0
+        auto fresh = c->requestSubtask(w2);
+        QCOMPARE(c->submitResult(w2, fakeResult(*fresh)).status, SubmitStatus::Assimilated);
+        const torch::Tensor before = c->globalWeights().clone();
+        const SubmitReply r = c->submitResult(w1, fakeResult(*stale));
+        QCOMPARE(r.status, SubmitStatus::Assimilated);
+        QCOMPARE(r.staleness, qint64(1));
+        // W_c − W_base = +0.01 everywhere, applied to the current W.
+        QVERIFY(torch::allclose(c->globalWeights(), before + 0.01f, 1e-5, 1e-6));
+        runToEnd(*c, {w1, w2});
+        QVERIFY(c->finished());
+    }
+
+    void workersTrainForReal()
+    {
+        // The real trainer on the blobs data learns the problem.
+        Fixture f;
+        f.spec.training.epochs = 3;
+        auto c = f.open();
+        auto model = createModel(f.spec.model, f.data->inputShape, f.data->numClasses).value();
+        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        while (!c->finished()) {
+            auto a = c->requestSubtask(w);
+            QVERIFY(a);
+            const auto order = f.data->plan.epochOrder(a->shard, a->epoch);
+            const auto idx = torch::tensor(std::vector<std::int64_t>(order.begin() + a->begin, order.begin() + a->end));
+            auto out = trainSubtask(*model, a->weights, f.data->train.features.index_select(0, idx),
+                                    f.data->train.labels.index_select(0, idx), a->config, torch::kCPU);
+            QVERIFY(out);
+            SubtaskResult r;
+            r.leaseId = a->leaseId;
+            r.weights = out->weights;
+            r.covered = out->covered;
+            r.sampleSteps = out->sampleSteps;
+            r.meanLoss = out->meanLoss;
+            r.seconds = out->seconds;
+            QCOMPARE(c->submitResult(w, r).status, SubmitStatus::Assimilated);
+        }
+        QVERIFY2(c->progress().testAccuracy > 0.95, qPrintable(QString::number(c->progress().testAccuracy)));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCoordinator)
+#include "tst_coordinator.moc"

@@ -1,0 +1,59 @@
+// A short real training run: the default CNN on a subset of Fashion-MNIST with three local
+// workers and frequent simulated preemptions (with and without notice) must beat 80% test
+// accuracy, and the store must show every shard of every epoch assimilated exactly once.
+#include "LocalFleet.h"
+#include "TestSupport.h"
+
+#include <QtTest>
+
+using namespace flotilla;
+
+class TestEndToEnd : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void trainsThroughPreemptions()
+    {
+        QVERIFY2(QFileInfo::exists(test::fashionMnistDir()), "Debian's dataset-fashion-mnist is needed");
+        QTemporaryDir dir;
+        JobSpec job = JobSpec::defaultJob();
+        job.dataset.trainLimit = 12000;
+        job.dataset.testLimit = 2000;
+        job.training.epochs = 3;
+        job.training.shards = 12;
+        job.fleet.workers = 3;
+        job.fleet.preemption.meanIntervalSeconds = 1.0;
+        job.fleet.preemption.noticeFraction = 0.5;
+        job.fleet.preemption.rejoinDelaySeconds = 0.5;
+        auto fleet = LocalFleet::create(job, dir.path());
+        QVERIFY2(fleet, qPrintable(fleet.error()));
+        QSignalSpy done(fleet->get(), &LocalFleet::finished);
+        QSignalSpy progress(fleet->get(), &LocalFleet::progressed);
+        (*fleet)->start();
+        QVERIFY(done.wait(240000));
+        QVERIFY2(done.first().at(0).toBool(), qPrintable(done.first().at(1).toString()));
+        (*fleet)->stop();
+        QVERIFY(!progress.isEmpty());
+        const auto last = progress.last().at(0).value<JobProgress>();
+        QVERIFY(last.finished);
+        qInfo("test accuracy %.2f%%, %lld versions, %lld preemptions, %lld reassignments, max staleness %lld",
+              100.0 * last.testAccuracy, static_cast<long long>(last.version), static_cast<long long>(last.preemptions),
+              static_cast<long long>(last.reassignments), static_cast<long long>(last.maxStaleness));
+        QVERIFY2(last.testAccuracy >= 0.80, qPrintable(QString::number(last.testAccuracy)));
+        QVERIFY(last.preemptions > 0);
+        QVERIFY(last.cost.costOnDemand > last.cost.costActual);
+
+        auto store = Store::open(dir.filePath(QStringLiteral("flotilla.db")));
+        QVERIFY(store);
+        const QString wrong = test::verifyExactlyOnce(**store, std::vector<qint64>(12, 1000), 3);
+        QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
+        for (const char *file : {"model.pt", "metrics.csv", "normalization.json", "job.json"})
+            QVERIFY2(QFileInfo::exists(dir.filePath(QString::fromLatin1(file))), file);
+        auto events = (*store)->events(1, QStringLiteral("worker-preempted"));
+        QCOMPARE(qint64(events->size()), last.preemptions);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestEndToEnd)
+#include "tst_endtoend.moc"

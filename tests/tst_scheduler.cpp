@@ -1,0 +1,275 @@
+// Subtasks and leases with a fake clock: expiry and reassignment, late and duplicate
+// results, partial results and their remainders, epoch opening, exactly-once coverage.
+#include "FakeClock.h"
+#include "Scheduler.h"
+
+#include <QtTest>
+
+#include <map>
+
+using namespace flotilla;
+using flotilla::test::FakeClock;
+
+
+namespace {
+
+Scheduler make(FakeClock &clock, int epochs, std::vector<qint64> shards, bool sync = false)
+{
+    return Scheduler(Scheduler::Config{epochs, std::move(shards), sync}, &clock);
+}
+
+} // namespace
+
+class TestScheduler : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void grantsOneSubtaskPerShardInOrder()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 1, {10, 10, 10});
+        std::vector<int> shards;
+        while (auto g = s.grant(1, 0, 0, 1000))
+            shards.push_back(g->subtask.shard);
+        QCOMPARE(shards, (std::vector<int>{0, 1, 2}));
+        QCOMPARE(s.activeLeaseCount(), 3);
+        QVERIFY(!s.grant(1, 0, 0, 1000)); // nothing left
+    }
+
+    void expiredLeaseIsReassigned()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 1, {10});
+        auto first = s.grant(1, 0, 0, 5000);
+        QVERIFY(first);
+        QCOMPARE(first->lease.deadlineMs, clock.nowMs() + 5000);
+        clock.advance(4999);
+        QVERIFY(s.expire().leases.empty());
+        QVERIFY(!s.grant(2, 0, 0, 5000));
+        clock.advance(1);
+        const SchedulerChanges expired = s.expire();
+        QCOMPARE(expired.leases.size(), std::size_t(1));
+        QVERIFY(expired.leases[0].state == LeaseState::Expired);
+        QVERIFY(expired.subtasks[0].state == SubtaskState::Queued);
+        auto second = s.grant(2, 0, 0, 5000);
+        QVERIFY(second);
+        QCOMPARE(second->subtask.id, first->subtask.id);
+        QCOMPARE(second->subtask.attempts, 2);
+        QCOMPARE(second->lease.workerId, qint64(2));
+    }
+
+    void handedBackSubtaskIsReassigned()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 1, {10});
+        auto g = s.grant(1, 0, 0, 5000);
+        const SchedulerChanges back = s.handBack(g->lease.id);
+        QVERIFY(back.leases[0].state == LeaseState::HandedBack);
+        auto again = s.grant(2, 0, 0, 5000);
+        QVERIFY(again);
+        QCOMPARE(again->subtask.id, g->subtask.id);
+    }
+
+    void lostWorkerLeasesAreReassigned()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 1, {10, 10});
+        auto a = s.grant(1, 0, 0, 5000);
+        auto b = s.grant(2, 0, 0, 5000);
+        const SchedulerChanges lost = s.workerLost(1);
+        QCOMPARE(lost.leases.size(), std::size_t(1));
+        QCOMPARE(lost.leases[0].id, a->lease.id);
+        QVERIFY(lost.leases[0].state == LeaseState::Lost);
+        auto c = s.grant(3, 0, 0, 5000);
+        QCOMPARE(c->subtask.id, a->subtask.id);
+        QCOMPARE(s.check(b->lease.id).verdict, Scheduler::Verdict::Accept);
+    }
+
+    void lateResultIsAcceptedWhileTheSubtaskIsOpen()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 1, {10});
+        auto a = s.grant(1, 0, 0, 1000);
+        clock.advance(1000);
+        s.expire();
+        auto b = s.grant(2, 0, 0, 1000); // reassigned to worker 2
+        // Worker 1's result arrives late, before worker 2's: it is folded in...
+        const Scheduler::Check late = s.check(a->lease.id);
+        QCOMPARE(late.verdict, Scheduler::Verdict::Accept);
+        QVERIFY(late.late);
+        const SchedulerChanges done = s.complete(a->lease.id, 10, 1);
+        // ...and worker 2's lease is superseded: its result will be a duplicate.
+        bool superseded = false;
+        for (const auto &l : done.leases)
+            superseded = superseded || (l.id == b->lease.id && l.state == LeaseState::Superseded);
+        QVERIFY(superseded);
+        QCOMPARE(s.check(b->lease.id).verdict, Scheduler::Verdict::Duplicate);
+        QVERIFY(s.finished());
+    }
+
+    void lateResultAfterTheSubtaskIsDoneIsADuplicate()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 1, {10});
+        auto a = s.grant(1, 0, 0, 1000);
+        clock.advance(1000);
+        s.expire();
+        auto b = s.grant(2, 0, 0, 1000);
+        s.complete(b->lease.id, 10, 1);
+        const Scheduler::Check late = s.check(a->lease.id);
+        QCOMPARE(late.verdict, Scheduler::Verdict::Duplicate);
+        QVERIFY(late.reason.contains(QStringLiteral("already assimilated")));
+    }
+
+    void sameResultTwiceIsADuplicate()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 2, {10});
+        auto a = s.grant(1, 0, 0, 1000);
+        QCOMPARE(s.check(a->lease.id).verdict, Scheduler::Verdict::Accept);
+        s.complete(a->lease.id, 10, 1);
+        const Scheduler::Check again = s.check(a->lease.id);
+        QCOMPARE(again.verdict, Scheduler::Verdict::Duplicate);
+        QVERIFY(again.reason.contains(QStringLiteral("already delivered")));
+        QCOMPARE(s.check(999).verdict, Scheduler::Verdict::Unknown);
+    }
+
+    void partialResultOpensTheRemainder()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 1, {100});
+        auto a = s.grant(1, 0, 0, 1000);
+        const SchedulerChanges c = s.complete(a->lease.id, 37, 1);
+        // The partial subtask is done for positions [0, 37); [37, 100) is new.
+        QCOMPARE(c.subtasks.size(), std::size_t(2));
+        QVERIFY(c.subtasks[0].state == SubtaskState::Done);
+        QCOMPARE(c.subtasks[0].coveredEnd, qint64(37));
+        QCOMPARE(c.subtasks[1].begin, qint64(37));
+        QCOMPARE(c.subtasks[1].end, qint64(100));
+        QCOMPARE(c.subtasks[1].parentId, a->subtask.id);
+        QVERIFY(!s.finished());
+        auto b = s.grant(2, 1, 1, 1000);
+        QCOMPARE(b->subtask.begin, qint64(37));
+        s.complete(b->lease.id, 63, 2);
+        QVERIFY(s.finished());
+    }
+
+    void asynchronousJobsRunOneEpochAhead()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 3, {10, 10});
+        auto a = s.grant(1, 0, 0, 1000); // epoch 0 shard 0
+        auto b = s.grant(2, 0, 0, 1000); // epoch 0 shard 1; epoch 1 opens
+        QCOMPARE(s.openedEpochs(), 2);
+        auto c = s.grant(3, 0, 0, 1000);
+        QCOMPARE(c->subtask.epoch, 1);
+        auto d = s.grant(4, 0, 0, 1000);
+        QCOMPARE(d->subtask.epoch, 1);
+        QVERIFY(!s.grant(5, 0, 0, 1000)); // epoch 2 waits for epoch 0 to finish
+        s.complete(a->lease.id, 10, 1);
+        s.complete(b->lease.id, 10, 2);
+        QCOMPARE(s.epochsDone(), 1);
+        auto e = s.grant(5, 2, 2, 1000);
+        QVERIFY(e);
+        QCOMPARE(e->subtask.epoch, 2);
+    }
+
+    void synchronousJobsWaitForTheRound()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 2, {10, 10}, true);
+        auto a = s.grant(1, 0, 0, 1000);
+        auto b = s.grant(2, 0, 0, 1000);
+        QVERIFY(!s.grant(3, 0, 0, 1000));
+        s.complete(a->lease.id, 10, 1);
+        QVERIFY(!s.grant(3, 0, 0, 1000));
+        s.complete(b->lease.id, 10, 2);
+        auto c = s.grant(3, 2, 1, 1000);
+        QVERIFY(c);
+        QCOMPARE(c->subtask.epoch, 1);
+    }
+
+    void everyShardOfEveryEpochIsCoveredExactlyOnce()
+    {
+        // Random churn: grants, expiries, hand-backs, partial and late results. At the end
+        // the done pieces of each (epoch, shard) tile [0, size) exactly.
+        FakeClock clock;
+        const std::vector<qint64> sizes{17, 23, 9, 31};
+        Scheduler s = make(clock, 4, sizes);
+        std::mt19937 rng(42);
+        std::vector<Lease> held;
+        std::map<qint64, Subtask> done;
+        qint64 seq = 0;
+        for (int step = 0; step < 5000 && !s.finished(); ++step) {
+            const int action = int(rng() % 6);
+            if (action <= 1) {
+                if (auto g = s.grant(qint64(rng() % 5) + 1, seq, seq, 1000))
+                    held.push_back(g->lease);
+            } else if (action == 2 && !held.empty()) {
+                clock.advance(400);
+                s.expire();
+            } else if (!held.empty()) {
+                const std::size_t i = rng() % held.size();
+                const Lease lease = held[i];
+                held.erase(held.begin() + std::ptrdiff_t(i));
+                const Scheduler::Check c = s.check(lease.id);
+                if (c.verdict != Scheduler::Verdict::Accept)
+                    continue;
+                if (action == 3) {
+                    s.handBack(lease.id);
+                    continue;
+                }
+                const qint64 covered = action == 4 ? qint64(rng() % c.subtask.size()) + 1 : c.subtask.size();
+                for (const auto &st : s.complete(lease.id, covered, ++seq).subtasks)
+                    if (st.state == SubtaskState::Done)
+                        done[st.id] = st;
+            }
+        }
+        QVERIFY2(s.finished(), "the random walk should finish the job");
+        std::map<std::pair<int, int>, std::vector<std::pair<qint64, qint64>>> pieces;
+        for (const auto &[id, st] : done)
+            pieces[{st.epoch, st.shard}].push_back({st.begin, st.coveredEnd});
+        QCOMPARE(int(pieces.size()), 4 * 4);
+        for (auto &[key, ranges] : pieces) {
+            std::sort(ranges.begin(), ranges.end());
+            qint64 at = 0;
+            for (const auto &[b, e] : ranges) {
+                QCOMPARE(b, at); // no gap, no overlap
+                QVERIFY(e > b);
+                at = e;
+            }
+            QCOMPARE(at, sizes[std::size_t(key.second)]);
+        }
+    }
+
+    void restoreRequeuesOrphanedSubtasks()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 2, {10, 10});
+        auto a = s.grant(1, 0, 0, 1000);
+        Subtask leased = *s.subtask(a->subtask.id);
+        Subtask queued = *s.subtask(a->subtask.id + 1);
+        Lease ended = a->lease;
+        ended.state = LeaseState::Lost;
+        Scheduler restored = make(clock, 2, {10, 10});
+        restored.restore({leased, queued}, {ended});
+        QCOMPARE(restored.queuedCount(), 2);
+        auto g = restored.grant(2, 0, 0, 1000);
+        QVERIFY(g);
+        QVERIFY(g->lease.id > a->lease.id); // ids keep growing across restarts
+    }
+
+    void stateNamesRoundTrip()
+    {
+        for (auto st : {SubtaskState::Queued, SubtaskState::Leased, SubtaskState::Done})
+            QVERIFY(subtaskStateFromString(toString(st)).value() == st);
+        for (auto st : {LeaseState::Active, LeaseState::Completed, LeaseState::Expired, LeaseState::HandedBack,
+                        LeaseState::Lost, LeaseState::Superseded})
+            QVERIFY(leaseStateFromString(toString(st)).value() == st);
+        QVERIFY(!leaseStateFromString(QStringLiteral("bogus")));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestScheduler)
+#include "tst_scheduler.moc"
