@@ -26,6 +26,19 @@ const QString kStoreFile = QStringLiteral("flotilla.db");
 
 } // namespace
 
+SubtaskResult SubtaskResult::fromOutcome(qint64 leaseId, const TrainOutcome &outcome)
+{
+    SubtaskResult r;
+    r.leaseId = leaseId;
+    r.weights = outcome.weights;
+    r.meanLoss = outcome.meanLoss;
+    r.sampleSteps = outcome.sampleSteps;
+    r.covered = outcome.covered;
+    r.seconds = outcome.seconds;
+    r.partial = outcome.partial;
+    return r;
+}
+
 Coordinator::~Coordinator() = default;
 
 Result<std::unique_ptr<Coordinator>> Coordinator::open(const JobSpec &spec, const QString &runDir, const Clock *clock,

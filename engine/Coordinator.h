@@ -69,6 +69,8 @@ struct SubtaskResult
     qint64 covered = 0; // leading positions of the subtask trained at least once
     double seconds = 0.0;
     bool partial = false;
+
+    static SubtaskResult fromOutcome(qint64 leaseId, const TrainOutcome &outcome);
 };
 
 enum class SubmitStatus { Assimilated, Duplicate, Rejected };

@@ -16,87 +16,155 @@ namespace {
 
 constexpr double kMaxExactInteger = 9007199254740992.0; // 2^53
 
-// Reads typed members of one JSON object, remembering the first error and rejecting keys
-// it was never asked about.
-class ObjectReader
+// The one list of a job file's fields, by dotted path: reading, writing and the check for
+// unknown keys all walk it, so they cannot disagree.
+template <typename Job, typename Visit>
+void forEachField(Job &job, Visit &&visit)
 {
-public:
-    ObjectReader(const QJsonObject &object, QString path) : m_object(object), m_path(std::move(path)) {}
+    visit("name", job.name);
+    visit("dataset.kind", job.dataset.kind);
+    visit("dataset.path", job.dataset.path);
+    visit("dataset.label_column", job.dataset.labelColumn);
+    visit("dataset.test_fraction", job.dataset.testFraction);
+    visit("dataset.train_limit", job.dataset.trainLimit);
+    visit("dataset.test_limit", job.dataset.testLimit);
+    visit("model.kind", job.model.kind);
+    visit("model.path", job.model.path);
+    visit("model.dropout", job.model.dropout);
+    visit("model.hidden", job.model.hidden);
+    visit("training.epochs", job.training.epochs);
+    visit("training.shards", job.training.shards);
+    visit("training.local_epochs", job.training.localEpochs);
+    visit("training.local_steps", job.training.localSteps);
+    visit("training.batch_size", job.training.batchSize);
+    visit("training.optimizer", job.training.optimizer);
+    visit("training.learning_rate", job.training.learningRate);
+    visit("training.momentum", job.training.momentum);
+    visit("training.weight_decay", job.training.weightDecay);
+    visit("training.lr_schedule", job.training.lrSchedule);
+    visit("training.lr_step_epochs", job.training.lrStepEpochs);
+    visit("training.lr_gamma", job.training.lrGamma);
+    visit("training.seed", job.training.seed);
+    visit("training.threads", job.training.threads);
+    visit("training.device", job.training.device);
+    visit("aggregation.rule", job.aggregation.rule);
+    visit("aggregation.alpha", job.aggregation.alpha);
+    visit("aggregation.staleness_exponent", job.aggregation.stalenessExponent);
+    visit("aggregation.outer_learning_rate", job.aggregation.outerLearningRate);
+    visit("aggregation.outer_momentum", job.aggregation.outerMomentum);
+    visit("aggregation.nesterov", job.aggregation.nesterov);
+    visit("fleet.workers", job.fleet.workers);
+    visit("fleet.lease_timeout_s", job.fleet.leaseTimeoutSeconds);
+    visit("fleet.instance_type", job.fleet.instanceType);
+    visit("fleet.price_class", job.fleet.priceClass);
+    visit("fleet.price_table", job.fleet.priceTable);
+    visit("fleet.preemption.mean_interval_s", job.fleet.preemption.meanIntervalSeconds);
+    visit("fleet.preemption.notice_fraction", job.fleet.preemption.noticeFraction);
+    visit("fleet.preemption.rejoin_delay_s", job.fleet.preemption.rejoinDelaySeconds);
+}
 
-    void read(const char *key, QString &out) { with(key, [&](const QJsonValue &v) {
-        if (!v.isString()) return expected(key, "a string");
-        out = v.toString(); return true; }); }
-    void read(const char *key, double &out) { with(key, [&](const QJsonValue &v) {
-        if (!v.isDouble()) return expected(key, "a number");
-        out = v.toDouble(); return true; }); }
-    void read(const char *key, bool &out) { with(key, [&](const QJsonValue &v) {
-        if (!v.isBool()) return expected(key, "true or false");
-        out = v.toBool(); return true; }); }
-    // JSON numbers are doubles: integers are exact up to 2^53, so that is the limit here too.
-    template <typename Int>
-    void readInt(const char *key, Int &out) { with(key, [&](const QJsonValue &v) {
-        const double d = v.toDouble(std::numeric_limits<double>::quiet_NaN());
-        if (!v.isDouble() || d != std::floor(d) || std::abs(d) > kMaxExactInteger)
-            return expected(key, "an integer (at most 2^53 in magnitude)");
-        if (d < double(std::numeric_limits<Int>::min()) || d > double(std::numeric_limits<Int>::max()))
-            return expected(key, std::is_signed_v<Int> ? "an integer in range" : "a non-negative integer in range");
-        out = static_cast<Int>(d); return true; }); }
-    void read(const char *key, QList<int> &out) { with(key, [&](const QJsonValue &v) {
-        if (!v.isArray()) return expected(key, "an array of integers");
-        QList<int> list;
-        for (const auto &item : v.toArray()) {
-            const double d = item.toDouble();
-            if (!item.isDouble() || d != std::floor(d) || std::abs(d) > double(std::numeric_limits<int>::max()))
-                return expected(key, "an array of integers");
-            list << static_cast<int>(d);
+// Converts one JSON value into a field; returns what it must be when it cannot.
+const char *convert(const QJsonValue &v, QString &out)
+{
+    if (!v.isString())
+        return "a string";
+    out = v.toString();
+    return nullptr;
+}
+
+const char *convert(const QJsonValue &v, double &out)
+{
+    if (!v.isDouble())
+        return "a number";
+    out = v.toDouble();
+    return nullptr;
+}
+
+const char *convert(const QJsonValue &v, bool &out)
+{
+    if (!v.isBool())
+        return "true or false";
+    out = v.toBool();
+    return nullptr;
+}
+
+// JSON numbers are doubles: integers are exact up to 2^53, so that is the limit here too.
+template <typename Int, typename = std::enable_if_t<std::is_integral_v<Int>>>
+const char *convert(const QJsonValue &v, Int &out)
+{
+    const double d = v.toDouble(std::numeric_limits<double>::quiet_NaN());
+    if (!v.isDouble() || d != std::floor(d) || std::abs(d) > kMaxExactInteger)
+        return "an integer (at most 2^53 in magnitude)";
+    if (d < double(std::numeric_limits<Int>::min()) || d > double(std::numeric_limits<Int>::max()))
+        return std::is_signed_v<Int> ? "an integer in range" : "a non-negative integer in range";
+    out = static_cast<Int>(d);
+    return nullptr;
+}
+
+const char *convert(const QJsonValue &v, QList<int> &out)
+{
+    if (!v.isArray())
+        return "an array of integers";
+    QList<int> list;
+    for (const auto &item : v.toArray()) {
+        const double d = item.toDouble();
+        if (!item.isDouble() || d != std::floor(d) || std::abs(d) > double(std::numeric_limits<int>::max()))
+            return "an array of integers";
+        list << static_cast<int>(d);
+    }
+    out = list;
+    return nullptr;
+}
+
+QJsonValue toJsonValue(const QString &v) { return v; }
+QJsonValue toJsonValue(double v) { return v; }
+QJsonValue toJsonValue(bool v) { return v; }
+template <typename Int, typename = std::enable_if_t<std::is_integral_v<Int>>>
+QJsonValue toJsonValue(Int v)
+{
+    return static_cast<qint64>(v);
+}
+QJsonValue toJsonValue(const QList<int> &v)
+{
+    QJsonArray a;
+    for (const int x : v)
+        a.append(x);
+    return a;
+}
+
+void setPath(QJsonObject &object, const QStringList &keys, const QJsonValue &value)
+{
+    if (keys.size() == 1) {
+        object.insert(keys.front(), value);
+        return;
+    }
+    QJsonObject inner = object.value(keys.front()).toObject();
+    setPath(inner, keys.mid(1), value);
+    object.insert(keys.front(), inner);
+}
+
+// Any key the field list does not name is an error: a typo must not silently fall back to
+// a default.
+QString findUnknownKey(const QJsonObject &object, const QString &prefix, const QSet<QString> &known)
+{
+    for (auto it = object.begin(); it != object.end(); ++it) {
+        const QString path = prefix.isEmpty() ? it.key() : prefix + u'.' + it.key();
+        if (!known.contains(path)) {
+            QStringList siblings;
+            for (const QString &k : known)
+                if (k.startsWith(prefix.isEmpty() ? QString() : prefix + u'.')
+                    && !k.mid(prefix.isEmpty() ? 0 : prefix.size() + 1).contains(u'.'))
+                    siblings << k.mid(prefix.isEmpty() ? 0 : prefix.size() + 1);
+            siblings.sort();
+            return QStringLiteral("unknown key '%1' (known keys here: %2)").arg(path, siblings.join(QStringLiteral(", ")));
         }
-        out = list; return true; }); }
-    template <typename F>
-    void object(const char *key, F &&readInner) { with(key, [&](const QJsonValue &v) {
-        if (!v.isObject()) return expected(key, "an object");
-        ObjectReader inner(v.toObject(), qualified(key));
-        readInner(inner);
-        if (auto e = inner.finish(); !e.isEmpty()) { m_error = e; return false; }
-        return true; }); }
-
-    // The first error, or an empty string.
-    QString finish()
-    {
-        if (!m_error.isEmpty())
-            return m_error;
-        for (auto it = m_object.begin(); it != m_object.end(); ++it)
-            if (!m_known.contains(it.key())) {
-                QStringList known(m_known.begin(), m_known.end());
-                known.sort();
-                return QStringLiteral("unknown key '%1' (known keys here: %2)")
-                    .arg(qualified(it.key()), known.join(QStringLiteral(", ")));
-            }
-        return {};
+        if (it.value().isObject()) {
+            if (const QString inner = findUnknownKey(it.value().toObject(), path, known); !inner.isEmpty())
+                return inner;
+        }
     }
-
-private:
-    template <typename F>
-    void with(const char *key, F &&f)
-    {
-        const QString k = QString::fromLatin1(key);
-        m_known.insert(k);
-        if (!m_error.isEmpty() || !m_object.contains(k))
-            return;
-        f(m_object.value(k));
-    }
-    bool expected(const char *key, const char *what)
-    {
-        m_error = QStringLiteral("'%1' must be %2").arg(qualified(QString::fromLatin1(key)), QString::fromLatin1(what));
-        return false;
-    }
-    QString qualified(const QString &key) const { return m_path.isEmpty() ? key : m_path + u'.' + key; }
-    QString qualified(const char *key) const { return qualified(QString::fromLatin1(key)); }
-
-    QJsonObject m_object;
-    QString m_path;
-    QSet<QString> m_known;
-    QString m_error;
-};
+    return {};
+}
 
 Result<void> oneOf(const QString &field, const QString &value, const QStringList &allowed)
 {
@@ -125,60 +193,33 @@ JobSpec JobSpec::defaultJob()
 Result<JobSpec> JobSpec::fromJson(const QJsonObject &json)
 {
     JobSpec job;
-    ObjectReader r(json, {});
-    r.read("name", job.name);
-    r.object("dataset", [&](ObjectReader &d) {
-        d.read("kind", job.dataset.kind);
-        d.read("path", job.dataset.path);
-        d.read("label_column", job.dataset.labelColumn);
-        d.read("test_fraction", job.dataset.testFraction);
-        d.readInt("train_limit", job.dataset.trainLimit);
-        d.readInt("test_limit", job.dataset.testLimit);
+    QSet<QString> known;
+    QString error;
+    forEachField(job, [&](const char *path, auto &field) {
+        const QString name = QString::fromLatin1(path);
+        const QStringList keys = name.split(u'.');
+        for (int i = 1; i <= keys.size(); ++i)
+            known.insert(keys.mid(0, i).join(u'.'));
+        if (!error.isEmpty())
+            return;
+        // Walk to the value; a section that is not an object is an error of its own.
+        QJsonValue value = json;
+        for (int i = 0; i < keys.size(); ++i) {
+            if (!value.isObject()) {
+                error = QStringLiteral("'%1' must be an object").arg(keys.mid(0, i).join(u'.'));
+                return;
+            }
+            const QJsonObject object = value.toObject();
+            if (!object.contains(keys[i]))
+                return;
+            value = object.value(keys[i]);
+        }
+        if (const char *expected = convert(value, field))
+            error = QStringLiteral("'%1' must be %2").arg(name, QString::fromLatin1(expected));
     });
-    r.object("model", [&](ObjectReader &m) {
-        m.read("kind", job.model.kind);
-        m.read("path", job.model.path);
-        m.read("dropout", job.model.dropout);
-        m.read("hidden", job.model.hidden);
-    });
-    r.object("training", [&](ObjectReader &t) {
-        t.readInt("epochs", job.training.epochs);
-        t.readInt("shards", job.training.shards);
-        t.readInt("local_epochs", job.training.localEpochs);
-        t.readInt("local_steps", job.training.localSteps);
-        t.readInt("batch_size", job.training.batchSize);
-        t.read("optimizer", job.training.optimizer);
-        t.read("learning_rate", job.training.learningRate);
-        t.read("momentum", job.training.momentum);
-        t.read("weight_decay", job.training.weightDecay);
-        t.read("lr_schedule", job.training.lrSchedule);
-        t.readInt("lr_step_epochs", job.training.lrStepEpochs);
-        t.read("lr_gamma", job.training.lrGamma);
-        t.readInt("seed", job.training.seed);
-        t.readInt("threads", job.training.threads);
-        t.read("device", job.training.device);
-    });
-    r.object("aggregation", [&](ObjectReader &a) {
-        a.read("rule", job.aggregation.rule);
-        a.read("alpha", job.aggregation.alpha);
-        a.read("staleness_exponent", job.aggregation.stalenessExponent);
-        a.read("outer_learning_rate", job.aggregation.outerLearningRate);
-        a.read("outer_momentum", job.aggregation.outerMomentum);
-        a.read("nesterov", job.aggregation.nesterov);
-    });
-    r.object("fleet", [&](ObjectReader &f) {
-        f.readInt("workers", job.fleet.workers);
-        f.read("lease_timeout_s", job.fleet.leaseTimeoutSeconds);
-        f.read("instance_type", job.fleet.instanceType);
-        f.read("price_class", job.fleet.priceClass);
-        f.read("price_table", job.fleet.priceTable);
-        f.object("preemption", [&](ObjectReader &p) {
-            p.read("mean_interval_s", job.fleet.preemption.meanIntervalSeconds);
-            p.read("notice_fraction", job.fleet.preemption.noticeFraction);
-            p.read("rejoin_delay_s", job.fleet.preemption.rejoinDelaySeconds);
-        });
-    });
-    if (const QString error = r.finish(); !error.isEmpty())
+    if (error.isEmpty())
+        error = findUnknownKey(json, {}, known);
+    if (!error.isEmpty())
         return fail(error);
     if (auto valid = job.validate(); !valid)
         return valid.takeError();
@@ -205,57 +246,11 @@ Result<JobSpec> JobSpec::load(const QString &path)
 
 QJsonObject JobSpec::toJson() const
 {
-    QJsonArray hiddenArray;
-    for (const int h : model.hidden)
-        hiddenArray.append(h);
-    return QJsonObject{
-        {QStringLiteral("name"), name},
-        {QStringLiteral("dataset"), QJsonObject{
-             {QStringLiteral("kind"), dataset.kind},
-             {QStringLiteral("path"), dataset.path},
-             {QStringLiteral("label_column"), dataset.labelColumn},
-             {QStringLiteral("test_fraction"), dataset.testFraction},
-             {QStringLiteral("train_limit"), dataset.trainLimit},
-             {QStringLiteral("test_limit"), dataset.testLimit}}},
-        {QStringLiteral("model"), QJsonObject{
-             {QStringLiteral("kind"), model.kind},
-             {QStringLiteral("path"), model.path},
-             {QStringLiteral("dropout"), model.dropout},
-             {QStringLiteral("hidden"), hiddenArray}}},
-        {QStringLiteral("training"), QJsonObject{
-             {QStringLiteral("epochs"), training.epochs},
-             {QStringLiteral("shards"), training.shards},
-             {QStringLiteral("local_epochs"), training.localEpochs},
-             {QStringLiteral("local_steps"), training.localSteps},
-             {QStringLiteral("batch_size"), training.batchSize},
-             {QStringLiteral("optimizer"), training.optimizer},
-             {QStringLiteral("learning_rate"), training.learningRate},
-             {QStringLiteral("momentum"), training.momentum},
-             {QStringLiteral("weight_decay"), training.weightDecay},
-             {QStringLiteral("lr_schedule"), training.lrSchedule},
-             {QStringLiteral("lr_step_epochs"), training.lrStepEpochs},
-             {QStringLiteral("lr_gamma"), training.lrGamma},
-             {QStringLiteral("seed"), static_cast<qint64>(training.seed)},
-             {QStringLiteral("threads"), training.threads},
-             {QStringLiteral("device"), training.device}}},
-        {QStringLiteral("aggregation"), QJsonObject{
-             {QStringLiteral("rule"), aggregation.rule},
-             {QStringLiteral("alpha"), aggregation.alpha},
-             {QStringLiteral("staleness_exponent"), aggregation.stalenessExponent},
-             {QStringLiteral("outer_learning_rate"), aggregation.outerLearningRate},
-             {QStringLiteral("outer_momentum"), aggregation.outerMomentum},
-             {QStringLiteral("nesterov"), aggregation.nesterov}}},
-        {QStringLiteral("fleet"), QJsonObject{
-             {QStringLiteral("workers"), fleet.workers},
-             {QStringLiteral("lease_timeout_s"), fleet.leaseTimeoutSeconds},
-             {QStringLiteral("instance_type"), fleet.instanceType},
-             {QStringLiteral("price_class"), fleet.priceClass},
-             {QStringLiteral("price_table"), fleet.priceTable},
-             {QStringLiteral("preemption"), QJsonObject{
-                  {QStringLiteral("mean_interval_s"), fleet.preemption.meanIntervalSeconds},
-                  {QStringLiteral("notice_fraction"), fleet.preemption.noticeFraction},
-                  {QStringLiteral("rejoin_delay_s"), fleet.preemption.rejoinDelaySeconds}}}}},
-    };
+    QJsonObject json;
+    forEachField(*this, [&](const char *path, const auto &field) {
+        setPath(json, QString::fromLatin1(path).split(u'.'), toJsonValue(field));
+    });
+    return json;
 }
 
 Result<void> JobSpec::save(const QString &path) const

@@ -152,15 +152,7 @@ void LocalWorker::run()
             m_service->callHandBack(id, leaseId, outcome.error());
             continue;
         }
-        SubtaskResult result;
-        result.leaseId = leaseId;
-        result.weights = outcome->weights;
-        result.meanLoss = outcome->meanLoss;
-        result.sampleSteps = outcome->sampleSteps;
-        result.covered = outcome->covered;
-        result.seconds = outcome->seconds;
-        result.partial = outcome->partial;
-        const SubmitReply reply = m_service->callSubmit(id, std::move(result));
+        const SubmitReply reply = m_service->callSubmit(id, SubtaskResult::fromOutcome(leaseId, *outcome));
         if (reply.status == SubmitStatus::Rejected)
             qCWarning(lcEngine).noquote() << m_info.name << "result rejected:" << reply.reason;
     }

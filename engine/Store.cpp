@@ -355,10 +355,10 @@ Result<void> Store::addState(qint64 jobId, const StateRecord &st)
     return q.bind(jobId).bind(st.seq).bind(st.version).bind(st.path).bind(st.sha256).bind(st.atMs).run();
 }
 
-Result<std::optional<StateRecord>> Store::latestState(qint64 jobId)
+namespace {
+
+Result<std::optional<StateRecord>> firstState(Statement &q)
 {
-    Statement q(m_db, "SELECT seq, version, path, sha256, at_ms FROM states WHERE job_id = ? ORDER BY seq DESC LIMIT 1");
-    q.bind(jobId);
     auto rows = collect<StateRecord>(q, [](Statement &s) {
         return StateRecord{s.i64(0), s.i64(1), s.text(2), s.text(3), s.i64(4)};
     });
@@ -367,16 +367,20 @@ Result<std::optional<StateRecord>> Store::latestState(qint64 jobId)
     return rows->empty() ? std::optional<StateRecord>{} : std::optional<StateRecord>{rows->front()};
 }
 
+} // namespace
+
+Result<std::optional<StateRecord>> Store::latestState(qint64 jobId)
+{
+    Statement q(m_db, "SELECT seq, version, path, sha256, at_ms FROM states WHERE job_id = ? ORDER BY seq DESC LIMIT 1");
+    q.bind(jobId);
+    return firstState(q);
+}
+
 Result<std::optional<StateRecord>> Store::state(qint64 jobId, qint64 seq)
 {
     Statement q(m_db, "SELECT seq, version, path, sha256, at_ms FROM states WHERE job_id = ? AND seq = ?");
     q.bind(jobId).bind(seq);
-    auto rows = collect<StateRecord>(q, [](Statement &s) {
-        return StateRecord{s.i64(0), s.i64(1), s.text(2), s.text(3), s.i64(4)};
-    });
-    if (!rows)
-        return rows.takeError();
-    return rows->empty() ? std::optional<StateRecord>{} : std::optional<StateRecord>{rows->front()};
+    return firstState(q);
 }
 
 Result<void> Store::addAssimilation(qint64 jobId, const AssimilationRecord &a)

@@ -408,14 +408,7 @@ private Q_SLOTS:
             auto out = trainSubtask(*model, a->weights, f.data->train.features.index_select(0, idx),
                                     f.data->train.labels.index_select(0, idx), a->config, torch::kCPU);
             QVERIFY(out);
-            SubtaskResult r;
-            r.leaseId = a->leaseId;
-            r.weights = out->weights;
-            r.covered = out->covered;
-            r.sampleSteps = out->sampleSteps;
-            r.meanLoss = out->meanLoss;
-            r.seconds = out->seconds;
-            QCOMPARE(c->submitResult(w, r).status, SubmitStatus::Assimilated);
+            QCOMPARE(c->submitResult(w, SubtaskResult::fromOutcome(a->leaseId, *out)).status, SubmitStatus::Assimilated);
         }
         QVERIFY2(c->progress().testAccuracy > 0.95, qPrintable(QString::number(c->progress().testAccuracy)));
     }
