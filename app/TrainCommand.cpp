@@ -16,6 +16,7 @@
 #include <QTimer>
 
 #include <atomic>
+#include <limits>
 #include <csignal>
 #include <cstdio>
 
@@ -92,11 +93,15 @@ Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
         const QString name = QString::fromLatin1(flag);
         if (!p.isSet(name))
             return {};
+        using Field = std::remove_reference_t<decltype(field)>;
         bool ok = false;
         const qlonglong v = p.value(name).toLongLong(&ok);
         if (!ok)
             return fail(QStringLiteral("--%1 needs an integer, got '%2'").arg(name, p.value(name)));
-        field = static_cast<std::remove_reference_t<decltype(field)>>(v);
+        if (v < 0 || (std::numeric_limits<Field>::max() < std::numeric_limits<qlonglong>::max()
+                      && v > static_cast<qlonglong>(std::numeric_limits<Field>::max())))
+            return fail(QStringLiteral("--%1 is out of range: %2").arg(name, p.value(name)));
+        field = static_cast<Field>(v);
         return {};
     };
     auto number = [&](const char *flag, double &field) -> Result<void> {
@@ -225,8 +230,12 @@ int runTrainCommand(const QStringList &arguments)
         return ExitUsage;
     }
     if (parser.isSet(QStringLiteral("help"))) {
-        std::fputs(parser.helpText().replace(QStringLiteral("Usage: train"), QStringLiteral("Usage: flotilla train"))
-                       .toUtf8().constData(), stdout);
+        // QCommandLineParser names the binary; the command's name is what users type.
+        QString help = parser.helpText();
+        const qsizetype options = help.indexOf(QStringLiteral(" [options]"));
+        if (help.startsWith(QStringLiteral("Usage: ")) && options > 0)
+            help.replace(0, options, QStringLiteral("Usage: flotilla train"));
+        std::fputs(help.toUtf8().constData(), stdout);
         return ExitOk;
     }
     if (!parser.positionalArguments().isEmpty()) {
