@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian 12 packages only) and builds Flotilla (release preset).
+# Used by scripts/run.sh and scripts/test.sh; safe to run again: it installs and rebuilds
+# only what is missing or changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+    cmake ninja-build g++ pkg-config
+    qt6-base-dev libtorch-dev libssl-dev libsqlite3-dev zlib1g-dev
+    libopenblas0-openmp          # fast BLAS for LibTorch's linear layers (else netlib's reference BLAS)
+    dataset-fashion-mnist        # the default data set
+    python3-torch python3-numpy  # TorchScript interop tests
+)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    echo "Installing: ${missing[*]}"
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+cmake --preset release
+cmake --build --preset release
