@@ -335,7 +335,7 @@ int runTrainCommand(const QStringList &arguments)
     QObject::connect(&signalPoll, &QTimer::timeout, &f, [&] {
         if (g_signal.load() == 0)
             return;
-        std::fprintf(stderr, "\nStopping: the workers hand back their leases. Resume with: flotilla train --run-dir %s\n",
+        std::fprintf(stderr, "\nStopping: the workers hand in what they trained so far. Resume with: flotilla train --run-dir %s\n",
                      f.runDir().toUtf8().constData());
         exitCode = ExitInterrupted;
         QCoreApplication::quit();

@@ -211,10 +211,15 @@ Result<void> Coordinator::resume(const JobRecord &job)
         m_lastTestLoss = e.loss;
     }
     m_requestedEpoch = m_evaluatedEpoch;
+    // Workers were alive at most until the coordinator's last record: the time of leases
+    // lost to the restart is counted up to then, not up to now.
+    auto lastEvent = m_store->lastEventMs(m_jobId);
     for (const auto &w : *workers) {
         WorkerState ws;
         ws.record = w;
         ws.record.state = QStringLiteral("offline");
+        if (lastEvent)
+            ws.record.lastSeenMs = std::max(ws.record.lastSeenMs, *lastEvent);
         auto rates = m_prices.rates(w.instanceType, w.priceClass);
         ws.rates = rates ? *rates : CostRates{};
         m_workers[w.id] = ws;
@@ -303,7 +308,7 @@ void Coordinator::leaseEnded(const Lease &lease, const QString &why)
     if (worker.leaseId == lease.id)
         worker.leaseId = 0;
     // Worker-seconds spent on the lease, as far as the coordinator saw the worker alive.
-    const qint64 end = lease.state == LeaseState::Lost && worker.record.lastSeenMs > lease.issuedMs
+    const qint64 end = lease.state == LeaseState::Lost && worker.record.lastSeenMs >= lease.issuedMs
                            ? std::min(lease.endedMs, worker.record.lastSeenMs)
                            : lease.endedMs;
     const double seconds = std::max<qint64>(0, end - lease.issuedMs) / 1000.0;

@@ -28,7 +28,8 @@ public:
     ~LocalFleet() override;
 
     void start();
-    // Hands back the workers' leases and stops everything; the job can be resumed later.
+    // Stops the workers (each hands in what it trained so far) and the coordinator; the job
+    // can be resumed later.
     void stop();
 
     const JobSpec &spec() const { return m_spec; }

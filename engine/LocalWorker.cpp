@@ -136,7 +136,11 @@ void LocalWorker::run()
         m_currentLease = 0;
 
         if (m_stop) {
-            m_service->callHandBack(id, leaseId, QStringLiteral("the worker is shutting down"));
+            // Stopping is a notice too: what was trained is handed in, the rest handed back.
+            if (outcome && outcome->covered > 0)
+                m_service->callSubmit(id, SubtaskResult::fromOutcome(leaseId, *outcome));
+            else
+                m_service->callHandBack(id, leaseId, QStringLiteral("the worker is shutting down"));
             break;
         }
         if (m_killed) // a simulated SIGKILL: nothing reaches the coordinator

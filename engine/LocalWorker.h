@@ -27,7 +27,7 @@ public:
     ~LocalWorker();
 
     void start();
-    void stop();  // hands back the current lease and ends the loop
+    void stop();  // hands in what the current subtask trained so far and ends the loop
     void wait();
 
     // Returns false if the worker is already down.

@@ -448,6 +448,16 @@ Result<std::vector<EventRecord>> Store::events(qint64 jobId, const QString &kind
     });
 }
 
+Result<qint64> Store::lastEventMs(qint64 jobId)
+{
+    Statement q(m_db, "SELECT COALESCE(MAX(at_ms), 0) FROM events WHERE job_id = ?");
+    q.bind(jobId);
+    const qint64 at = q.next() ? q.i64(0) : 0;
+    if (!q.ok())
+        return q.error();
+    return at;
+}
+
 Result<void> Store::addLedger(qint64 jobId, const LedgerRecord &l)
 {
     Statement q(m_db, "INSERT INTO ledger(job_id, worker_id, lease_id, at_ms, kind, seconds, cost_spot, "

@@ -151,6 +151,9 @@ public:
     Result<std::vector<EvaluationRecord>> evaluations(qint64 jobId);
     Result<qint64> addEvent(qint64 jobId, const EventRecord &e);
     Result<std::vector<EventRecord>> events(qint64 jobId, const QString &kind = {});
+    // When the job last recorded anything (0 if never): a lower bound of when a killed
+    // coordinator died.
+    Result<qint64> lastEventMs(qint64 jobId);
     Result<void> addLedger(qint64 jobId, const LedgerRecord &l);
     Result<LedgerTotals> ledgerTotals(qint64 jobId);
 

@@ -310,6 +310,7 @@ private Q_SLOTS:
         } // the coordinator is gone without any goodbye
         // An assimilation that wrote its checkpoint but never committed leaves an orphan.
         test::writeFile(f.dir.filePath(QStringLiteral("checkpoints/state-000000006.ckpt")), "not committed");
+        f.clock.advance(3600'000); // the job stays down for an hour
 
         auto c = f.open();
         QVERIFY(c);
@@ -319,6 +320,9 @@ private Q_SLOTS:
         QVERIFY(!QFileInfo::exists(f.dir.filePath(QStringLiteral("checkpoints/state-000000006.ckpt"))));
         QCOMPARE(countEvents(*c, QStringLiteral("lease-lost")), 1);
         QCOMPARE(countEvents(*c, QStringLiteral("job-resumed")), 1);
+        // The lost lease's time ends when the old coordinator was last heard of, not after
+        // the hour the job was down.
+        QCOMPARE(c->store().ledgerTotals(1)->wastedSeconds, 0.0);
         const qint64 back = c->workerJoined(worker(QStringLiteral("a")), w).value();
         runToEnd(*c, {back});
         QVERIFY(c->finished());
