@@ -8,8 +8,11 @@ target_compile_definitions(flotilla_settings INTERFACE
     QT_NO_FOREACH
     FLOTILLA_VERSION="${PROJECT_VERSION}")
 if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    # -fvisibility-inlines-hidden: Debian's LibTorch pulls OpenCV and with it Qt 5 into the
+    # process; an inline Qt 6 function emitted by an unoptimized build (QByteArray::append)
+    # must not be exported, or Qt 5's libraries bind to it and crash at start-up.
     target_compile_options(flotilla_settings INTERFACE
-        -Wall -Wextra -Wpedantic -Wno-unused-parameter)
+        -Wall -Wextra -Wpedantic -Wno-unused-parameter -fvisibility-inlines-hidden)
 elseif(MSVC)
     target_compile_options(flotilla_settings INTERFACE /W4 /permissive- /Zc:__cplusplus)
 endif()

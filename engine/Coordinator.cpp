@@ -22,6 +22,7 @@ namespace flotilla {
 namespace {
 
 constexpr int kStalenessWindow = 50;
+constexpr double kNormFactor = 1000.0;
 const QString kStoreFile = QStringLiteral("flotilla.db");
 
 } // namespace
@@ -354,6 +355,8 @@ Result<qint64> Coordinator::workerJoined(const WorkerInfo &info, qint64 knownWor
         w.record.priceClass = info.priceClass;
         w.record.state = QStringLiteral("online");
         w.record.lastSeenMs = now;
+        if (w.samplesPerSecond <= 0)
+            w.samplesPerSecond = info.samplesPerSecond;
         if (auto r = m_store->updateWorker(m_jobId, w.record); !r)
             return r.takeError();
         event(QStringLiteral("worker-joined"), knownWorkerId, 0, 0, QStringLiteral("%1 came back").arg(w.record.name));
@@ -367,7 +370,7 @@ Result<qint64> Coordinator::workerJoined(const WorkerInfo &info, qint64 knownWor
     if (!id)
         return id.takeError();
     record.id = *id;
-    m_workers[*id] = WorkerState{record, *rates, true, 0, 0, 0};
+    m_workers[*id] = WorkerState{record, *rates, true, 0, 0, 0, info.samplesPerSecond};
     event(QStringLiteral("worker-joined"), *id, 0, 0,
           QStringLiteral("%1 (%2, %3, %4 %5 thread(s))")
               .arg(info.name, info.instanceType, info.priceClass, info.device)
@@ -407,6 +410,18 @@ void Coordinator::heartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps,
     }
 }
 
+bool Coordinator::isOnline(qint64 workerId) const
+{
+    const auto it = m_workers.find(workerId);
+    return it != m_workers.end() && it->second.online;
+}
+
+double Coordinator::workerSpeed(qint64 workerId) const
+{
+    const auto it = m_workers.find(workerId);
+    return it == m_workers.end() ? 0.0 : it->second.samplesPerSecond;
+}
+
 TrainConfig Coordinator::trainConfigFor(const Subtask &subtask) const
 {
     const TrainingSpec &t = m_spec.training;
@@ -440,8 +455,23 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
     if (auto held = m_scheduler->activeLeaseOf(workerId))
         handleChanges(m_scheduler->handBack(held->id), QStringLiteral("the worker asked for new work instead"));
 
-    const auto durationMs = static_cast<qint64>(m_spec.fleet.leaseTimeoutSeconds * 1000.0);
-    auto grant = m_scheduler->grant(workerId, m_seq, m_version, durationMs);
+    // Heterogeneous fleets: a worker whose speed is known gets about targetSubtaskSeconds of
+    // work and a deadline that follows its speed; an unknown one gets whole shards and the
+    // longest lease.
+    const FleetSpec &fleet = m_spec.fleet;
+    const TrainingSpec &training = m_spec.training;
+    const double speed = worker.samplesPerSecond;
+    qint64 maxPositions = 0;
+    if (speed > 0 && fleet.targetSubtaskSeconds > 0 && training.localSteps == 0)
+        maxPositions = std::max<qint64>(training.batchSize,
+                                        qint64(speed * fleet.targetSubtaskSeconds / training.localEpochs));
+    qint64 durationMs = static_cast<qint64>(fleet.leaseTimeoutSeconds * 1000.0);
+    if (speed > 0) {
+        const qint64 largest = maxPositions > 0 ? maxPositions : m_data->plan.shardSize(0) + 1;
+        const double expectedSeconds = double(largest) * training.localEpochs / speed;
+        durationMs = std::min<qint64>(durationMs, qint64((3.0 * expectedSeconds + 10.0) * 1000.0));
+    }
+    auto grant = m_scheduler->grant(workerId, m_seq, m_version, durationMs, maxPositions);
     if (!grant)
         return std::nullopt;
     if (auto r = persist(grant->changes); !r) {
@@ -494,6 +524,12 @@ QString Coordinator::validate(const SubtaskResult &r) const
             .arg(w.numel()).arg(m_spec.model.kind).arg(m_layout.totalNumel);
     if (!torch::isfinite(w).all().item<bool>())
         return QStringLiteral("the weights contain NaN or infinite values");
+    // No honest subtask multiplies the size of a model by a thousand.
+    const double norm = w.norm().item<double>();
+    const double bound = kNormFactor * std::max(1.0, m_state.weights.norm().item<double>());
+    if (norm > bound)
+        return QStringLiteral("the weights' L2 norm is %1, more than %2 times the global model's (%3): refused as absurd")
+            .arg(norm, 0, 'g', 4).arg(kNormFactor).arg(bound / kNormFactor, 0, 'g', 4);
     if (r.sampleSteps < 0 || r.covered < 0 || !std::isfinite(r.meanLoss) || !std::isfinite(r.seconds))
         return QStringLiteral("the result's metrics are malformed");
     return {};
@@ -639,6 +675,10 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     auto &worker = m_workers[workerId];
     if (worker.leaseId == lease.id)
         worker.leaseId = 0;
+    if (result.seconds > 0 && result.sampleSteps > 0) {
+        const double measured = double(result.sampleSteps) / result.seconds;
+        worker.samplesPerSecond = worker.samplesPerSecond > 0 ? 0.7 * worker.samplesPerSecond + 0.3 * measured : measured;
+    }
     m_lossEma = m_lossEma < 0 ? result.meanLoss : 0.9 * m_lossEma + 0.1 * result.meanLoss;
     m_maxStaleness = std::max<qint64>(m_maxStaleness, contribution.staleness);
     m_recentStaleness.push_back(contribution.staleness);
@@ -683,6 +723,15 @@ void Coordinator::tick()
     if (!m_fatal.isEmpty())
         return;
     handleChanges(m_scheduler->expire(), QStringLiteral("the lease passed its deadline without a result"));
+    const qint64 now = m_clock->nowMs();
+    const auto timeoutMs = static_cast<qint64>(m_spec.fleet.heartbeatTimeoutSeconds * 1000.0);
+    std::vector<qint64> silent;
+    for (const auto &[id, w] : m_workers)
+        if (w.online && now - w.record.lastSeenMs > timeoutMs)
+            silent.push_back(id);
+    for (const qint64 id : silent)
+        workerLeft(id, QStringLiteral("not heard from for %1 s (missed heartbeats)")
+                           .arg((now - m_workers[id].record.lastSeenMs) / 1000));
 }
 
 void Coordinator::requestEvaluation(int epoch)

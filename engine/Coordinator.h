@@ -42,6 +42,7 @@ struct WorkerInfo
     QString priceClass;
     QString device = QStringLiteral("cpu");
     int threads = 1;
+    double samplesPerSecond = 0.0; // the worker's own measurement, 0 if unknown
 };
 
 // Everything a worker needs to run a subtask.
@@ -156,13 +157,19 @@ public:
     // A note from whoever runs the fleet (e.g. a simulated preemption), stored as an event.
     void recordEvent(const QString &kind, qint64 workerId, const QString &detail);
     void heartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps, qint64 plannedSampleSteps);
+    // Whether the worker is known and online (a revoked or timed-out worker is not).
+    bool isOnline(qint64 workerId) const;
 
     std::optional<Assignment> requestSubtask(qint64 workerId);
     SubmitReply submitResult(qint64 workerId, SubtaskResult result);
     void handBack(qint64 workerId, qint64 leaseId, const QString &reason);
-    // Expires leases past their deadline.
+    // Expires leases past their deadline; workers silent longer than the heartbeat timeout
+    // are considered gone and their leases reassigned.
     void tick();
     void recordEvaluation(const EvaluationRequest &request, const Evaluation &evaluation);
+
+    // Workers' throughput, as measured from their results (samples per second).
+    double workerSpeed(qint64 workerId) const;
 
     bool finished() const { return m_finished; }
     // Set when the store or a checkpoint could not be written: the job stops, and resuming
@@ -223,6 +230,7 @@ private:
         qint64 leaseId = 0;
         qint64 sampleSteps = 0;
         qint64 plannedSampleSteps = 0;
+        double samplesPerSecond = 0.0; // measured from results, else as reported
     };
     std::map<qint64, WorkerState> m_workers;
     std::map<qint64, double> m_wastedSeconds; // recorded as wasted, reversed if a late result lands

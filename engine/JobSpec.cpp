@@ -55,6 +55,8 @@ void forEachField(Job &job, Visit &&visit)
     visit("aggregation.nesterov", job.aggregation.nesterov);
     visit("fleet.workers", job.fleet.workers);
     visit("fleet.lease_timeout_s", job.fleet.leaseTimeoutSeconds);
+    visit("fleet.target_subtask_s", job.fleet.targetSubtaskSeconds);
+    visit("fleet.heartbeat_timeout_s", job.fleet.heartbeatTimeoutSeconds);
     visit("fleet.instance_type", job.fleet.instanceType);
     visit("fleet.price_class", job.fleet.priceClass);
     visit("fleet.price_table", job.fleet.priceTable);
@@ -310,6 +312,8 @@ Result<void> JobSpec::validate() const
         inRange(QStringLiteral("aggregation.outer_momentum"), aggregation.outerMomentum, 0.0, 0.999),
         inRange(QStringLiteral("fleet.workers"), fleet.workers, 1, 256),
         inRange(QStringLiteral("fleet.lease_timeout_s"), fleet.leaseTimeoutSeconds, 1.0, 7.0 * 24 * 3600),
+        inRange(QStringLiteral("fleet.target_subtask_s"), fleet.targetSubtaskSeconds, 0.0, 7.0 * 24 * 3600),
+        inRange(QStringLiteral("fleet.heartbeat_timeout_s"), fleet.heartbeatTimeoutSeconds, 1.0, 24.0 * 3600),
         oneOf(QStringLiteral("fleet.price_class"), fleet.priceClass,
               {QStringLiteral("spot"), QStringLiteral("on-demand"), QStringLiteral("volunteer")}),
         inRange(QStringLiteral("fleet.preemption.mean_interval_s"), fleet.preemption.meanIntervalSeconds, 0.0, 1e7),

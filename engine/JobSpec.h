@@ -68,7 +68,14 @@ struct PreemptionSpec
 struct FleetSpec
 {
     int workers = 4;
+    // The longest a lease lasts; a worker whose speed is known gets a deadline of three times
+    // its expected time plus 10 s, within this bound.
     double leaseTimeoutSeconds = 120.0;
+    // A worker whose speed is known gets at most this many seconds of work per subtask (a
+    // slower machine trains part of a shard); 0 = always whole shards.
+    double targetSubtaskSeconds = 60.0;
+    // A worker not heard from for this long is considered gone; its leases are reassigned.
+    double heartbeatTimeoutSeconds = 30.0;
     QString instanceType = QStringLiteral("aws/c5.large");
     QString priceClass = QStringLiteral("spot"); // spot | on-demand | volunteer
     QString priceTable;                          // empty = the built-in table

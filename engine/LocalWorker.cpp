@@ -1,6 +1,7 @@
 #include "LocalWorker.h"
 
 #include "EngineLog.h"
+#include "WorkerSession.h"
 
 #include <QElapsedTimer>
 #include <QMutexLocker>
@@ -76,16 +77,14 @@ bool LocalWorker::sleepFor(double seconds)
 
 void LocalWorker::run()
 {
-    auto device = selectDevice(m_spec.training.device);
-    auto model = createModel(m_spec.model, m_data->inputShape, m_data->numClasses);
-    if (!device || !model) {
+    auto session = WorkerSession::create(m_spec.model, m_data->inputShape, m_data->numClasses, m_spec.training.device);
+    if (!session) {
         QMutexLocker lock(&m_errorMutex);
-        m_lastError = !device ? device.error() : model.error();
+        m_lastError = session.error();
         qCWarning(lcEngine).noquote() << m_info.name << "cannot start:" << m_lastError;
         return;
     }
-    (*model)->to(*device);
-    m_info.device = device->is_cuda() ? QStringLiteral("cuda") : QStringLiteral("cpu");
+    m_info.device = (*session)->device().is_cuda() ? QStringLiteral("cuda") : QStringLiteral("cpu");
     m_info.threads = m_spec.training.threads;
     auto joined = m_service->callJoin(m_info);
     if (!joined) {
@@ -117,21 +116,17 @@ void LocalWorker::run()
         }
         m_currentLease = a->leaseId;
 
-        const std::vector<std::int64_t> order = m_data->plan.epochOrder(a->shard, a->epoch);
-        const torch::Tensor idx = torch::tensor(
-            std::vector<std::int64_t>(order.begin() + a->begin, order.begin() + a->end), torch::kInt64);
-        const torch::Tensor x = m_data->train.features.index_select(0, idx);
-        const torch::Tensor y = m_data->train.labels.index_select(0, idx);
+        const Dataset shard = m_data->train.select(m_data->plan.shard(a->shard));
+        const SubtaskWork work{a->shard, a->epoch, a->begin, a->end, m_spec.training.seed, a->config};
         QElapsedTimer beat;
         beat.start();
         const qint64 leaseId = a->leaseId;
-        auto outcome = trainSubtask(**model, a->weights, x, y, a->config, *device, &m_cancel,
-                                    [&](std::int64_t done, std::int64_t planned) {
-                                        if (beat.elapsed() >= 1000) {
-                                            beat.restart();
-                                            m_service->callHeartbeat(id, leaseId, done, planned);
-                                        }
-                                    });
+        auto outcome = (*session)->train(shard, work, a->weights, &m_cancel, [&](std::int64_t done, std::int64_t planned) {
+            if (beat.elapsed() >= 1000) {
+                beat.restart();
+                m_service->callHeartbeat(id, leaseId, done, planned);
+            }
+        });
         a.reset(); // let go of the snapshot
         m_currentLease = 0;
 

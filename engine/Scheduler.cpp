@@ -82,30 +82,31 @@ void Scheduler::restore(const std::vector<Subtask> &subtasks, const std::vector<
 
 QString Scheduler::checkIntegrity() const
 {
-    std::map<std::pair<int, int>, int> roots;
+    std::map<std::pair<int, int>, std::vector<std::pair<qint64, qint64>>> pieces;
     for (const auto &[id, s] : m_subtasks) {
         if (s.epoch < 0 || s.epoch >= m_config.epochs || s.shard < 0 || s.shard >= shards())
             return QStringLiteral("subtask %1 names epoch %2, shard %3 outside the job").arg(id).arg(s.epoch).arg(s.shard);
-        if (s.begin < 0 || s.end > shardSize(s.shard) || s.begin >= s.end)
+        const qint64 end = s.state == SubtaskState::Done ? s.coveredEnd : s.end;
+        if (s.begin < 0 || s.end > shardSize(s.shard) || s.begin >= end || end > s.end)
             return QStringLiteral("subtask %1 covers positions %2-%3 of a shard of %4")
-                .arg(id).arg(s.begin).arg(s.end).arg(shardSize(s.shard));
-        if (s.parentId == 0) {
-            if (s.begin != 0 || s.end != shardSize(s.shard))
-                return QStringLiteral("subtask %1 should cover its whole shard").arg(id);
-            ++roots[{s.epoch, s.shard}];
-            continue;
-        }
-        const auto parent = m_subtasks.find(s.parentId);
-        if (parent == m_subtasks.end() || parent->second.state != SubtaskState::Done
-            || parent->second.coveredEnd != s.begin || parent->second.end != s.end)
-            return QStringLiteral("subtask %1 does not continue subtask %2").arg(id).arg(s.parentId);
+                .arg(id).arg(s.begin).arg(end).arg(shardSize(s.shard));
+        pieces[{s.epoch, s.shard}].push_back({s.begin, end});
     }
     for (int epoch = 0; epoch < m_openedEpochs; ++epoch)
         for (int shard = 0; shard < shards(); ++shard) {
-            const auto it = roots.find({epoch, shard});
-            if (it == roots.end() || it->second != 1)
-                return QStringLiteral("epoch %1 has %2 subtasks for shard %3, expected 1")
-                    .arg(epoch + 1).arg(it == roots.end() ? 0 : it->second).arg(shard);
+            auto &ranges = pieces[{epoch, shard}];
+            std::sort(ranges.begin(), ranges.end());
+            qint64 at = 0;
+            for (const auto &[b, e] : ranges) {
+                if (b != at)
+                    return QStringLiteral("epoch %1, shard %2: positions %3-%4 %5")
+                        .arg(epoch + 1).arg(shard).arg(std::min(at, b)).arg(std::max(at, b))
+                        .arg(b > at ? QStringLiteral("belong to no subtask") : QStringLiteral("belong to two subtasks"));
+                at = e;
+            }
+            if (at != shardSize(shard))
+                return QStringLiteral("epoch %1, shard %2: positions %3-%4 belong to no subtask")
+                    .arg(epoch + 1).arg(shard).arg(at).arg(shardSize(shard));
         }
     return {};
 }
@@ -161,7 +162,7 @@ SchedulerChanges Scheduler::openEpochs()
 }
 
 std::optional<Scheduler::Grant> Scheduler::grant(qint64 workerId, qint64 baseSeq, qint64 baseVersion,
-                                                 qint64 durationMs)
+                                                 qint64 durationMs, qint64 maxPositions)
 {
     Grant g;
     g.changes = openEpochs();
@@ -169,6 +170,11 @@ std::optional<Scheduler::Grant> Scheduler::grant(qint64 workerId, qint64 baseSeq
         return std::nullopt;
     const auto [epoch, subtaskId] = *m_queue.begin();
     m_queue.erase(m_queue.begin());
+    if (maxPositions > 0 && m_subtasks.at(subtaskId).size() > maxPositions) {
+        const Subtask original = m_subtasks.at(subtaskId);
+        g.changes.add(newSubtask(original.epoch, original.shard, original.begin + maxPositions, original.end, original.id));
+        m_subtasks.at(subtaskId).end = original.begin + maxPositions;
+    }
     Subtask &s = m_subtasks.at(subtaskId);
     s.state = SubtaskState::Leased;
     ++s.attempts;

@@ -41,7 +41,7 @@ struct Subtask
     int shard = 0;
     qint64 begin = 0;
     qint64 end = 0;
-    qint64 parentId = 0;  // the subtask this one is the remainder of
+    qint64 parentId = 0;  // the subtask this one was split from or is the remainder of
     SubtaskState state = SubtaskState::Queued;
     qint64 coveredEnd = 0; // done: the positions [begin, coveredEnd) were assimilated
     qint64 assimilatedSeq = 0;
@@ -85,23 +85,26 @@ public:
 
     // Rebuilds the state from stored records (in any order).
     void restore(const std::vector<Subtask> &subtasks, const std::vector<Lease> &leases);
-    // After restore(): what is wrong with the records, or an empty string. Every opened
-    // epoch must have exactly one whole-shard subtask per shard, and every remainder must
-    // continue a done subtask where it stopped.
+    // After restore(): what is wrong with the records, or an empty string. In every opened
+    // epoch, the pieces of each shard — positions assimilated by done subtasks, positions
+    // of the others — must tile the shard exactly.
     QString checkIntegrity() const;
 
     // Opens the next epoch(s) when the policy allows: asynchronous jobs run at most one epoch
     // ahead of the oldest unfinished one, synchronous jobs one epoch at a time.
     SchedulerChanges openEpochs();
 
-    // Leases the next queued subtask (oldest epoch first) to a worker.
+    // Leases the next queued subtask (oldest epoch first) to a worker. With maxPositions > 0
+    // a larger subtask is split first: the worker gets its first maxPositions positions and
+    // the rest stays queued as a subtask of its own (so a slow machine gets less work).
     struct Grant
     {
         Lease lease;
         Subtask subtask;
         SchedulerChanges changes;
     };
-    std::optional<Grant> grant(qint64 workerId, qint64 baseSeq, qint64 baseVersion, qint64 durationMs);
+    std::optional<Grant> grant(qint64 workerId, qint64 baseSeq, qint64 baseVersion, qint64 durationMs,
+                               qint64 maxPositions = 0);
 
     enum class Verdict { Accept, Duplicate, Unknown };
     struct Check

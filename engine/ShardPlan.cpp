@@ -26,11 +26,22 @@ std::vector<std::int64_t> ShardPlan::shard(int s) const
     return {m_permutation.begin() + m_offsets[s], m_permutation.begin() + m_offsets[s + 1]};
 }
 
+std::vector<std::int64_t> ShardPlan::epochPermutation(std::int64_t shardSize, std::uint64_t seed, int shard, int epoch)
+{
+    std::vector<std::int64_t> positions(static_cast<std::size_t>(shardSize));
+    std::iota(positions.begin(), positions.end(), std::int64_t{0});
+    deterministicShuffle(positions, mixSeed(mixSeed(seed, static_cast<std::uint64_t>(epoch) + 1),
+                                            static_cast<std::uint64_t>(shard) + 1));
+    return positions;
+}
+
 std::vector<std::int64_t> ShardPlan::epochOrder(int s, int epoch) const
 {
-    std::vector<std::int64_t> order = shard(s);
-    deterministicShuffle(order, mixSeed(mixSeed(m_seed, static_cast<std::uint64_t>(epoch) + 1),
-                                        static_cast<std::uint64_t>(s) + 1));
+    const std::vector<std::int64_t> samples = shard(s);
+    std::vector<std::int64_t> order;
+    order.reserve(samples.size());
+    for (const auto position : epochPermutation(shardSize(s), m_seed, s, epoch))
+        order.push_back(samples[static_cast<std::size_t>(position)]);
     return order;
 }
 

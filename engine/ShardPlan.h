@@ -25,6 +25,11 @@ public:
     // The shard's samples in the order they are visited in an epoch.
     std::vector<std::int64_t> epochOrder(int shard, int epoch) const;
 
+    // The same order as positions within the shard: epochOrder(s, e)[i] ==
+    // shard(s)[epochPermutation(size, seed, s, e)[i]]. A remote worker that holds only the
+    // shard's samples computes its visiting order with this.
+    static std::vector<std::int64_t> epochPermutation(std::int64_t shardSize, std::uint64_t seed, int shard, int epoch);
+
 private:
     std::uint64_t m_seed = 0;
     std::vector<std::int64_t> m_permutation;

@@ -416,6 +416,67 @@ private Q_SLOTS:
         }
         QVERIFY2(c->progress().testAccuracy > 0.95, qPrintable(QString::number(c->progress().testAccuracy)));
     }
+
+    void slowWorkerGetsLessWorkAndAShorterLease()
+    {
+        Fixture f;
+        f.spec.fleet.targetSubtaskSeconds = 5;
+        auto c = f.open();
+        WorkerInfo slow = worker(QStringLiteral("slow"));
+        slow.samplesPerSecond = 2; // 5 s of work: 10 samples, raised to one batch of 16
+        const qint64 w = c->workerJoined(slow).value();
+        auto a = c->requestSubtask(w);
+        QCOMPARE(a->end - a->begin, qint64(16));
+        // Three times the expected 8 s, plus 10 s.
+        QCOMPARE(a->deadlineMs, f.clock.nowMs() + 34'000);
+        const qint64 unknown = c->workerJoined(worker(QStringLiteral("new"))).value();
+        auto b = c->requestSubtask(unknown);
+        // A worker of unknown speed gets a whole shard on the longest lease; the rest of the
+        // slow worker's shard waits in the queue.
+        QCOMPARE(b->end - b->begin, qint64(40));
+        QCOMPARE(b->deadlineMs, f.clock.nowMs() + 60'000);
+        // Measured speed replaces the reported one once a result is in.
+        f.clock.advance(1000);
+        SubtaskResult r = fakeResult(*a);
+        r.seconds = 0.5;
+        QCOMPARE(c->submitResult(w, r).status, SubmitStatus::Assimilated);
+        QCOMPARE(c->workerSpeed(w), 0.7 * 2 + 0.3 * 32);
+    }
+
+    void silentWorkerIsDeclaredGone()
+    {
+        Fixture f;
+        auto c = f.open();
+        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 other = c->workerJoined(worker(QStringLiteral("b"))).value();
+        auto a = c->requestSubtask(w);
+        f.clock.advance(20'000);
+        c->heartbeat(other, 0, 0, 0);
+        f.clock.advance(11'000); // w: 31 s of silence; other: 11 s
+        c->tick();
+        QVERIFY(!c->isOnline(w));
+        QVERIFY(c->isOnline(other));
+        auto left = c->store().events(1, QStringLiteral("worker-left"));
+        QCOMPARE(left->size(), std::size_t(1));
+        QVERIFY2(left->front().detail.contains(QStringLiteral("missed heartbeats")), qPrintable(left->front().detail));
+        auto b = c->requestSubtask(other);
+        QCOMPARE(b->subtaskId, a->subtaskId);
+    }
+
+    void absurdNormIsRejected()
+    {
+        Fixture f;
+        auto c = f.open();
+        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        auto a = c->requestSubtask(w);
+        const torch::Tensor before = c->globalWeights().clone();
+        SubtaskResult r = fakeResult(*a);
+        r.weights = a->weights * 1e6f;
+        const SubmitReply reply = c->submitResult(w, r);
+        QCOMPARE(reply.status, SubmitStatus::Rejected);
+        QVERIFY2(reply.reason.contains(QStringLiteral("absurd")), qPrintable(reply.reason));
+        QVERIFY(torch::equal(before, c->globalWeights()));
+    }
 };
 
 QTEST_GUILESS_MAIN(TestCoordinator)

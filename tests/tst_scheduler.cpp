@@ -269,6 +269,53 @@ private Q_SLOTS:
             QVERIFY(leaseStateFromString(toString(st)).value() == st);
         QVERIFY(!leaseStateFromString(QStringLiteral("bogus")));
     }
+
+    void slowWorkersGetPartOfAShard()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 1, {100});
+        auto slow = s.grant(1, 0, 0, 1000, 30);
+        QVERIFY(slow);
+        QCOMPARE(slow->subtask.begin, qint64(0));
+        QCOMPARE(slow->subtask.end, qint64(30));
+        auto fast = s.grant(2, 0, 0, 1000);
+        QVERIFY(fast);
+        QCOMPARE(fast->subtask.begin, qint64(30));
+        QCOMPARE(fast->subtask.end, qint64(100));
+        QCOMPARE(fast->subtask.parentId, slow->subtask.id);
+        QVERIFY(s.checkIntegrity().isEmpty());
+        s.complete(fast->lease.id, 70, 1);
+        s.complete(slow->lease.id, 30, 2);
+        QVERIFY(s.finished());
+        QVERIFY(s.checkIntegrity().isEmpty());
+        // A split never makes a piece smaller than asked, and small subtasks are not split.
+        Scheduler t = make(clock, 1, {20});
+        auto whole = t.grant(1, 0, 0, 1000, 30);
+        QCOMPARE(whole->subtask.size(), qint64(20));
+    }
+
+    void integrityCheckFindsMissingAndOverlappingPieces()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 1, {10, 10});
+        auto a = s.grant(1, 0, 0, 1000, 4);
+        std::vector<Subtask> all;
+        for (qint64 id = 1; id <= 3; ++id)
+            all.push_back(*s.subtask(id));
+        Scheduler missing = make(clock, 1, {10, 10});
+        missing.restore({all[0], all[1]}, {a->lease}); // the split-off rest of shard 0 is lost
+        QVERIFY2(missing.checkIntegrity().contains(QStringLiteral("positions 4-10 belong to no subtask")),
+                 qPrintable(missing.checkIntegrity()));
+        Subtask overlap = all[2];
+        overlap.id = 99;
+        overlap.begin = 2;
+        Scheduler twice = make(clock, 1, {10, 10});
+        twice.restore({all[0], all[1], all[2], overlap}, {a->lease});
+        QVERIFY2(twice.checkIntegrity().contains(QStringLiteral("belong to two subtasks")), qPrintable(twice.checkIntegrity()));
+        Scheduler whole = make(clock, 1, {10, 10});
+        whole.restore(all, {a->lease});
+        QVERIFY(whole.checkIntegrity().isEmpty());
+    }
 };
 
 QTEST_GUILESS_MAIN(TestScheduler)

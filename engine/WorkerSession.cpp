@@ -1,0 +1,77 @@
+#include "WorkerSession.h"
+
+#include "JobData.h"
+#include "ShardPlan.h"
+
+#include <QElapsedTimer>
+
+#include <ATen/Parallel.h>
+
+namespace flotilla {
+
+Result<std::unique_ptr<WorkerSession>> WorkerSession::create(const ModelSpec &model,
+                                                             const std::vector<std::int64_t> &inputShape,
+                                                             int numClasses, const QString &device,
+                                                             const QString &layoutDigest)
+{
+    auto selected = selectDevice(device);
+    if (!selected)
+        return selected.takeError();
+    auto built = createModel(model, inputShape, numClasses);
+    if (!built)
+        return built.takeError();
+    std::unique_ptr<WorkerSession> s(new WorkerSession);
+    s->m_model = std::move(built).value();
+    s->m_layout = s->m_model->layout();
+    if (!layoutDigest.isEmpty() && s->m_layout.digest() != layoutDigest)
+        return fail(QStringLiteral("this worker builds the %1 model with weight layout %2, but the coordinator's is %3; "
+                                   "are both running the same Flotilla version and model file?")
+                        .arg(model.kind, s->m_layout.digest(), layoutDigest));
+    s->m_device = *selected;
+    s->m_model->to(s->m_device);
+    s->m_inputShape = inputShape;
+    s->m_numClasses = numClasses;
+    return s;
+}
+
+Result<TrainOutcome> WorkerSession::train(const Dataset &shard, const SubtaskWork &work, const torch::Tensor &weights,
+                                          const std::atomic<bool> *cancel, const TrainProgress &progress)
+{
+    const qint64 size = shard.size();
+    if (work.begin < 0 || work.end > size || work.begin >= work.end)
+        return fail(QStringLiteral("positions %1-%2 are outside shard %3 of %4 samples")
+                        .arg(work.begin).arg(work.end).arg(work.shard).arg(size));
+    const std::vector<std::int64_t> order = ShardPlan::epochPermutation(size, work.jobSeed, work.shard, work.epoch);
+    const torch::Tensor idx = torch::tensor(
+        std::vector<std::int64_t>(order.begin() + work.begin, order.begin() + work.end), torch::kInt64);
+    const torch::Tensor x = shard.features.index_select(0, idx);
+    const torch::Tensor y = shard.labels.index_select(0, idx);
+    return trainSubtask(*m_model, weights, x, y, work.config, m_device, cancel, progress);
+}
+
+double WorkerSession::measureThroughput(int batchSize, int threads, double seconds)
+{
+    std::vector<std::int64_t> shape{batchSize};
+    shape.insert(shape.end(), m_inputShape.begin(), m_inputShape.end());
+    Dataset probe;
+    probe.features = torch::randn(shape);
+    probe.labels = torch::randint(0, m_numClasses, {batchSize}, torch::kInt64);
+    TrainConfig config;
+    config.batchSize = batchSize;
+    config.threads = threads;
+    const torch::Tensor start = m_model->flatWeights();
+    QElapsedTimer timer;
+    timer.start();
+    std::int64_t samples = 0;
+    int rounds = 0;
+    while (rounds < 3 || timer.elapsed() < qint64(seconds * 1000.0)) {
+        auto out = trainSubtask(*m_model, start, probe.features, probe.labels, config, m_device);
+        if (!out)
+            return 0.0;
+        samples += out->sampleSteps;
+        ++rounds;
+    }
+    return double(samples) / (double(timer.nsecsElapsed()) / 1e9);
+}
+
+} // namespace flotilla

@@ -1,0 +1,61 @@
+#pragma once
+// The worker's side of a job, whatever carries it to the coordinator: a model built from
+// the job's spec, on the worker's device, trained on the samples of one shard at a time.
+// Local workers (threads) and remote workers (processes) both train through it.
+//
+// Threads: one session belongs to one training thread.
+
+#include "Dataset.h"
+#include "JobSpec.h"
+#include "Model.h"
+#include "Result.h"
+#include "Trainer.h"
+
+#include <atomic>
+#include <memory>
+
+namespace flotilla {
+
+// What a subtask asks of a worker, without the weights and the samples.
+struct SubtaskWork
+{
+    int shard = 0;
+    int epoch = 0;
+    qint64 begin = 0;
+    qint64 end = 0;
+    quint64 jobSeed = 0;
+    TrainConfig config;
+};
+
+class WorkerSession
+{
+public:
+    // Builds the model; refuses to work for a job whose weight layout differs from the one
+    // the coordinator announced (layoutDigest empty: no check).
+    static Result<std::unique_ptr<WorkerSession>> create(const ModelSpec &model,
+                                                         const std::vector<std::int64_t> &inputShape, int numClasses,
+                                                         const QString &device, const QString &layoutDigest = {});
+
+    const WeightLayout &layout() const { return m_layout; }
+    torch::Device device() const { return m_device; }
+
+    // shard: the shard's samples in its fixed order. Trains positions [begin, end) of the
+    // epoch's visiting order.
+    Result<TrainOutcome> train(const Dataset &shard, const SubtaskWork &work, const torch::Tensor &weights,
+                               const std::atomic<bool> *cancel = nullptr, const TrainProgress &progress = {});
+
+    // Samples per second this machine trains the model at, measured on random inputs for
+    // about `seconds` (at least a few batches).
+    double measureThroughput(int batchSize, int threads, double seconds);
+
+private:
+    WorkerSession() = default;
+
+    std::unique_ptr<Model> m_model;
+    WeightLayout m_layout;
+    torch::Device m_device{torch::kCPU};
+    std::vector<std::int64_t> m_inputShape;
+    int m_numClasses = 0;
+};
+
+} // namespace flotilla

@@ -1,0 +1,104 @@
+#pragma once
+// Frames and messages on the wire, as pure functions and state machines that tests and
+// fuzzers drive without sockets.
+//
+// A frame is a 12-byte header — the magic "FL", the protocol version, the message type, the
+// length of a CBOR header and the length of a binary payload, both big-endian u32 — followed
+// by the CBOR header and the payload. Both lengths are checked against Limits before
+// anything is allocated. A message whose payload is larger than one frame continues in
+// Chunk frames; its first frame's header announces the whole payload's size and SHA-256
+// ("payload_size", "payload_sha256"), which the receiver checks when it has all of it.
+
+#include "Protocol.h"
+#include "Result.h"
+
+#include <QByteArray>
+#include <QCborMap>
+#include <QCryptographicHash>
+
+#include <map>
+#include <optional>
+
+namespace flotilla::net {
+
+struct Frame
+{
+    std::uint8_t version = kProtocolVersion;
+    MessageType type = MessageType::Error;
+    QCborMap header;
+    QByteArray payload;
+};
+
+struct Message
+{
+    MessageType type = MessageType::Error;
+    QCborMap header;
+    QByteArray payload; // the whole payload, its SHA-256 checked
+};
+
+constexpr int kFrameHeaderSize = 12;
+
+// Encodes one message as frames: the first carries the header, the rest of the payload
+// follows in Chunk frames of at most Limits::maxFramePayload bytes.
+QByteArray encodeMessage(MessageType type, QCborMap header, const QByteArray &payload = {});
+// One raw frame, for tests that need to forge exactly what goes on the wire.
+QByteArray encodeFrame(std::uint8_t version, std::uint8_t type, const QByteArray &cborHeader,
+                       const QByteArray &payload);
+
+// Splits a byte stream into frames. After the first error it stays failed: the connection
+// is to be closed with that error.
+class FrameParser
+{
+public:
+    void feed(const QByteArray &bytes);
+    // The next complete frame, if any; check error() when it returns nothing.
+    std::optional<Frame> next();
+    const QString &error() const { return m_error; }
+    bool failed() const { return !m_error.isEmpty(); }
+    // Bytes received but not yet part of a complete frame (a peer stalled mid-frame has some).
+    qint64 pending() const { return m_buffer.size() - m_offset; }
+
+private:
+    QByteArray m_buffer;
+    qsizetype m_offset = 0;
+    QString m_error;
+};
+
+// Reassembles messages from frames: a frame with payload_size above its own payload is
+// followed by Chunk frames until the announced size; the SHA-256 is then checked.
+class MessageAssembler
+{
+public:
+    // payloadLimit: the largest payload accepted for a message type (0 = none allowed).
+    // Defaults to Limits::maxMessagePayload for every type.
+    void setPayloadLimit(MessageType type, std::uint64_t limit);
+
+    // Returns a complete message, nothing while one is still arriving, or an error.
+    Result<std::optional<Message>> add(Frame frame);
+    bool inTransfer() const { return m_partial.has_value(); }
+
+private:
+    std::optional<Message> m_partial;
+    std::uint64_t m_expected = 0;
+    QByteArray m_expectedSha;
+    QCryptographicHash m_hash{QCryptographicHash::Sha256};
+    std::map<MessageType, std::uint64_t> m_limits;
+};
+
+// Reads both layers at once: bytes in, messages out.
+class MessageReader
+{
+public:
+    void feed(const QByteArray &bytes) { m_frames.feed(bytes); }
+    Result<std::optional<Message>> next();
+    MessageAssembler &assembler() { return m_assembler; }
+    qint64 pending() const { return m_frames.pending(); }
+    bool inTransfer() const { return m_assembler.inTransfer(); }
+
+private:
+    FrameParser m_frames;
+    MessageAssembler m_assembler;
+    QString m_error;
+};
+
+} // namespace flotilla::net
