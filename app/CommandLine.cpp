@@ -1,5 +1,6 @@
 #include "CommandLine.h"
 
+#include "NetworkCommands.h"
 #include "TrainCommand.h"
 
 #include <QCoreApplication>
@@ -20,6 +21,11 @@ struct Command
 
 const Command kCommands[] = {
     {"train", "Train a job on this machine with local workers (headless), or resume one.", runTrainCommand},
+    {"serve", "Run a coordinator: train a job with workers that join over TLS.", runServeCommand},
+    {"worker", "Contribute this machine to a coordinator's job (joins with a token).", runWorkerCommand},
+    {"token", "Issue a join token for a coordinator.", runTokenCommand},
+    {"revoke", "Revoke a worker's certificate.", runRevokeCommand},
+    {"demo", "A coordinator and worker processes on this machine, with random SIGKILLs.", runDemoCommand},
 };
 
 QString usage()

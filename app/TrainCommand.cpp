@@ -2,6 +2,7 @@
 
 #include "AppLog.h"
 #include "CommandLine.h"
+#include "JobOptions.h"
 
 #include "JobSpec.h"
 #include "LocalFleet.h"
@@ -20,198 +21,8 @@
 #include <csignal>
 #include <cstdio>
 
-#ifdef Q_OS_WIN
-#include <io.h>
-#define FLOTILLA_ISATTY(f) _isatty(_fileno(f))
-#else
-#include <unistd.h>
-#define FLOTILLA_ISATTY(f) isatty(fileno(f))
-#endif
 
 namespace flotilla {
-
-namespace {
-
-std::atomic<int> g_signal{0};
-
-void onSignal(int signal)
-{
-    g_signal = signal;
-}
-
-struct Flag
-{
-    const char *name;
-    const char *valueName; // nullptr: a switch
-    const char *help;
-};
-
-const Flag kFlags[] = {
-    {"job", "file", "Job file (JSON) to train; flags below override its fields. Default: the built-in default job."},
-    {"run-dir", "dir", "Run directory for the store, checkpoints, metrics.csv, model.pt and flotilla.log. If it "
-                       "holds an unfinished job, that job is resumed (its stored settings win). Default: a new "
-                       "folder under the user's data location."},
-    {"save-job", "file", "Write the effective job file and exit without training."},
-    {"workers", "n", "Number of local workers (threads of this process)."},
-    {"epochs", "n", "Epochs to train: every shard trained once per epoch."},
-    {"shards", "n", "Shards the training set is split into (one subtask per shard per epoch)."},
-    {"local-epochs", "n", "Passes over its shard a subtask makes."},
-    {"local-steps", "n", "If > 0, a subtask trains this many steps instead of local epochs."},
-    {"batch-size", "n", "Mini-batch size."},
-    {"optimizer", "name", "Local optimizer: sgd (with momentum) or adam."},
-    {"lr", "rate", "Learning rate of the local optimizer (epoch 0 of the schedule)."},
-    {"momentum", "m", "Momentum of SGD."},
-    {"lr-schedule", "name", "Learning-rate schedule over epochs: constant, step or cosine."},
-    {"seed", "n", "Seed of shards, sample orders, initial weights and simulated preemptions."},
-    {"threads", "n", "LibTorch threads per worker."},
-    {"device", "name", "auto, cpu or cuda."},
-    {"model", "kind", "Model: mlp, cnn, resnet, or torchscript (with --model-file)."},
-    {"model-file", "file", "TorchScript model (.pt) made in Python with torch.jit.script(model).save(file)."},
-    {"dropout", "p", "Dropout probability of the built-in models (0 = off)."},
-    {"dataset", "kind", "Data set: fashion-mnist, idx (a folder of IDX files) or csv."},
-    {"data", "path", "Folder of IDX files, or the CSV file."},
-    {"label-column", "col", "CSV label column: a header name or a 1-based number (default: the last)."},
-    {"train-limit", "n", "Train on only the first n training samples (0 = all)."},
-    {"test-limit", "n", "Evaluate on only the first n test samples (0 = all)."},
-    {"rule", "name", "Aggregation rule: vc-asgd, staleness-aware, async-delta or sync-average."},
-    {"alpha", "a", "VC-ASGD: the weight the global model keeps, W <- a*W + (1-a)*W_c."},
-    {"lease-timeout", "seconds", "A lease's deadline: after it, the subtask is reassigned."},
-    {"preempt-mean", "seconds", "Simulated preemptions: mean seconds between them (0 = none)."},
-    {"preempt-notice", "fraction", "Share of simulated preemptions that come with a notice (partial result)."},
-    {"rejoin-delay", "seconds", "Seconds a preempted worker stays away."},
-    {"instance-type", "type", "Instance type of the workers, for the cost ledger (see the price table)."},
-    {"price-class", "class", "spot, on-demand or volunteer."},
-    {"price-table", "file", "Price table (JSON) instead of the built-in one."},
-    {"quiet", nullptr, "No live progress line."},
-    {"verbose", nullptr, "Print every event (joins, leases, assimilations) to standard error."},
-};
-
-// Applies the flags that were given to the job.
-Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
-{
-    auto integer = [&](const char *flag, auto &field) -> Result<void> {
-        const QString name = QString::fromLatin1(flag);
-        if (!p.isSet(name))
-            return {};
-        using Field = std::remove_reference_t<decltype(field)>;
-        bool ok = false;
-        const qlonglong v = p.value(name).toLongLong(&ok);
-        if (!ok)
-            return fail(QStringLiteral("--%1 needs an integer, got '%2'").arg(name, p.value(name)));
-        if (v < 0 || (std::numeric_limits<Field>::max() < std::numeric_limits<qlonglong>::max()
-                      && v > static_cast<qlonglong>(std::numeric_limits<Field>::max())))
-            return fail(QStringLiteral("--%1 is out of range: %2").arg(name, p.value(name)));
-        field = static_cast<Field>(v);
-        return {};
-    };
-    auto number = [&](const char *flag, double &field) -> Result<void> {
-        const QString name = QString::fromLatin1(flag);
-        if (!p.isSet(name))
-            return {};
-        bool ok = false;
-        const double v = p.value(name).toDouble(&ok);
-        if (!ok)
-            return fail(QStringLiteral("--%1 needs a number, got '%2'").arg(name, p.value(name)));
-        field = v;
-        return {};
-    };
-    auto text = [&](const char *flag, QString &field) {
-        if (p.isSet(QString::fromLatin1(flag)))
-            field = p.value(QString::fromLatin1(flag));
-    };
-    const Result<void> checks[] = {
-        integer("workers", job.fleet.workers),
-        integer("epochs", job.training.epochs),
-        integer("shards", job.training.shards),
-        integer("local-epochs", job.training.localEpochs),
-        integer("local-steps", job.training.localSteps),
-        integer("batch-size", job.training.batchSize),
-        number("lr", job.training.learningRate),
-        number("momentum", job.training.momentum),
-        integer("seed", job.training.seed),
-        integer("threads", job.training.threads),
-        number("dropout", job.model.dropout),
-        integer("train-limit", job.dataset.trainLimit),
-        integer("test-limit", job.dataset.testLimit),
-        number("alpha", job.aggregation.alpha),
-        number("lease-timeout", job.fleet.leaseTimeoutSeconds),
-        number("preempt-mean", job.fleet.preemption.meanIntervalSeconds),
-        number("preempt-notice", job.fleet.preemption.noticeFraction),
-        number("rejoin-delay", job.fleet.preemption.rejoinDelaySeconds),
-    };
-    for (const auto &c : checks)
-        if (!c)
-            return c;
-    text("optimizer", job.training.optimizer);
-    text("lr-schedule", job.training.lrSchedule);
-    text("device", job.training.device);
-    text("model", job.model.kind);
-    if (p.isSet(QStringLiteral("model-file"))) {
-        job.model.path = QFileInfo(p.value(QStringLiteral("model-file"))).absoluteFilePath();
-        if (!p.isSet(QStringLiteral("model")))
-            job.model.kind = QStringLiteral("torchscript");
-    }
-    text("dataset", job.dataset.kind);
-    if (p.isSet(QStringLiteral("data")))
-        job.dataset.path = QFileInfo(p.value(QStringLiteral("data"))).absoluteFilePath();
-    text("label-column", job.dataset.labelColumn);
-    text("rule", job.aggregation.rule);
-    text("instance-type", job.fleet.instanceType);
-    text("price-class", job.fleet.priceClass);
-    if (p.isSet(QStringLiteral("price-table")))
-        job.fleet.priceTable = QFileInfo(p.value(QStringLiteral("price-table"))).absoluteFilePath();
-    return job.validate();
-}
-
-QString duration(qint64 ms)
-{
-    const qint64 s = ms / 1000;
-    if (s >= 3600)
-        return QStringLiteral("%1h%2m").arg(s / 3600).arg((s / 60) % 60, 2, 10, QChar(u'0'));
-    if (s >= 60)
-        return QStringLiteral("%1m%2s").arg(s / 60).arg(s % 60, 2, 10, QChar(u'0'));
-    return QStringLiteral("%1s").arg(s);
-}
-
-QString progressLine(const JobProgress &p, int alive, int workers)
-{
-    const QString accuracy = p.testAccuracy < 0 ? QStringLiteral("  -  ")
-                                                : QStringLiteral("%1%").arg(100.0 * p.testAccuracy, 0, 'f', 2);
-    return QStringLiteral("epoch %1/%2 | version %3 | loss %4 | test acc %5 | workers %6/%7 | staleness %8 (max %9)"
-                          " | savings %10% | %11")
-        .arg(p.epochsDone).arg(p.epochs).arg(p.version)
-        .arg(p.lossEma < 0 ? QStringLiteral("  -  ") : QString::number(p.lossEma, 'f', 3), accuracy)
-        .arg(alive).arg(workers)
-        .arg(p.recentStaleness, 0, 'f', 1).arg(p.maxStaleness)
-        .arg(p.cost.savingsPercent(), 0, 'f', 0)
-        .arg(duration(p.elapsedMs));
-}
-
-void printSummary(const JobProgress &p, const QString &runDir, qint64 wallMs)
-{
-    const LedgerTotals &c = p.cost;
-    const double wasteShare = c.usefulSeconds + c.wastedSeconds > 0
-                                  ? 100.0 * c.wastedSeconds / (c.usefulSeconds + c.wastedSeconds)
-                                  : 0.0;
-    std::printf("\nJob '%s' finished.\n", p.name.toUtf8().constData());
-    std::printf("  test accuracy        %.2f%% (loss %.4f) after %d epochs\n", 100.0 * p.testAccuracy, p.testLoss, p.epochs);
-    std::printf("  versions             %lld (assimilations %lld)\n", static_cast<long long>(p.version),
-                static_cast<long long>(p.seq));
-    std::printf("  staleness            mean of last 50: %.2f, max %lld\n", p.recentStaleness,
-                static_cast<long long>(p.maxStaleness));
-    std::printf("  preemptions          %lld, reassigned subtasks %lld, duplicate results %lld, rejected %lld\n",
-                static_cast<long long>(p.preemptions), static_cast<long long>(p.reassignments),
-                static_cast<long long>(p.duplicates), static_cast<long long>(p.rejected));
-    std::printf("  worker time          %.0f s useful, %.0f s wasted by preemptions (%.1f%%)\n", c.usefulSeconds,
-                c.wastedSeconds, wasteShare);
-    std::printf("  cost                 $%.4f at spot prices, $%.4f at on-demand prices, $%.4f paid: savings %.0f%%\n",
-                c.costSpot, c.costOnDemand, c.costActual, c.savingsPercent());
-    std::printf("  wall time            %s this run\n", duration(wallMs).toUtf8().constData());
-    std::printf("  run directory        %s (model.pt, metrics.csv, flotilla.db, flotilla.log)\n",
-                runDir.toUtf8().constData());
-}
-
-} // namespace
 
 int runTrainCommand(const QStringList &arguments)
 {
@@ -221,21 +32,13 @@ int runTrainCommand(const QStringList &arguments)
         "Without options it trains the default job: a small CNN on Fashion-MNIST with four workers.\n"
         "Interrupt it (Ctrl-C) or kill it at any moment and run it again with the same --run-dir to resume."));
     parser.addHelpOption();
-    for (const auto &f : kFlags)
-        parser.addOption(f.valueName ? QCommandLineOption(QString::fromLatin1(f.name), QString::fromLatin1(f.help),
-                                                          QString::fromLatin1(f.valueName))
-                                     : QCommandLineOption(QString::fromLatin1(f.name), QString::fromLatin1(f.help)));
+    addJobOptions(parser);
     if (!parser.parse(arguments)) {
         std::fprintf(stderr, "flotilla train: %s\n", parser.errorText().toUtf8().constData());
         return ExitUsage;
     }
     if (parser.isSet(QStringLiteral("help"))) {
-        // QCommandLineParser names the binary; the command's name is what users type.
-        QString help = parser.helpText();
-        const qsizetype options = help.indexOf(QStringLiteral(" [options]"));
-        if (help.startsWith(QStringLiteral("Usage: ")) && options > 0)
-            help.replace(0, options, QStringLiteral("Usage: flotilla train"));
-        std::fputs(help.toUtf8().constData(), stdout);
+        std::fputs(commandHelp(parser, QStringLiteral("train")).toUtf8().constData(), stdout);
         return ExitOk;
     }
     if (!parser.positionalArguments().isEmpty()) {
@@ -245,17 +48,15 @@ int runTrainCommand(const QStringList &arguments)
     }
     installLogSink(parser.isSet(QStringLiteral("verbose")));
 
-    JobSpec job = JobSpec::defaultJob();
-    if (parser.isSet(QStringLiteral("job"))) {
-        auto loaded = JobSpec::load(parser.value(QStringLiteral("job")));
-        if (!loaded) {
-            std::fprintf(stderr, "flotilla train: %s\n", loaded.error().toUtf8().constData());
-            return ExitUsage;
-        }
-        job = *loaded;
+    auto loaded = jobFromOptions(parser);
+    if (!loaded) {
+        std::fprintf(stderr, "flotilla train: %s\n", loaded.error().toUtf8().constData());
+        return ExitUsage;
     }
-    if (auto applied = applyFlags(parser, job); !applied) {
-        std::fprintf(stderr, "flotilla train: %s\n", applied.error().toUtf8().constData());
+    const JobSpec job = *loaded;
+    if (job.fleet.workers == 0) {
+        std::fprintf(stderr, "flotilla train: a job trained here needs at least one local worker (--workers); "
+                             "flotilla serve trains with remote workers\n");
         return ExitUsage;
     }
     if (parser.isSet(QStringLiteral("save-job"))) {
@@ -268,8 +69,7 @@ int runTrainCommand(const QStringList &arguments)
 
     QString runDir = parser.value(QStringLiteral("run-dir"));
     if (runDir.isEmpty())
-        runDir = QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/runs/")
-                 + job.name + u'-' + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss"));
+        runDir = defaultRunDir(job);
     if (!QDir().mkpath(runDir)) {
         std::fprintf(stderr, "flotilla train: cannot create run directory '%s'\n", runDir.toUtf8().constData());
         return ExitFailure;
@@ -297,29 +97,13 @@ int runTrainCommand(const QStringList &arguments)
                     : "off");
     std::fflush(stdout);
 
-    const bool quiet = parser.isSet(QStringLiteral("quiet"));
-    const bool terminal = FLOTILLA_ISATTY(stdout);
+    ProgressPrinter printer(parser.isSet(QStringLiteral("quiet")), spec.fleet.workers);
     QElapsedTimer wall;
     wall.start();
-    QElapsedTimer sinceLine;
-    sinceLine.start();
-    JobProgress last;
     int exitCode = ExitOk;
 
-    QObject::connect(&f, &LocalFleet::progressed, &f, [&](const JobProgress &p, int alive) {
-        last = p;
-        if (quiet)
-            return;
-        // On a terminal the line redraws in place; in a log it is written every 10 s.
-        if (terminal) {
-            std::printf("\r\x1b[K%s", progressLine(p, alive, spec.fleet.workers).toUtf8().constData());
-            std::fflush(stdout);
-        } else if (sinceLine.elapsed() >= 10000) {
-            sinceLine.restart();
-            std::printf("%s\n", progressLine(p, alive, spec.fleet.workers).toUtf8().constData());
-            std::fflush(stdout);
-        }
-    });
+    QObject::connect(&f, &LocalFleet::progressed, &f,
+                     [&](const JobProgress &p, int alive) { printer.update(p, alive); });
     QObject::connect(&f, &LocalFleet::finished, &f, [&](bool ok, const QString &message) {
         if (!ok) {
             qCCritical(lcApp).noquote() << "the job stopped:" << message;
@@ -329,11 +113,10 @@ int runTrainCommand(const QStringList &arguments)
         QCoreApplication::quit();
     });
 
-    std::signal(SIGINT, onSignal);
-    std::signal(SIGTERM, onSignal);
+    installStopSignals();
     QTimer signalPoll;
     QObject::connect(&signalPoll, &QTimer::timeout, &f, [&] {
-        if (g_signal.load() == 0)
+        if (pendingStopSignal() == 0)
             return;
         std::fprintf(stderr, "\nStopping: the workers hand in what they trained so far. Resume with: flotilla train --run-dir %s\n",
                      f.runDir().toUtf8().constData());
@@ -347,9 +130,8 @@ int runTrainCommand(const QStringList &arguments)
     signalPoll.stop();
     f.stop();
     if (exitCode == ExitOk) {
-        if (terminal && !quiet)
-            std::printf("\n");
-        printSummary(last, f.runDir(), wall.elapsed());
+        printer.endLine();
+        printSummary(printer.last(), f.runDir(), wall.elapsed());
     }
     setLogFile({});
     return exitCode;

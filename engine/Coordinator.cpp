@@ -416,6 +416,14 @@ bool Coordinator::isOnline(qint64 workerId) const
     return it != m_workers.end() && it->second.online;
 }
 
+void Coordinator::reportSpeed(qint64 workerId, double samplesPerSecond)
+{
+    const auto it = m_workers.find(workerId);
+    if (it != m_workers.end() && it->second.samplesPerSecond <= 0 && samplesPerSecond > 0
+        && std::isfinite(samplesPerSecond))
+        it->second.samplesPerSecond = samplesPerSecond;
+}
+
 double Coordinator::workerSpeed(qint64 workerId) const
 {
     const auto it = m_workers.find(workerId);
@@ -514,6 +522,8 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
 
 QString Coordinator::validate(const SubtaskResult &r) const
 {
+    if (!r.invalidReason.isEmpty())
+        return r.invalidReason;
     const torch::Tensor &w = r.weights;
     if (!w.defined())
         return QStringLiteral("the result carries no weights");

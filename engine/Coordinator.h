@@ -70,6 +70,9 @@ struct SubtaskResult
     qint64 covered = 0; // leading positions of the subtask trained at least once
     double seconds = 0.0;
     bool partial = false;
+    // Set by whoever decoded the result when its weights could not be decoded at all: the
+    // coordinator rejects it for this reason (and records it) like any invalid result.
+    QString invalidReason;
 
     static SubtaskResult fromOutcome(qint64 leaseId, const TrainOutcome &outcome);
 };
@@ -159,6 +162,8 @@ public:
     void heartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps, qint64 plannedSampleSteps);
     // Whether the worker is known and online (a revoked or timed-out worker is not).
     bool isOnline(qint64 workerId) const;
+    // The worker's own measurement of its speed; used until results give a measured one.
+    void reportSpeed(qint64 workerId, double samplesPerSecond);
 
     std::optional<Assignment> requestSubtask(qint64 workerId);
     SubmitReply submitResult(qint64 workerId, SubtaskResult result);

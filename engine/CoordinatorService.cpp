@@ -170,6 +170,14 @@ void CoordinatorService::callRecordEvent(const QString &kind, qint64 workerId, c
     });
 }
 
+void CoordinatorService::callReportSpeed(qint64 workerId, double samplesPerSecond)
+{
+    blocking([&] {
+        if (m_coordinator)
+            m_coordinator->reportSpeed(workerId, samplesPerSecond);
+    });
+}
+
 JobProgress CoordinatorService::callProgress()
 {
     return blocking([&] { return m_coordinator ? m_coordinator->progress() : JobProgress{}; });

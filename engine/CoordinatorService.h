@@ -35,6 +35,7 @@ public:
     void callHandBack(qint64 workerId, qint64 leaseId, const QString &reason);
     void callHeartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps, qint64 planned);
     void callRecordEvent(const QString &kind, qint64 workerId, const QString &detail);
+    void callReportSpeed(qint64 workerId, double samplesPerSecond);
     JobProgress callProgress();
 
     // Runs f on the service's thread with the coordinator and waits for it.

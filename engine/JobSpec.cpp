@@ -310,7 +310,7 @@ Result<void> JobSpec::validate() const
         inRange(QStringLiteral("aggregation.staleness_exponent"), aggregation.stalenessExponent, 0.0, 10.0),
         inRange(QStringLiteral("aggregation.outer_learning_rate"), aggregation.outerLearningRate, 1e-6, 10.0),
         inRange(QStringLiteral("aggregation.outer_momentum"), aggregation.outerMomentum, 0.0, 0.999),
-        inRange(QStringLiteral("fleet.workers"), fleet.workers, 1, 256),
+        inRange(QStringLiteral("fleet.workers"), fleet.workers, 0, 256),
         inRange(QStringLiteral("fleet.lease_timeout_s"), fleet.leaseTimeoutSeconds, 1.0, 7.0 * 24 * 3600),
         inRange(QStringLiteral("fleet.target_subtask_s"), fleet.targetSubtaskSeconds, 0.0, 7.0 * 24 * 3600),
         inRange(QStringLiteral("fleet.heartbeat_timeout_s"), fleet.heartbeatTimeoutSeconds, 1.0, 24.0 * 3600),

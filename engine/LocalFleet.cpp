@@ -6,7 +6,7 @@
 
 namespace flotilla {
 
-Result<std::unique_ptr<LocalFleet>> LocalFleet::create(const JobSpec &spec, const QString &runDir)
+Result<std::unique_ptr<LocalFleet>> LocalFleet::create(const JobSpec &spec, const QString &runDir, int localWorkers)
 {
     static const SystemClock systemClock;
     auto coordinator = Coordinator::open(spec, runDir, &systemClock);
@@ -17,6 +17,7 @@ Result<std::unique_ptr<LocalFleet>> LocalFleet::create(const JobSpec &spec, cons
     fleet->m_runDir = (*coordinator)->runDir();
     fleet->m_resumed = (*coordinator)->resumed();
     fleet->m_data = (*coordinator)->data();
+    fleet->m_localWorkers = localWorkers >= 0 ? localWorkers : fleet->m_spec.fleet.workers;
     fleet->m_random = SplitMix64(mixSeed(fleet->m_spec.training.seed, 0x9EE));
     fleet->m_service = std::make_unique<CoordinatorService>(std::move(coordinator).value());
     return fleet;
@@ -43,7 +44,7 @@ void LocalFleet::start()
     });
 
     const FleetSpec &fleet = m_spec.fleet;
-    for (int i = 0; i < fleet.workers; ++i) {
+    for (int i = 0; i < m_localWorkers; ++i) {
         WorkerInfo info;
         info.name = QStringLiteral("local-%1").arg(i + 1);
         info.instanceType = fleet.instanceType;

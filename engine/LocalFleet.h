@@ -23,8 +23,10 @@ class LocalFleet : public QObject
     Q_OBJECT
 
 public:
-    // Opens (or resumes) the job in runDir; loads its data; nothing runs yet.
-    static Result<std::unique_ptr<LocalFleet>> create(const JobSpec &spec, const QString &runDir);
+    // Opens (or resumes) the job in runDir; loads its data; nothing runs yet. localWorkers:
+    // how many workers run in this process (-1: the job's fleet.workers; 0: none, when all
+    // workers are remote).
+    static Result<std::unique_ptr<LocalFleet>> create(const JobSpec &spec, const QString &runDir, int localWorkers = -1);
     ~LocalFleet() override;
 
     void start();
@@ -50,6 +52,7 @@ private:
     JobSpec m_spec;
     QString m_runDir;
     bool m_resumed = false;
+    int m_localWorkers = 0;
     std::shared_ptr<const JobData> m_data;
     std::unique_ptr<CoordinatorService> m_service;
     std::vector<std::unique_ptr<LocalWorker>> m_workers;

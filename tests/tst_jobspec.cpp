@@ -237,7 +237,7 @@ private Q_SLOTS:
         QTest::newRow("alpha 1") << QStringLiteral("aggregation.alpha") << QJsonValue(1.0)
                                  << QStringLiteral("'aggregation.alpha' is 1; it must be between 0 and 0.999");
         QTest::newRow("workers 300") << QStringLiteral("fleet.workers") << QJsonValue(300)
-                                     << QStringLiteral("'fleet.workers' is 300; it must be between 1 and 256");
+                                     << QStringLiteral("'fleet.workers' is 300; it must be between 0 and 256");
         QTest::newRow("notice 1.5") << QStringLiteral("fleet.preemption.notice_fraction") << QJsonValue(1.5)
                                     << QStringLiteral("'fleet.preemption.notice_fraction' is 1.5");
         QTest::newRow("test fraction") << QStringLiteral("dataset.test_fraction") << QJsonValue(0.95)

@@ -1,0 +1,256 @@
+#include "CoordinatorServer.h"
+
+#include "AppLog.h"
+#include "WireFormat.h"
+
+#include <QCborArray>
+#include <QCryptographicHash>
+#include <QFile>
+#include <QJsonDocument>
+
+namespace flotilla {
+
+namespace {
+
+using net::MessageType;
+
+QCborMap ack(qint64 leaseId, const QString &status, const QString &reason, qint64 seq = 0, qint64 version = 0)
+{
+    return QCborMap{{QStringLiteral("lease"), leaseId}, {QStringLiteral("status"), status},
+                    {QStringLiteral("reason"), reason},  {QStringLiteral("seq"), seq},
+                    {QStringLiteral("version"), version}};
+}
+
+} // namespace
+
+Result<std::unique_ptr<CoordinatorServer>> CoordinatorServer::create(CoordinatorService *service,
+                                                                     const net::CoordinatorEndpoint::Options &options)
+{
+    auto endpoint = net::CoordinatorEndpoint::create(options);
+    if (!endpoint)
+        return endpoint.takeError();
+    std::unique_ptr<CoordinatorServer> s(new CoordinatorServer);
+    s->m_service = service;
+    s->m_endpoint = std::move(endpoint).value();
+    service->withCoordinator([&](Coordinator &c) {
+        s->m_spec = c.spec();
+        s->m_data = c.data();
+        s->m_layout = c.layout();
+    });
+    if (s->m_spec.model.kind == QLatin1String("torchscript")) {
+        QFile model(s->m_spec.model.path);
+        if (!model.open(QIODevice::ReadOnly))
+            return fail(QStringLiteral("cannot read the TorchScript model '%1'").arg(s->m_spec.model.path));
+        QCryptographicHash hash(QCryptographicHash::Sha256);
+        hash.addData(&model);
+        s->m_modelSha256 = QString::fromLatin1(hash.result().toHex());
+    }
+    // A result carries exactly the model's weights; nothing larger is accepted.
+    s->m_endpoint->setPayloadLimit(MessageType::Result, std::uint64_t(s->m_layout.totalNumel) * 4);
+
+    CoordinatorServer *self = s.get();
+    connect(self->m_endpoint.get(), &net::CoordinatorEndpoint::helloReceived, self, &CoordinatorServer::onHello);
+    connect(self->m_endpoint.get(), &net::CoordinatorEndpoint::messageReceived, self, &CoordinatorServer::onMessage);
+    connect(self->m_endpoint.get(), &net::CoordinatorEndpoint::connectionClosed, self,
+            [self](qint64 connectionId, const QString &) { self->m_sessions.erase(connectionId); });
+    connect(service, &CoordinatorService::leaseSuperseded, self, [self](qint64 workerId, qint64 leaseId) {
+        for (const auto &[connection, session] : self->m_sessions)
+            if (session.workerId == workerId)
+                self->m_endpoint->send(connection, MessageType::Cancel,
+                                       QCborMap{{QStringLiteral("lease"), leaseId},
+                                                {QStringLiteral("reason"),
+                                                 QStringLiteral("another worker's result completed the subtask")}});
+    });
+    return s;
+}
+
+CoordinatorServer::~CoordinatorServer() = default;
+
+Result<void> CoordinatorServer::listen()
+{
+    return m_endpoint->listen();
+}
+
+void CoordinatorServer::onHello(const net::PeerInfo &peer, const QCborMap &hello)
+{
+    WorkerInfo info;
+    info.name = peer.workerName;
+    info.instanceType = hello.value(QStringLiteral("instance_type")).toString();
+    info.priceClass = hello.value(QStringLiteral("price_class")).toString();
+    info.device = hello.value(QStringLiteral("device")).toString().left(16);
+    info.threads = int(std::clamp<qint64>(hello.value(QStringLiteral("threads")).toInteger(), 0, 4096));
+    info.samplesPerSecond = hello.value(QStringLiteral("samples_per_second")).toDouble();
+    if (!std::isfinite(info.samplesPerSecond) || info.samplesPerSecond < 0)
+        info.samplesPerSecond = 0;
+    auto joined = m_service->callJoin(info, peer.workerId);
+    if (!joined) {
+        m_endpoint->close(peer.connectionId, QStringLiteral("cannot join the job: %1").arg(joined.error()), true);
+        return;
+    }
+    if (*joined != peer.workerId) {
+        if (auto r = m_endpoint->trust().setWorkerId(peer.fingerprint, *joined); !r)
+            qCWarning(lcApp).noquote() << r.error();
+    }
+    // A worker connected twice (a reconnect racing the old connection): keep the newest.
+    for (auto it = m_sessions.begin(); it != m_sessions.end();) {
+        if (it->second.workerId == *joined && it->first != peer.connectionId) {
+            const qint64 old = it->first;
+            it = m_sessions.erase(it);
+            m_endpoint->close(old, QStringLiteral("the worker connected again"));
+        } else {
+            ++it;
+        }
+    }
+    m_sessions[peer.connectionId] = Session{*joined, peer.fingerprint, peer.workerName};
+
+    QCborArray shape;
+    for (const auto d : m_data->inputShape)
+        shape.append(static_cast<qint64>(d));
+    m_endpoint->send(peer.connectionId, MessageType::Welcome,
+                     QCborMap{{QStringLiteral("worker_id"), *joined},
+                              {QStringLiteral("job"), m_spec.name},
+                              {QStringLiteral("model"),
+                               QString::fromUtf8(QJsonDocument(m_spec.toJson().value(QStringLiteral("model")).toObject())
+                                                     .toJson(QJsonDocument::Compact))},
+                              {QStringLiteral("model_sha256"), m_modelSha256},
+                              {QStringLiteral("input_shape"), shape},
+                              {QStringLiteral("classes"), m_data->numClasses},
+                              {QStringLiteral("layout"), m_layout.digest()},
+                              {QStringLiteral("weights"), weightManifest(m_layout)},
+                              {QStringLiteral("seed"), static_cast<qint64>(m_spec.training.seed)},
+                              {QStringLiteral("heartbeat_ms"), 2000}});
+}
+
+void CoordinatorServer::onMessage(qint64 connectionId, const net::Message &message)
+{
+    const auto it = m_sessions.find(connectionId);
+    if (it == m_sessions.end())
+        return;
+    const Session session = it->second;
+    switch (message.type) {
+    case MessageType::Request:
+        m_service->callReportSpeed(session.workerId, message.header.value(QStringLiteral("samples_per_second")).toDouble());
+        assign(connectionId, session, message.header);
+        return;
+    case MessageType::ShardRequest:
+        sendShard(connectionId, message.header);
+        return;
+    case MessageType::Heartbeat:
+        m_service->callHeartbeat(session.workerId, message.header.value(QStringLiteral("lease")).toInteger(),
+                                 message.header.value(QStringLiteral("done")).toInteger(),
+                                 message.header.value(QStringLiteral("planned")).toInteger());
+        return;
+    case MessageType::Result:
+        receiveResult(connectionId, session, message);
+        return;
+    case MessageType::HandBack:
+        m_service->callHandBack(session.workerId, message.header.value(QStringLiteral("lease")).toInteger(),
+                                QStringLiteral("handed back by the worker: %1")
+                                    .arg(message.header.value(QStringLiteral("reason")).toString().left(500)));
+        return;
+    case MessageType::Bye:
+        m_service->callLeave(session.workerId, QStringLiteral("the worker left: %1")
+                                                   .arg(message.header.value(QStringLiteral("reason")).toString().left(500)));
+        m_sessions.erase(connectionId);
+        m_endpoint->close(connectionId, QStringLiteral("goodbye"), false, false);
+        return;
+    default:
+        m_endpoint->close(connectionId, QStringLiteral("sent an unexpected %1 message").arg(net::describe(message.type)));
+    }
+}
+
+const QByteArray &CoordinatorServer::weightBytes(const Assignment &a)
+{
+    // Every worker that asks at the same version gets the same bytes: encode them once.
+    if (m_encodedSeq != a.baseSeq) {
+        m_encodedWeights = weightsToBytes(a.weights);
+        m_encodedSeq = a.baseSeq;
+    }
+    return m_encodedWeights;
+}
+
+QByteArray CoordinatorServer::shardSha(int shard)
+{
+    auto it = m_shardSha.find(shard);
+    if (it == m_shardSha.end()) {
+        const Dataset samples = m_data->train.select(m_data->plan.shard(shard));
+        it = m_shardSha.emplace(shard, QCryptographicHash::hash(shardToBytes(samples), QCryptographicHash::Sha256)).first;
+    }
+    return it->second;
+}
+
+void CoordinatorServer::assign(qint64 connectionId, const Session &session, const QCborMap &request)
+{
+    Q_UNUSED(request);
+    std::optional<Assignment> a = m_service->callRequest(session.workerId);
+    if (!a) {
+        const JobProgress p = m_service->callProgress();
+        m_endpoint->send(connectionId, MessageType::NoWork,
+                         QCborMap{{QStringLiteral("retry_ms"), 500}, {QStringLiteral("finished"), p.finished}});
+        return;
+    }
+    const TrainConfig &c = a->config;
+    const QCborMap header{{QStringLiteral("lease"), a->leaseId},
+                          {QStringLiteral("subtask"), a->subtaskId},
+                          {QStringLiteral("epoch"), a->epoch},
+                          {QStringLiteral("shard"), a->shard},
+                          {QStringLiteral("begin"), a->begin},
+                          {QStringLiteral("end"), a->end},
+                          {QStringLiteral("base_version"), a->baseVersion},
+                          {QStringLiteral("deadline_ms"), a->deadlineMs},
+                          {QStringLiteral("shard_samples"), qint64(m_data->plan.shardSize(a->shard))},
+                          {QStringLiteral("shard_sha256"), shardSha(a->shard)},
+                          {QStringLiteral("optimizer"), c.optimizer},
+                          {QStringLiteral("learning_rate"), c.learningRate},
+                          {QStringLiteral("momentum"), c.momentum},
+                          {QStringLiteral("weight_decay"), c.weightDecay},
+                          {QStringLiteral("batch_size"), c.batchSize},
+                          {QStringLiteral("local_epochs"), c.localEpochs},
+                          {QStringLiteral("local_steps"), c.localSteps},
+                          {QStringLiteral("seed"), static_cast<qint64>(c.seed)}};
+    m_endpoint->send(connectionId, MessageType::Assign, header, weightBytes(*a));
+}
+
+void CoordinatorServer::sendShard(qint64 connectionId, const QCborMap &request)
+{
+    const qint64 shard = request.value(QStringLiteral("shard")).toInteger(-1);
+    if (shard < 0 || shard >= m_data->plan.numShards()) {
+        m_endpoint->close(connectionId, QStringLiteral("asked for shard %1, which this job does not have").arg(shard));
+        return;
+    }
+    const Dataset samples = m_data->train.select(m_data->plan.shard(int(shard)));
+    QCborMap header = shardManifest(samples);
+    header.insert(QStringLiteral("shard"), shard);
+    m_endpoint->send(connectionId, MessageType::ShardData, header, shardToBytes(samples));
+}
+
+void CoordinatorServer::receiveResult(qint64 connectionId, const Session &session, const net::Message &message)
+{
+    const QCborMap &h = message.header;
+    SubtaskResult r;
+    r.leaseId = h.value(QStringLiteral("lease")).toInteger();
+    r.meanLoss = h.value(QStringLiteral("loss")).toDouble();
+    r.sampleSteps = h.value(QStringLiteral("sample_steps")).toInteger();
+    r.covered = h.value(QStringLiteral("covered")).toInteger();
+    r.seconds = h.value(QStringLiteral("seconds")).toDouble();
+    r.partial = h.value(QStringLiteral("partial")).toBool();
+    // The manifest and the bytes are checked before the weights become a tensor.
+    if (auto manifest = checkWeightManifest(h.value(QStringLiteral("weights")).toMap(), m_layout); !manifest) {
+        r.invalidReason = manifest.error();
+    } else if (auto weights = weightsFromBytes(message.payload, m_layout); !weights) {
+        r.invalidReason = weights.error();
+    } else {
+        r.weights = *weights;
+    }
+    const SubmitReply reply = m_service->callSubmit(session.workerId, std::move(r));
+    const QString status = reply.status == SubmitStatus::Assimilated ? QStringLiteral("assimilated")
+                           : reply.status == SubmitStatus::Duplicate ? QStringLiteral("duplicate")
+                                                                     : QStringLiteral("rejected");
+    m_endpoint->send(connectionId, MessageType::Ack,
+                     ack(h.value(QStringLiteral("lease")).toInteger(), status, reply.reason, reply.seq, reply.version));
+    // A duplicate is what an honest worker sends after a reconnect; a rejected result is not.
+    if (reply.status == SubmitStatus::Rejected)
+        m_endpoint->close(connectionId, QStringLiteral("its result was rejected: %1").arg(reply.reason));
+}
+
+} // namespace flotilla

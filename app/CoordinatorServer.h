@@ -1,0 +1,62 @@
+#pragma once
+// Connects the network to the coordinator: it owns the TLS endpoint, turns workers'
+// messages into calls on the CoordinatorService (weights decoded and checked on the way),
+// and the coordinator's answers into messages. It is where bytes become tensors and back.
+//
+// Threads: lives on the network thread with its endpoint; the coordinator runs on its own
+// thread and is reached only through the service's blocking calls.
+
+#include "CoordinatorEndpoint.h"
+#include "CoordinatorService.h"
+
+#include <QObject>
+
+#include <map>
+#include <memory>
+
+namespace flotilla {
+
+class CoordinatorServer : public QObject
+{
+    Q_OBJECT
+
+public:
+    static Result<std::unique_ptr<CoordinatorServer>> create(CoordinatorService *service,
+                                                             const net::CoordinatorEndpoint::Options &options);
+    ~CoordinatorServer() override;
+
+    Result<void> listen();
+    quint16 port() const { return m_endpoint->port(); }
+    QByteArray caFingerprint() const { return m_endpoint->caFingerprint(); }
+    net::CoordinatorEndpoint &endpoint() { return *m_endpoint; }
+
+private:
+    struct Session
+    {
+        qint64 workerId = 0;
+        QByteArray fingerprint;
+        QString name;
+    };
+
+    CoordinatorServer() = default;
+    void onHello(const net::PeerInfo &peer, const QCborMap &hello);
+    void onMessage(qint64 connectionId, const net::Message &message);
+    void assign(qint64 connectionId, const Session &session, const QCborMap &request);
+    void sendShard(qint64 connectionId, const QCborMap &request);
+    void receiveResult(qint64 connectionId, const Session &session, const net::Message &message);
+    QByteArray shardSha(int shard);
+    const QByteArray &weightBytes(const Assignment &a);
+
+    CoordinatorService *m_service = nullptr;
+    std::unique_ptr<net::CoordinatorEndpoint> m_endpoint;
+    JobSpec m_spec;
+    std::shared_ptr<const JobData> m_data;
+    WeightLayout m_layout;
+    QString m_modelSha256; // TorchScript jobs: the model file workers must hold
+    std::map<qint64, Session> m_sessions; // by connection
+    std::map<int, QByteArray> m_shardSha;
+    qint64 m_encodedSeq = -1;
+    QByteArray m_encodedWeights;
+};
+
+} // namespace flotilla

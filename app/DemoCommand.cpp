@@ -1,0 +1,245 @@
+// `flotilla demo`: a whole fleet on this machine — a coordinator process and worker
+// processes on loopback with real TLS — with workers SIGKILLed at random like spot
+// instances, and replacements started, until the job is done.
+#include "AppLog.h"
+#include "CommandLine.h"
+#include "JobOptions.h"
+#include "NetworkCommands.h"
+
+#include "Random.h"
+#include "Store.h"
+
+#include <QCoreApplication>
+#include <QDir>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QProcess>
+#include <QTimer>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+
+namespace flotilla {
+
+namespace {
+
+struct DemoStats
+{
+    int kills = 0;
+    int started = 0;
+};
+
+void printDemoSummary(const QString &db, const DemoStats &stats, qint64 wallMs)
+{
+    auto store = Store::open(db);
+    if (!store)
+        return;
+    auto job = (*store)->latestJob();
+    if (!job || !job->has_value())
+        return;
+    const qint64 id = (*job)->id;
+    auto rows = (*store)->assimilations(id);
+    auto evaluations = (*store)->evaluations(id);
+    auto reassigned = (*store)->events(id, QStringLiteral("subtask-reassigned"));
+    auto gone = (*store)->events(id, QStringLiteral("worker-left"));
+    auto totals = (*store)->ledgerTotals(id);
+    if (!rows || !evaluations || !reassigned || !gone || !totals)
+        return;
+    std::map<qint64, int> histogram;
+    qint64 maxStaleness = 0;
+    double sum = 0;
+    int epochs = 0;
+    for (const auto &a : *rows) {
+        ++histogram[std::min<qint64>(a.staleness, 8)];
+        maxStaleness = std::max(maxStaleness, a.staleness);
+        sum += double(a.staleness);
+        epochs = std::max(epochs, a.epoch + 1);
+    }
+    QStringList buckets;
+    for (const auto &[s, n] : histogram)
+        buckets << QStringLiteral("%1%2: %3").arg(s).arg(s == 8 ? QStringLiteral("+") : QString()).arg(n);
+    const double accuracy = evaluations->empty() ? -1 : evaluations->back().accuracy;
+    std::printf("\nDemo finished (%s):\n", (*job)->state.toUtf8().constData());
+    std::printf("  test accuracy        %.2f%% after %d epochs\n", 100.0 * accuracy, epochs);
+    std::printf("  versions             %lld\n", rows->empty() ? 0LL : static_cast<long long>(rows->back().version));
+    std::printf("  preemptions          %d workers SIGKILLed, %d worker processes started in all\n", stats.kills,
+                stats.started);
+    std::printf("  detected by the coordinator: %d workers gone (missed heartbeats or left), %d subtasks reassigned\n",
+                int(gone->size()), int(reassigned->size()));
+    std::printf("  staleness            mean %.2f, max %lld; histogram %s\n", rows->empty() ? 0.0 : sum / double(rows->size()),
+                static_cast<long long>(maxStaleness), buckets.join(QStringLiteral(", ")).toUtf8().constData());
+    std::printf("  cost                 $%.4f at spot prices vs $%.4f at on-demand prices (%.0f%% saved)\n",
+                totals->costSpot, totals->costOnDemand, totals->savingsPercent());
+    std::printf("  wasted compute       %.0f worker-seconds of %.0f (%.1f%%)\n", totals->wastedSeconds,
+                totals->usefulSeconds + totals->wastedSeconds,
+                totals->usefulSeconds + totals->wastedSeconds > 0
+                    ? 100.0 * totals->wastedSeconds / (totals->usefulSeconds + totals->wastedSeconds)
+                    : 0.0);
+    std::printf("  wall time            %s\n", duration(wallMs).toUtf8().constData());
+}
+
+} // namespace
+
+int runDemoCommand(const QStringList &arguments)
+{
+    QCommandLineParser parser;
+    parser.setApplicationDescription(QStringLiteral(
+        "Run a fleet on this machine: a coordinator process and --workers worker processes on loopback with real\n"
+        "TLS. With --chaos-mean, a random worker is SIGKILLed every so many seconds on average (like a spot\n"
+        "instance taken back) and a new one started after --rejoin-delay. Prints a summary at the end."));
+    parser.addHelpOption();
+    addJobOptions(parser);
+    parser.addOption({QStringLiteral("chaos-mean"), QStringLiteral("Mean seconds between SIGKILLs of workers (0: none)."),
+                      QStringLiteral("seconds"), QStringLiteral("30")});
+    if (!parser.parse(arguments)) {
+        std::fprintf(stderr, "flotilla demo: %s\n", parser.errorText().toUtf8().constData());
+        return ExitUsage;
+    }
+    if (parser.isSet(QStringLiteral("help"))) {
+        std::fputs(commandHelp(parser, QStringLiteral("demo")).toUtf8().constData(), stdout);
+        return ExitOk;
+    }
+    installLogSink(parser.isSet(QStringLiteral("verbose")));
+    auto parsed = jobFromOptions(parser);
+    if (!parsed) {
+        std::fprintf(stderr, "flotilla demo: %s\n", parsed.error().toUtf8().constData());
+        return ExitUsage;
+    }
+    JobSpec job = *parsed;
+    const int workers = std::max(1, job.fleet.workers);
+    const double chaosMean = parser.value(QStringLiteral("chaos-mean")).toDouble();
+    const double rejoinDelay = job.fleet.preemption.rejoinDelaySeconds;
+    // The workers are processes now: no simulated preemptions inside the coordinator, and a
+    // killed worker is noticed within seconds.
+    job.fleet.workers = 0;
+    job.fleet.preemption.meanIntervalSeconds = 0;
+    job.fleet.heartbeatTimeoutSeconds = std::min(job.fleet.heartbeatTimeoutSeconds, 6.0);
+
+    QString runDir = parser.value(QStringLiteral("run-dir"));
+    if (runDir.isEmpty())
+        runDir = defaultRunDir(job) + QStringLiteral("-demo");
+    const QDir dir(runDir);
+    if (!QDir().mkpath(dir.filePath(QStringLiteral("workers")))) {
+        std::fprintf(stderr, "flotilla demo: cannot create '%s'\n", runDir.toUtf8().constData());
+        return ExitFailure;
+    }
+    const QString jobFile = dir.filePath(QStringLiteral("job.json"));
+    const QString tokenFile = dir.filePath(QStringLiteral("token"));
+    if (auto saved = job.save(jobFile); !saved) {
+        std::fprintf(stderr, "flotilla demo: %s\n", saved.error().toUtf8().constData());
+        return ExitFailure;
+    }
+    QFile::remove(tokenFile);
+    const QString binary = QCoreApplication::applicationFilePath();
+
+    QProcess serve;
+    serve.setStandardOutputFile(dir.filePath(QStringLiteral("coordinator.out")), QIODevice::Append);
+    serve.setStandardErrorFile(dir.filePath(QStringLiteral("coordinator.out")), QIODevice::Append);
+    serve.start(binary, {QStringLiteral("serve"), QStringLiteral("--job"), jobFile, QStringLiteral("--run-dir"),
+                         dir.filePath(QStringLiteral("coordinator")), QStringLiteral("--identity-dir"),
+                         dir.filePath(QStringLiteral("identity")), QStringLiteral("--listen"), QStringLiteral("127.0.0.1"),
+                         QStringLiteral("--host"), QStringLiteral("127.0.0.1"), QStringLiteral("--port"),
+                         QStringLiteral("0"), QStringLiteral("--token-file"), tokenFile, QStringLiteral("--token-uses"),
+                         QStringLiteral("10000"), QStringLiteral("--quiet")});
+    std::printf("Demo in %s: a coordinator and %d workers on loopback, a worker SIGKILLed every %s\n",
+                runDir.toUtf8().constData(), workers,
+                chaosMean > 0 ? QStringLiteral("%1 s on average").arg(chaosMean).toUtf8().constData() : "never");
+    std::fflush(stdout);
+    QElapsedTimer wall;
+    wall.start();
+    while (!QFile::exists(tokenFile) && serve.state() != QProcess::NotRunning && wall.elapsed() < 120000)
+        serve.waitForFinished(100);
+    QFile token(tokenFile);
+    if (!token.open(QIODevice::ReadOnly)) {
+        std::fprintf(stderr, "flotilla demo: the coordinator did not start; see %s\n",
+                     dir.filePath(QStringLiteral("coordinator.out")).toUtf8().constData());
+        serve.kill();
+        serve.waitForFinished();
+        return ExitFailure;
+    }
+    const QString tokenText = QString::fromUtf8(token.readAll()).trimmed();
+
+    DemoStats stats;
+    std::vector<std::unique_ptr<QProcess>> fleet;
+    auto startWorker = [&] {
+        const int n = ++stats.started;
+        const QString name = QStringLiteral("worker-%1").arg(n);
+        auto p = std::make_unique<QProcess>();
+        p->setProcessChannelMode(QProcess::MergedChannels);
+        p->setStandardOutputFile(dir.filePath(QStringLiteral("workers/%1.log").arg(name)));
+        p->start(binary, {QStringLiteral("worker"), QStringLiteral("--join"), tokenText, QStringLiteral("--state-dir"),
+                          dir.filePath(QStringLiteral("workers/") + name), QStringLiteral("--name"), name,
+                          QStringLiteral("--instance-type"), job.fleet.instanceType, QStringLiteral("--price-class"),
+                          job.fleet.priceClass, QStringLiteral("--threads"), QString::number(job.training.threads),
+                          QStringLiteral("--device"), job.training.device});
+        fleet.push_back(std::move(p));
+    };
+    for (int i = 0; i < workers; ++i)
+        startWorker();
+
+    SplitMix64 random(mixSeed(job.training.seed, 0xC4A05));
+    QTimer chaos;
+    chaos.setSingleShot(true);
+    auto scheduleChaos = [&] {
+        if (chaosMean > 0)
+            chaos.start(int(-chaosMean * std::log(1.0 - random.uniform()) * 1000.0));
+    };
+    QObject::connect(&chaos, &QTimer::timeout, &chaos, [&] {
+        std::vector<QProcess *> running;
+        for (auto &p : fleet)
+            if (p->state() == QProcess::Running)
+                running.push_back(p.get());
+        if (!running.empty()) {
+            QProcess *victim = running[std::size_t(random.below(running.size()))];
+            victim->kill(); // SIGKILL: no notice, no goodbye
+            ++stats.kills;
+            std::printf("  SIGKILL a worker (%d so far); a replacement starts in %.0f s\n", stats.kills, rejoinDelay);
+            std::fflush(stdout);
+            QTimer::singleShot(int(rejoinDelay * 1000), &chaos, [&] {
+                if (serve.state() == QProcess::Running)
+                    startWorker();
+            });
+        }
+        scheduleChaos();
+    });
+    scheduleChaos();
+
+    int exitCode = ExitOk;
+    QObject::connect(&serve, &QProcess::finished, &serve, [&](int code, QProcess::ExitStatus status) {
+        if (status != QProcess::NormalExit || code != 0) {
+            std::fprintf(stderr, "flotilla demo: the coordinator stopped (exit %d); see %s\n", code,
+                         dir.filePath(QStringLiteral("coordinator.out")).toUtf8().constData());
+            exitCode = ExitFailure;
+        }
+        QCoreApplication::quit();
+    });
+    installStopSignals();
+    QTimer poll;
+    QObject::connect(&poll, &QTimer::timeout, &poll, [&] {
+        if (pendingStopSignal() != 0) {
+            exitCode = ExitInterrupted;
+            QCoreApplication::quit();
+        }
+    });
+    poll.start(100);
+    QCoreApplication::exec();
+    chaos.stop();
+    for (auto &p : fleet)
+        if (p->state() == QProcess::Running)
+            p->terminate(); // a preemption notice: they hand in what they have and leave
+    for (auto &p : fleet)
+        if (!p->waitForFinished(30000))
+            p->kill();
+    if (serve.state() == QProcess::Running) {
+        serve.terminate();
+        if (!serve.waitForFinished(30000))
+            serve.kill();
+    }
+    if (exitCode == ExitOk)
+        printDemoSummary(dir.filePath(QStringLiteral("coordinator/flotilla.db")), stats, wall.elapsed());
+    return exitCode;
+}
+
+} // namespace flotilla

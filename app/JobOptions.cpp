@@ -1,0 +1,290 @@
+#include "JobOptions.h"
+
+#include <QDateTime>
+#include <QFileInfo>
+#include <QStandardPaths>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <limits>
+
+#ifdef Q_OS_WIN
+#include <io.h>
+#define FLOTILLA_ISATTY(f) _isatty(_fileno(f))
+#else
+#include <unistd.h>
+#define FLOTILLA_ISATTY(f) isatty(fileno(f))
+#endif
+
+namespace flotilla {
+
+namespace {
+
+std::atomic<int> g_signal{0};
+
+void onSignal(int signal)
+{
+    g_signal = signal;
+}
+
+struct Flag
+{
+    const char *name;
+    const char *valueName; // nullptr: a switch
+    const char *help;
+};
+
+const Flag kFlags[] = {
+    {"job", "file", "Job file (JSON) to train; flags below override its fields. Default: the built-in default job."},
+    {"run-dir", "dir", "Run directory for the store, checkpoints, metrics.csv, model.pt and flotilla.log. If it "
+                       "holds an unfinished job, that job is resumed (its stored settings win). Default: a new "
+                       "folder under the user's data location."},
+    {"save-job", "file", "Write the effective job file and exit without training."},
+    {"workers", "n", "Number of local workers (threads of this process)."},
+    {"epochs", "n", "Epochs to train: every shard trained once per epoch."},
+    {"shards", "n", "Shards the training set is split into (one subtask per shard per epoch)."},
+    {"local-epochs", "n", "Passes over its shard a subtask makes."},
+    {"local-steps", "n", "If > 0, a subtask trains this many steps instead of local epochs."},
+    {"batch-size", "n", "Mini-batch size."},
+    {"optimizer", "name", "Local optimizer: sgd (with momentum) or adam."},
+    {"lr", "rate", "Learning rate of the local optimizer (epoch 0 of the schedule)."},
+    {"momentum", "m", "Momentum of SGD."},
+    {"lr-schedule", "name", "Learning-rate schedule over epochs: constant, step or cosine."},
+    {"seed", "n", "Seed of shards, sample orders, initial weights and simulated preemptions."},
+    {"threads", "n", "LibTorch threads per worker."},
+    {"device", "name", "auto, cpu or cuda."},
+    {"model", "kind", "Model: mlp, cnn, resnet, or torchscript (with --model-file)."},
+    {"model-file", "file", "TorchScript model (.pt) made in Python with torch.jit.script(model).save(file)."},
+    {"dropout", "p", "Dropout probability of the built-in models (0 = off)."},
+    {"dataset", "kind", "Data set: fashion-mnist, idx (a folder of IDX files) or csv."},
+    {"data", "path", "Folder of IDX files, or the CSV file."},
+    {"label-column", "col", "CSV label column: a header name or a 1-based number (default: the last)."},
+    {"train-limit", "n", "Train on only the first n training samples (0 = all)."},
+    {"test-limit", "n", "Evaluate on only the first n test samples (0 = all)."},
+    {"rule", "name", "Aggregation rule: vc-asgd, staleness-aware, async-delta or sync-average."},
+    {"alpha", "a", "VC-ASGD: the weight the global model keeps, W <- a*W + (1-a)*W_c."},
+    {"lease-timeout", "seconds", "A lease's deadline: after it, the subtask is reassigned."},
+    {"preempt-mean", "seconds", "Simulated preemptions: mean seconds between them (0 = none)."},
+    {"preempt-notice", "fraction", "Share of simulated preemptions that come with a notice (partial result)."},
+    {"rejoin-delay", "seconds", "Seconds a preempted worker stays away."},
+    {"instance-type", "type", "Instance type of the workers, for the cost ledger (see the price table)."},
+    {"price-class", "class", "spot, on-demand or volunteer."},
+    {"price-table", "file", "Price table (JSON) instead of the built-in one."},
+    {"quiet", nullptr, "No live progress line."},
+    {"verbose", nullptr, "Print every event (joins, leases, assimilations) to standard error."},
+};
+
+} // namespace
+
+// Applies the flags that were given to the job.
+static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
+{
+    auto integer = [&](const char *flag, auto &field) -> Result<void> {
+        const QString name = QString::fromLatin1(flag);
+        if (!p.isSet(name))
+            return {};
+        using Field = std::remove_reference_t<decltype(field)>;
+        bool ok = false;
+        const qlonglong v = p.value(name).toLongLong(&ok);
+        if (!ok)
+            return fail(QStringLiteral("--%1 needs an integer, got '%2'").arg(name, p.value(name)));
+        if (v < 0 || (std::numeric_limits<Field>::max() < std::numeric_limits<qlonglong>::max()
+                      && v > static_cast<qlonglong>(std::numeric_limits<Field>::max())))
+            return fail(QStringLiteral("--%1 is out of range: %2").arg(name, p.value(name)));
+        field = static_cast<Field>(v);
+        return {};
+    };
+    auto number = [&](const char *flag, double &field) -> Result<void> {
+        const QString name = QString::fromLatin1(flag);
+        if (!p.isSet(name))
+            return {};
+        bool ok = false;
+        const double v = p.value(name).toDouble(&ok);
+        if (!ok)
+            return fail(QStringLiteral("--%1 needs a number, got '%2'").arg(name, p.value(name)));
+        field = v;
+        return {};
+    };
+    auto text = [&](const char *flag, QString &field) {
+        if (p.isSet(QString::fromLatin1(flag)))
+            field = p.value(QString::fromLatin1(flag));
+    };
+    const Result<void> checks[] = {
+        integer("workers", job.fleet.workers),
+        integer("epochs", job.training.epochs),
+        integer("shards", job.training.shards),
+        integer("local-epochs", job.training.localEpochs),
+        integer("local-steps", job.training.localSteps),
+        integer("batch-size", job.training.batchSize),
+        number("lr", job.training.learningRate),
+        number("momentum", job.training.momentum),
+        integer("seed", job.training.seed),
+        integer("threads", job.training.threads),
+        number("dropout", job.model.dropout),
+        integer("train-limit", job.dataset.trainLimit),
+        integer("test-limit", job.dataset.testLimit),
+        number("alpha", job.aggregation.alpha),
+        number("lease-timeout", job.fleet.leaseTimeoutSeconds),
+        number("preempt-mean", job.fleet.preemption.meanIntervalSeconds),
+        number("preempt-notice", job.fleet.preemption.noticeFraction),
+        number("rejoin-delay", job.fleet.preemption.rejoinDelaySeconds),
+    };
+    for (const auto &c : checks)
+        if (!c)
+            return c;
+    text("optimizer", job.training.optimizer);
+    text("lr-schedule", job.training.lrSchedule);
+    text("device", job.training.device);
+    text("model", job.model.kind);
+    if (p.isSet(QStringLiteral("model-file"))) {
+        job.model.path = QFileInfo(p.value(QStringLiteral("model-file"))).absoluteFilePath();
+        if (!p.isSet(QStringLiteral("model")))
+            job.model.kind = QStringLiteral("torchscript");
+    }
+    text("dataset", job.dataset.kind);
+    if (p.isSet(QStringLiteral("data")))
+        job.dataset.path = QFileInfo(p.value(QStringLiteral("data"))).absoluteFilePath();
+    text("label-column", job.dataset.labelColumn);
+    text("rule", job.aggregation.rule);
+    text("instance-type", job.fleet.instanceType);
+    text("price-class", job.fleet.priceClass);
+    if (p.isSet(QStringLiteral("price-table")))
+        job.fleet.priceTable = QFileInfo(p.value(QStringLiteral("price-table"))).absoluteFilePath();
+    return job.validate();
+}
+
+QString duration(qint64 ms)
+{
+    const qint64 s = ms / 1000;
+    if (s >= 3600)
+        return QStringLiteral("%1h%2m").arg(s / 3600).arg((s / 60) % 60, 2, 10, QChar(u'0'));
+    if (s >= 60)
+        return QStringLiteral("%1m%2s").arg(s / 60).arg(s % 60, 2, 10, QChar(u'0'));
+    return QStringLiteral("%1s").arg(s);
+}
+
+QString progressLine(const JobProgress &p, int alive, int workers)
+{
+    const QString accuracy = p.testAccuracy < 0 ? QStringLiteral("  -  ")
+                                                : QStringLiteral("%1%").arg(100.0 * p.testAccuracy, 0, 'f', 2);
+    return QStringLiteral("epoch %1/%2 | version %3 | loss %4 | test acc %5 | workers %6/%7 | staleness %8 (max %9)"
+                          " | savings %10% | %11")
+        .arg(p.epochsDone).arg(p.epochs).arg(p.version)
+        .arg(p.lossEma < 0 ? QStringLiteral("  -  ") : QString::number(p.lossEma, 'f', 3), accuracy)
+        .arg(alive).arg(workers)
+        .arg(p.recentStaleness, 0, 'f', 1).arg(p.maxStaleness)
+        .arg(p.cost.savingsPercent(), 0, 'f', 0)
+        .arg(duration(p.elapsedMs));
+}
+
+void printSummary(const JobProgress &p, const QString &runDir, qint64 wallMs)
+{
+    const LedgerTotals &c = p.cost;
+    const double wasteShare = c.usefulSeconds + c.wastedSeconds > 0
+                                  ? 100.0 * c.wastedSeconds / (c.usefulSeconds + c.wastedSeconds)
+                                  : 0.0;
+    std::printf("\nJob '%s' finished.\n", p.name.toUtf8().constData());
+    std::printf("  test accuracy        %.2f%% (loss %.4f) after %d epochs\n", 100.0 * p.testAccuracy, p.testLoss, p.epochs);
+    std::printf("  versions             %lld (assimilations %lld)\n", static_cast<long long>(p.version),
+                static_cast<long long>(p.seq));
+    std::printf("  staleness            mean of last 50: %.2f, max %lld\n", p.recentStaleness,
+                static_cast<long long>(p.maxStaleness));
+    std::printf("  preemptions          %lld, reassigned subtasks %lld, duplicate results %lld, rejected %lld\n",
+                static_cast<long long>(p.preemptions), static_cast<long long>(p.reassignments),
+                static_cast<long long>(p.duplicates), static_cast<long long>(p.rejected));
+    std::printf("  worker time          %.0f s useful, %.0f s wasted by preemptions (%.1f%%)\n", c.usefulSeconds,
+                c.wastedSeconds, wasteShare);
+    std::printf("  cost                 $%.4f at spot prices, $%.4f at on-demand prices, $%.4f paid: savings %.0f%%\n",
+                c.costSpot, c.costOnDemand, c.costActual, c.savingsPercent());
+    std::printf("  wall time            %s this run\n", duration(wallMs).toUtf8().constData());
+    std::printf("  run directory        %s (model.pt, metrics.csv, flotilla.db, flotilla.log)\n",
+                runDir.toUtf8().constData());
+}
+
+
+void addJobOptions(QCommandLineParser &parser)
+{
+    for (const auto &f : kFlags)
+        parser.addOption(f.valueName ? QCommandLineOption(QString::fromLatin1(f.name), QString::fromLatin1(f.help),
+                                                          QString::fromLatin1(f.valueName))
+                                     : QCommandLineOption(QString::fromLatin1(f.name), QString::fromLatin1(f.help)));
+}
+
+Result<JobSpec> jobFromOptions(const QCommandLineParser &parser)
+{
+    JobSpec job = JobSpec::defaultJob();
+    if (parser.isSet(QStringLiteral("job"))) {
+        auto loaded = JobSpec::load(parser.value(QStringLiteral("job")));
+        if (!loaded)
+            return loaded.takeError();
+        job = *loaded;
+    }
+    if (auto applied = applyFlags(parser, job); !applied)
+        return applied.takeError();
+    return job;
+}
+
+QString defaultRunDir(const JobSpec &job)
+{
+    return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/runs/") + job.name
+           + u'-' + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss"));
+}
+
+QString commandHelp(const QCommandLineParser &parser, const QString &command)
+{
+    // QCommandLineParser names the binary; the command's name is what users type.
+    QString help = parser.helpText();
+    const qsizetype options = help.indexOf(QStringLiteral(" [options]"));
+    if (help.startsWith(QStringLiteral("Usage: ")) && options > 0)
+        help.replace(0, options, QStringLiteral("Usage: flotilla ") + command);
+    return help;
+}
+
+bool isTerminal(std::FILE *stream)
+{
+    return FLOTILLA_ISATTY(stream);
+}
+
+void installStopSignals()
+{
+    std::signal(SIGINT, onSignal);
+    std::signal(SIGTERM, onSignal);
+}
+
+int pendingStopSignal()
+{
+    return g_signal.load();
+}
+
+ProgressPrinter::ProgressPrinter(bool quiet, int workers)
+    : m_quiet(quiet), m_terminal(isTerminal(stdout)), m_workers(workers)
+{
+    m_sinceLine.start();
+}
+
+void ProgressPrinter::update(const JobProgress &p, int alive)
+{
+    m_last = p;
+    if (m_quiet)
+        return;
+    // On a terminal the line redraws in place; in a log it is written every 10 s.
+    if (m_terminal) {
+        std::printf("\r\x1b[K%s", progressLine(p, alive, m_workers).toUtf8().constData());
+        std::fflush(stdout);
+        m_drawn = true;
+    } else if (m_sinceLine.elapsed() >= 10000) {
+        m_sinceLine.restart();
+        std::printf("%s\n", progressLine(p, alive, m_workers).toUtf8().constData());
+        std::fflush(stdout);
+    }
+}
+
+void ProgressPrinter::endLine()
+{
+    if (m_drawn)
+        std::printf("\n");
+    m_drawn = false;
+}
+
+} // namespace flotilla

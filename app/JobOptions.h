@@ -1,0 +1,50 @@
+#pragma once
+// What the commands that run a job share: the flags that describe a job (a job file and
+// overrides), the run directory's default, the live progress line and the closing summary,
+// and graceful stops on SIGINT/SIGTERM.
+
+#include "Coordinator.h"
+#include "JobSpec.h"
+
+#include <QCommandLineParser>
+#include <QElapsedTimer>
+
+#include <cstdio>
+
+namespace flotilla {
+
+void addJobOptions(QCommandLineParser &parser);
+// The job from --job (or the default job) with the other flags applied, validated.
+Result<JobSpec> jobFromOptions(const QCommandLineParser &parser);
+QString defaultRunDir(const JobSpec &job);
+// parser.helpText() with "Usage: flotilla <command>".
+QString commandHelp(const QCommandLineParser &parser, const QString &command);
+
+bool isTerminal(std::FILE *stream);
+// SIGINT and SIGTERM set a flag that pendingStopSignal() reads (poll it from a timer).
+void installStopSignals();
+int pendingStopSignal();
+
+QString duration(qint64 ms);
+QString progressLine(const JobProgress &p, int alive, int workers);
+void printSummary(const JobProgress &p, const QString &runDir, qint64 wallMs);
+
+// Prints the progress line: redrawn in place on a terminal, every 10 s into a log.
+class ProgressPrinter
+{
+public:
+    ProgressPrinter(bool quiet, int workers);
+    void update(const JobProgress &p, int alive);
+    void endLine();
+    const JobProgress &last() const { return m_last; }
+
+private:
+    bool m_quiet;
+    bool m_terminal;
+    int m_workers;
+    bool m_drawn = false;
+    QElapsedTimer m_sinceLine;
+    JobProgress m_last;
+};
+
+} // namespace flotilla

@@ -1,0 +1,373 @@
+#include "WorkerAgent.h"
+
+#include "AppLog.h"
+#include "AtomicFile.h"
+#include "JobData.h"
+#include "WireFormat.h"
+
+#include <QCborArray>
+#include <QCryptographicHash>
+#include <QDir>
+#include <QFile>
+#include <QJsonDocument>
+#include <QtConcurrent>
+
+namespace flotilla {
+
+namespace {
+
+using net::MessageType;
+
+} // namespace
+
+WorkerAgent::WorkerAgent(Options options, QObject *parent) : QObject(parent), m_options(std::move(options))
+{
+    m_pool.setMaxThreadCount(1);
+    m_client = std::make_unique<net::WorkerClient>(net::WorkerClient::Options{m_options.stateDir, m_options.name});
+    connect(m_client.get(), &net::WorkerClient::welcomed, this, &WorkerAgent::onWelcomed);
+    connect(m_client.get(), &net::WorkerClient::messageReceived, this, &WorkerAgent::onMessage);
+    connect(m_client.get(), &net::WorkerClient::failed, this, [this](const QString &reason) { finish(1, reason); });
+    connect(m_client.get(), &net::WorkerClient::disconnected, this, [](const QString &reason) {
+        qCInfo(lcApp).noquote() << "disconnected:" << reason << "(reconnecting; training goes on)";
+    });
+    connect(&m_training, &QFutureWatcher<std::shared_ptr<Result<TrainOutcome>>>::finished, this, &WorkerAgent::onTrained);
+    m_heartbeat.setInterval(2000);
+    connect(&m_heartbeat, &QTimer::timeout, this, [this] {
+        if (m_client->isConnected())
+            m_client->send(MessageType::Heartbeat, QCborMap{{QStringLiteral("lease"), m_current ? m_current->leaseId : 0},
+                                                            {QStringLiteral("done"), m_done.load()},
+                                                            {QStringLiteral("planned"), m_planned.load()}});
+    });
+    m_retry.setSingleShot(true);
+    connect(&m_retry, &QTimer::timeout, this, &WorkerAgent::requestWork);
+    m_grace.setSingleShot(true);
+    connect(&m_grace, &QTimer::timeout, this, [this] {
+        finish(0, QStringLiteral("the grace period ended before the coordinator confirmed the partial result"));
+    });
+}
+
+WorkerAgent::~WorkerAgent()
+{
+    m_cancel = true;
+    m_training.waitForFinished();
+}
+
+Result<void> WorkerAgent::start(const std::optional<net::JoinToken> &token)
+{
+    if (auto r = m_client->configure(token); !r)
+        return r;
+    auto device = selectDevice(m_options.device);
+    if (!device)
+        return device.takeError();
+    m_client->start(QCborMap{{QStringLiteral("instance_type"), m_options.instanceType},
+                             {QStringLiteral("price_class"), m_options.priceClass},
+                             {QStringLiteral("device"), device->is_cuda() ? QStringLiteral("cuda") : QStringLiteral("cpu")},
+                             {QStringLiteral("threads"), m_options.threads},
+                             {QStringLiteral("samples_per_second"), m_speed}});
+    m_heartbeat.start();
+    return {};
+}
+
+void WorkerAgent::onWelcomed(const QCborMap &welcome)
+{
+    qCInfo(lcApp).noquote() << "connected to" << m_client->coordinatorAddress() << "for job"
+                            << welcome.value(QStringLiteral("job")).toString() << "as worker"
+                            << welcome.value(QStringLiteral("worker_id")).toInteger();
+    const QString layout = welcome.value(QStringLiteral("layout")).toString();
+    m_jobSeed = quint64(welcome.value(QStringLiteral("seed")).toInteger());
+    if (!m_session || layout != m_layout) {
+        if (m_training.isRunning()) {
+            m_cancel = true;
+            m_training.waitForFinished();
+        }
+        auto spec = JobSpec::defaultJob();
+        const QJsonObject model = QJsonDocument::fromJson(welcome.value(QStringLiteral("model")).toString().toUtf8()).object();
+        auto parsed = JobSpec::fromJson(QJsonObject{{QStringLiteral("model"), model}});
+        if (!parsed && model.value(QStringLiteral("kind")).toString() != QLatin1String("torchscript")) {
+            finish(1, QStringLiteral("the coordinator's model description cannot be read: %1").arg(parsed.error()));
+            return;
+        }
+        ModelSpec modelSpec = parsed ? parsed->model : spec.model;
+        if (model.value(QStringLiteral("kind")).toString() == QLatin1String("torchscript")) {
+            // TorchScript is code: it is loaded only from this machine's own copy, checked by hash.
+            modelSpec.kind = QStringLiteral("torchscript");
+            modelSpec.path = m_options.modelFile;
+            QFile file(m_options.modelFile);
+            QCryptographicHash hash(QCryptographicHash::Sha256);
+            if (m_options.modelFile.isEmpty() || !file.open(QIODevice::ReadOnly) || !hash.addData(&file)
+                || QString::fromLatin1(hash.result().toHex()) != welcome.value(QStringLiteral("model_sha256")).toString()) {
+                finish(1, QStringLiteral("the job trains a TorchScript model; start the worker with --model-file pointing "
+                                         "to a copy of it (SHA-256 %1)")
+                              .arg(welcome.value(QStringLiteral("model_sha256")).toString()));
+                return;
+            }
+        }
+        std::vector<std::int64_t> shape;
+        for (const auto &d : welcome.value(QStringLiteral("input_shape")).toArray())
+            shape.push_back(d.toInteger());
+        auto session = WorkerSession::create(modelSpec, shape, int(welcome.value(QStringLiteral("classes")).toInteger()),
+                                             m_options.device, layout);
+        if (!session) {
+            finish(1, session.error());
+            return;
+        }
+        m_session = std::move(session).value();
+        m_layout = layout;
+        // How fast this machine is, so the coordinator can size its subtasks and deadlines.
+        m_speed = m_session->measureThroughput(32, m_options.threads, 0.5);
+        qCInfo(lcApp).noquote() << "measured" << qRound(m_speed) << "samples/s on" << m_options.device;
+    }
+    if (m_pending)
+        sendPending();
+    else if (!m_current)
+        requestWork();
+}
+
+void WorkerAgent::requestWork()
+{
+    if (m_preempting || m_finished || m_current || m_pending || !m_client->isConnected())
+        return;
+    m_client->send(MessageType::Request, QCborMap{{QStringLiteral("samples_per_second"), m_speed}});
+}
+
+void WorkerAgent::onMessage(const net::Message &message)
+{
+    switch (message.type) {
+    case MessageType::Assign:
+        onAssign(message);
+        return;
+    case MessageType::ShardData:
+        onShard(message);
+        return;
+    case MessageType::NoWork:
+        if (message.header.value(QStringLiteral("finished")).toBool()) {
+            m_client->send(MessageType::Bye, QCborMap{{QStringLiteral("reason"), QStringLiteral("the job is finished")}});
+            finish(0, QStringLiteral("the job is finished"));
+            return;
+        }
+        m_retry.start(int(std::clamp<qint64>(message.header.value(QStringLiteral("retry_ms")).toInteger(), 50, 10000)));
+        return;
+    case MessageType::Ack: {
+        const qint64 lease = message.header.value(QStringLiteral("lease")).toInteger();
+        const QString status = message.header.value(QStringLiteral("status")).toString();
+        if (m_pending && m_pending->leaseId == lease)
+            m_pending.reset();
+        if (status != QLatin1String("assimilated"))
+            qCWarning(lcApp).noquote() << "result of lease" << lease << "was" << status << "-"
+                                       << message.header.value(QStringLiteral("reason")).toString();
+        if (m_preempting) {
+            m_client->send(MessageType::Bye, QCborMap{{QStringLiteral("reason"), QStringLiteral("preempted")}});
+            finish(0, QStringLiteral("preempted: the partial result was handed in"));
+            return;
+        }
+        requestWork();
+        return;
+    }
+    case MessageType::Cancel:
+        if (m_current && m_current->leaseId == message.header.value(QStringLiteral("lease")).toInteger()) {
+            m_superseded = true;
+            m_cancel = true;
+        }
+        return;
+    default:
+        qCWarning(lcApp).noquote() << "ignored an unexpected" << net::describe(message.type) << "message";
+    }
+}
+
+void WorkerAgent::onAssign(const net::Message &message)
+{
+    const QCborMap &h = message.header;
+    if (!m_session || m_current) {
+        m_client->send(MessageType::HandBack, QCborMap{{QStringLiteral("lease"), h.value(QStringLiteral("lease")).toInteger()},
+                                                       {QStringLiteral("reason"), QStringLiteral("the worker was not ready")}});
+        return;
+    }
+    auto weights = weightsFromBytes(message.payload, m_session->layout());
+    if (!weights) {
+        m_client->send(MessageType::HandBack, QCborMap{{QStringLiteral("lease"), h.value(QStringLiteral("lease")).toInteger()},
+                                                       {QStringLiteral("reason"), weights.error()}});
+        return;
+    }
+    Current c;
+    c.leaseId = h.value(QStringLiteral("lease")).toInteger();
+    c.shard = int(h.value(QStringLiteral("shard")).toInteger());
+    c.shardSha = h.value(QStringLiteral("shard_sha256")).toByteArray();
+    c.shardSamples = h.value(QStringLiteral("shard_samples")).toInteger();
+    c.work.shard = c.shard;
+    c.work.epoch = int(h.value(QStringLiteral("epoch")).toInteger());
+    c.work.begin = h.value(QStringLiteral("begin")).toInteger();
+    c.work.end = h.value(QStringLiteral("end")).toInteger();
+    c.work.jobSeed = m_jobSeed;
+    c.work.config.optimizer = h.value(QStringLiteral("optimizer")).toString();
+    c.work.config.learningRate = h.value(QStringLiteral("learning_rate")).toDouble();
+    c.work.config.momentum = h.value(QStringLiteral("momentum")).toDouble();
+    c.work.config.weightDecay = h.value(QStringLiteral("weight_decay")).toDouble();
+    c.work.config.batchSize = int(h.value(QStringLiteral("batch_size")).toInteger());
+    c.work.config.localEpochs = int(h.value(QStringLiteral("local_epochs")).toInteger());
+    c.work.config.localSteps = int(h.value(QStringLiteral("local_steps")).toInteger());
+    c.work.config.seed = quint64(h.value(QStringLiteral("seed")).toInteger());
+    c.work.config.threads = m_options.threads;
+    c.weights = *weights;
+    m_current = c;
+    if (m_shards.count(c.shardSha) || cachedShard(c.shardSha)) {
+        train();
+        return;
+    }
+    m_client->send(MessageType::ShardRequest, QCborMap{{QStringLiteral("shard"), c.shard}});
+}
+
+QString WorkerAgent::shardPath(const QByteArray &sha, const char *suffix) const
+{
+    return QDir(m_options.stateDir).filePath(QStringLiteral("shards/") + QString::fromLatin1(sha.toHex())
+                                             + QString::fromLatin1(suffix));
+}
+
+std::optional<Dataset> WorkerAgent::cachedShard(const QByteArray &sha)
+{
+    // A shard downloaded before (by this or an earlier run) is read from disk, if intact.
+    QFile data(shardPath(sha, ".bin"));
+    QFile manifest(shardPath(sha, ".json"));
+    if (!data.open(QIODevice::ReadOnly) || !manifest.open(QIODevice::ReadOnly))
+        return std::nullopt;
+    const QByteArray bytes = data.readAll();
+    if (QCryptographicHash::hash(bytes, QCryptographicHash::Sha256) != sha) {
+        data.remove();
+        return std::nullopt;
+    }
+    auto shard = shardFromBytes(bytes, QCborValue::fromJsonValue(QJsonDocument::fromJson(manifest.readAll()).object()).toMap());
+    if (!shard)
+        return std::nullopt;
+    m_shards[sha] = *shard;
+    return *shard;
+}
+
+void WorkerAgent::onShard(const net::Message &message)
+{
+    if (!m_current)
+        return;
+    const QByteArray sha = QCryptographicHash::hash(message.payload, QCryptographicHash::Sha256);
+    if (sha != m_current->shardSha) {
+        m_client->send(MessageType::HandBack, QCborMap{{QStringLiteral("lease"), m_current->leaseId},
+                                                       {QStringLiteral("reason"),
+                                                        QStringLiteral("the shard data does not match its SHA-256")}});
+        m_current.reset();
+        requestWork();
+        return;
+    }
+    auto shard = shardFromBytes(message.payload, message.header);
+    if (!shard) {
+        m_client->send(MessageType::HandBack, QCborMap{{QStringLiteral("lease"), m_current->leaseId},
+                                                       {QStringLiteral("reason"), shard.error()}});
+        m_current.reset();
+        requestWork();
+        return;
+    }
+    m_shards[sha] = *shard;
+    if (QDir().mkpath(QDir(m_options.stateDir).filePath(QStringLiteral("shards")))) {
+        QCborMap manifest = message.header;
+        (void)writeFileAtomically(shardPath(sha, ".json"), QJsonDocument(manifest.toJsonObject()).toJson());
+        (void)writeFileAtomically(shardPath(sha, ".bin"), message.payload);
+    }
+    train();
+}
+
+void WorkerAgent::train()
+{
+    const Current c = *m_current;
+    Q_EMIT trainingStarted(c.leaseId);
+    m_cancel = false;
+    m_superseded = false;
+    m_done = 0;
+    m_planned = 0;
+    const Dataset shard = m_shards.at(c.shardSha);
+    WorkerSession *session = m_session.get();
+    m_training.setFuture(QtConcurrent::run(&m_pool, [this, session, shard, c] {
+        return std::make_shared<Result<TrainOutcome>>(
+            session->train(shard, c.work, c.weights, &m_cancel, [this](std::int64_t done, std::int64_t planned) {
+                m_done = done;
+                m_planned = planned;
+            }));
+    }));
+}
+
+void WorkerAgent::onTrained()
+{
+    if (!m_current)
+        return;
+    const Current c = *m_current;
+    m_current.reset();
+    const Result<TrainOutcome> outcome = *m_training.result();
+    if (m_superseded) {
+        m_superseded = false;
+        requestWork();
+        return;
+    }
+    if (!outcome) {
+        qCWarning(lcApp).noquote() << "subtask failed:" << outcome.error();
+        m_client->send(MessageType::HandBack,
+                       QCborMap{{QStringLiteral("lease"), c.leaseId}, {QStringLiteral("reason"), outcome.error()}});
+        if (m_preempting)
+            finish(0, QStringLiteral("preempted"));
+        else
+            requestWork();
+        return;
+    }
+    if (outcome->covered == 0) {
+        m_client->send(MessageType::HandBack, QCborMap{{QStringLiteral("lease"), c.leaseId},
+                                                       {QStringLiteral("reason"), QStringLiteral("preempted before the first batch")}});
+        if (m_preempting) {
+            m_client->send(MessageType::Bye, QCborMap{{QStringLiteral("reason"), QStringLiteral("preempted")}});
+            finish(0, QStringLiteral("preempted before training anything"));
+        }
+        return;
+    }
+    m_pending = Pending{c.leaseId,
+                        QCborMap{{QStringLiteral("lease"), c.leaseId},
+                                 {QStringLiteral("loss"), outcome->meanLoss},
+                                 {QStringLiteral("sample_steps"), qint64(outcome->sampleSteps)},
+                                 {QStringLiteral("covered"), qint64(outcome->covered)},
+                                 {QStringLiteral("seconds"), outcome->seconds},
+                                 {QStringLiteral("partial"), outcome->partial},
+                                 {QStringLiteral("weights"), weightManifest(m_session->layout())}},
+                        weightsToBytes(outcome->weights)};
+    sendPending();
+}
+
+void WorkerAgent::sendPending()
+{
+    if (m_pending && m_client->isConnected())
+        m_client->send(MessageType::Result, m_pending->header, m_pending->payload);
+}
+
+void WorkerAgent::preemptionNotice()
+{
+    if (m_preempting || m_finished)
+        return;
+    m_preempting = true;
+    qCInfo(lcApp).noquote() << "preemption notice: handing in the current work within" << m_options.graceMs / 1000 << "s";
+    m_grace.start(m_options.graceMs);
+    if (m_current && m_training.isRunning()) {
+        m_cancel = true; // onTrained uploads the partial result, the Ack ends the worker
+        return;
+    }
+    if (m_pending) {
+        sendPending();
+        return;
+    }
+    m_client->send(MessageType::Bye, QCborMap{{QStringLiteral("reason"), QStringLiteral("preempted")}});
+    finish(0, QStringLiteral("preempted while idle"));
+}
+
+void WorkerAgent::finish(int code, const QString &message)
+{
+    if (m_finished)
+        return;
+    m_finished = true;
+    m_heartbeat.stop();
+    m_retry.stop();
+    m_grace.stop();
+    m_cancel = true;
+    Q_EMIT finished(code, message);
+}
+
+} // namespace flotilla

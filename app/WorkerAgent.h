@@ -1,0 +1,107 @@
+#pragma once
+// A remote worker: it takes subtasks from a coordinator over the network client, fetches
+// (and caches by SHA-256) the shards they name, trains them on a training thread, and
+// returns the results. A result whose upload was cut off is sent again after reconnecting;
+// a preemption notice (SIGTERM) stops the training, uploads the partial result within a
+// grace period, and leaves.
+//
+// Threads: the agent and the client live on the main thread; training runs on one thread
+// of the agent's pool and owns the WorkerSession while it runs.
+
+#include "WorkerClient.h"
+#include "WorkerSession.h"
+
+#include <QElapsedTimer>
+#include <QFutureWatcher>
+#include <QObject>
+#include <QThreadPool>
+#include <QTimer>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <optional>
+
+namespace flotilla {
+
+class WorkerAgent : public QObject
+{
+    Q_OBJECT
+
+public:
+    struct Options
+    {
+        QString stateDir;
+        QString name;
+        QString instanceType = QStringLiteral("local");
+        QString priceClass = QStringLiteral("volunteer");
+        QString device = QStringLiteral("auto");
+        int threads = 1;
+        QString modelFile;   // TorchScript jobs: this machine's copy of the model
+        int graceMs = 20000; // after a preemption notice
+    };
+
+    WorkerAgent(Options options, QObject *parent = nullptr);
+    ~WorkerAgent() override;
+
+    Result<void> start(const std::optional<net::JoinToken> &token);
+    // A preemption notice: stop training, hand in what was trained, leave.
+    void preemptionNotice();
+
+Q_SIGNALS:
+    void finished(int exitCode, const QString &message);
+    // For tests and logs: a subtask started training.
+    void trainingStarted(qint64 leaseId);
+
+private:
+    struct Current
+    {
+        qint64 leaseId = 0;
+        int shard = 0;
+        QByteArray shardSha;
+        qint64 shardSamples = 0;
+        SubtaskWork work;
+        torch::Tensor weights;
+    };
+    struct Pending
+    {
+        qint64 leaseId = 0;
+        QCborMap header;
+        QByteArray payload;
+    };
+
+    void onWelcomed(const QCborMap &welcome);
+    void onMessage(const net::Message &message);
+    void requestWork();
+    void onAssign(const net::Message &message);
+    void onShard(const net::Message &message);
+    void train();
+    void onTrained();
+    void sendPending();
+    void finish(int code, const QString &message);
+    std::optional<Dataset> cachedShard(const QByteArray &sha);
+    QString shardPath(const QByteArray &sha, const char *suffix) const;
+
+    Options m_options;
+    std::unique_ptr<net::WorkerClient> m_client;
+    std::unique_ptr<WorkerSession> m_session;
+    QString m_layout;
+    double m_speed = 0.0;
+    quint64 m_jobSeed = 0;
+    std::map<QByteArray, Dataset> m_shards; // in memory, by SHA-256
+    std::optional<Current> m_current;
+    std::optional<Pending> m_pending;
+    QThreadPool m_pool;
+    QFutureWatcher<std::shared_ptr<Result<TrainOutcome>>> m_training;
+    std::atomic<bool> m_cancel{false};
+    std::atomic<qint64> m_done{0};
+    std::atomic<qint64> m_planned{0};
+    bool m_superseded = false;
+    bool m_preempting = false;
+    bool m_finished = false;
+    QTimer m_heartbeat;
+    QTimer m_retry;
+    QTimer m_grace;
+};
+
+} // namespace flotilla

@@ -1,0 +1,122 @@
+// `flotilla worker`: contribute this machine to a coordinator's job.
+#include "AppLog.h"
+#include "CommandLine.h"
+#include "JobOptions.h"
+#include "NetworkCommands.h"
+#include "WorkerAgent.h"
+
+#include <QCoreApplication>
+#include <QFile>
+#include <QHostInfo>
+#include <QStandardPaths>
+#include <QTimer>
+
+#include <cstdio>
+
+namespace flotilla {
+
+int runWorkerCommand(const QStringList &arguments)
+{
+    QCommandLineParser parser;
+    parser.setApplicationDescription(QStringLiteral(
+        "Join a coordinator and train its subtasks until the job is finished.\n"
+        "The first start needs a join token (flotilla token on the coordinator); the worker keeps its identity in\n"
+        "--state-dir and comes back without one. SIGTERM is a preemption notice: the worker stops training,\n"
+        "hands in its partial result within --grace seconds, and exits."));
+    parser.addHelpOption();
+    const QString defaultState = QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/worker");
+    parser.addOptions({
+        {QStringLiteral("join"), QStringLiteral("Join token from the coordinator."), QStringLiteral("token")},
+        {QStringLiteral("join-file"), QStringLiteral("Read the join token from this file (for services)."),
+         QStringLiteral("file")},
+        {QStringLiteral("state-dir"), QStringLiteral("Folder of this worker's key, certificate and shard cache."),
+         QStringLiteral("dir"), defaultState},
+        {QStringLiteral("name"), QStringLiteral("Name shown on the coordinator. Default: this machine's name."),
+         QStringLiteral("name")},
+        {QStringLiteral("device"), QStringLiteral("auto, cpu or cuda."), QStringLiteral("name"), QStringLiteral("auto")},
+        {QStringLiteral("threads"), QStringLiteral("LibTorch threads for training."), QStringLiteral("n"),
+         QStringLiteral("1")},
+        {QStringLiteral("instance-type"), QStringLiteral("Instance type, for the coordinator's cost ledger."),
+         QStringLiteral("type"), QStringLiteral("local")},
+        {QStringLiteral("price-class"), QStringLiteral("spot, on-demand or volunteer."), QStringLiteral("class"),
+         QStringLiteral("volunteer")},
+        {QStringLiteral("model-file"),
+         QStringLiteral("This machine's copy of the job's TorchScript model (TorchScript jobs only)."),
+         QStringLiteral("file")},
+        {QStringLiteral("grace"), QStringLiteral("Seconds to hand in the partial result after a preemption notice."),
+         QStringLiteral("seconds"), QStringLiteral("20")},
+        {QStringLiteral("verbose"), QStringLiteral("Print connection and subtask events to standard error.")},
+    });
+    if (!parser.parse(arguments)) {
+        std::fprintf(stderr, "flotilla worker: %s\n", parser.errorText().toUtf8().constData());
+        return ExitUsage;
+    }
+    if (parser.isSet(QStringLiteral("help"))) {
+        std::fputs(commandHelp(parser, QStringLiteral("worker")).toUtf8().constData(), stdout);
+        return ExitOk;
+    }
+    installLogSink(parser.isSet(QStringLiteral("verbose")));
+
+    std::optional<net::JoinToken> token;
+    QString tokenText = parser.value(QStringLiteral("join"));
+    if (parser.isSet(QStringLiteral("join-file"))) {
+        QFile file(parser.value(QStringLiteral("join-file")));
+        if (!file.open(QIODevice::ReadOnly)) {
+            std::fprintf(stderr, "flotilla worker: cannot read '%s': %s\n", file.fileName().toUtf8().constData(),
+                         file.errorString().toUtf8().constData());
+            return ExitUsage;
+        }
+        tokenText = QString::fromUtf8(file.readAll()).trimmed();
+    }
+    if (!tokenText.isEmpty()) {
+        auto decoded = net::JoinToken::decode(tokenText);
+        if (!decoded) {
+            std::fprintf(stderr, "flotilla worker: %s\n", decoded.error().toUtf8().constData());
+            return ExitUsage;
+        }
+        if (decoded->expiresMs <= QDateTime::currentMSecsSinceEpoch())
+            std::fprintf(stderr, "flotilla worker: warning: this join token has expired; the coordinator will refuse it "
+                                 "unless this worker joined before\n");
+        token = *decoded;
+    }
+    WorkerAgent::Options options;
+    options.stateDir = parser.value(QStringLiteral("state-dir"));
+    options.name = parser.isSet(QStringLiteral("name")) ? parser.value(QStringLiteral("name")) : QHostInfo::localHostName();
+    options.device = parser.value(QStringLiteral("device"));
+    options.threads = std::max(1, parser.value(QStringLiteral("threads")).toInt());
+    options.instanceType = parser.value(QStringLiteral("instance-type"));
+    options.priceClass = parser.value(QStringLiteral("price-class"));
+    options.modelFile = parser.value(QStringLiteral("model-file"));
+    options.graceMs = std::max(1, parser.value(QStringLiteral("grace")).toInt()) * 1000;
+
+    WorkerAgent agent(options);
+    int exitCode = ExitOk;
+    QObject::connect(&agent, &WorkerAgent::finished, &agent, [&](int code, const QString &message) {
+        if (code == 0)
+            qCInfo(lcApp).noquote() << message;
+        else
+            qCCritical(lcApp).noquote() << message;
+        std::fprintf(code == 0 ? stdout : stderr, "%s\n", message.toUtf8().constData());
+        exitCode = code == 0 ? ExitOk : ExitFailure;
+        // Let the last messages leave before the process does.
+        QTimer::singleShot(300, qApp, &QCoreApplication::quit);
+    });
+    if (auto started = agent.start(token); !started) {
+        std::fprintf(stderr, "flotilla worker: %s\n", started.error().toUtf8().constData());
+        return ExitUsage;
+    }
+    std::printf("Worker '%s' %s\n", options.name.toUtf8().constData(),
+                token ? "joining with a token" : "connecting with its saved identity");
+    std::fflush(stdout);
+    installStopSignals();
+    QTimer signalPoll;
+    QObject::connect(&signalPoll, &QTimer::timeout, &agent, [&] {
+        if (pendingStopSignal() != 0)
+            agent.preemptionNotice();
+    });
+    signalPoll.start(50);
+    QCoreApplication::exec();
+    return exitCode;
+}
+
+} // namespace flotilla

@@ -1,0 +1,92 @@
+#pragma once
+// Who may join a coordinator and who may connect to it: join tokens (with an expiry and a
+// number of uses) and the client certificates issued to workers (with their revocations).
+// One JSON file beside the coordinator's keys, changed under a lock file, so that
+// `flotilla token` and `flotilla revoke` can run beside a live `flotilla serve`.
+//
+// Threads: each method opens, reads (and writes) the file itself; any thread may call.
+
+#include "Result.h"
+
+#include <QByteArray>
+#include <QList>
+#include <QString>
+
+#include <optional>
+
+namespace flotilla::net {
+
+// What a worker needs to join: where the coordinator is, the SHA-256 fingerprint of its
+// CA (the worker refuses any other), and a one-off secret.
+struct JoinToken
+{
+    QString host;
+    quint16 port = 0;
+    QByteArray caFingerprint; // 32 bytes
+    QByteArray id;            // 8 bytes
+    QByteArray secret;        // 16 bytes
+    qint64 expiresMs = 0;
+
+    // "flt1." followed by base64url of a CBOR map: copy-pasteable, no spaces.
+    QString encode() const;
+    static Result<JoinToken> decode(const QString &text);
+};
+
+struct TokenRecord
+{
+    QByteArray id;
+    QByteArray secretSha256;
+    qint64 createdMs = 0;
+    qint64 expiresMs = 0;
+    int usesLeft = 0;
+    int usesTotal = 0;
+};
+
+struct CertificateRecord
+{
+    QByteArray fingerprint; // SHA-256 of the certificate's DER
+    QString workerName;
+    qint64 workerId = 0;    // the coordinator's id for the worker, once it has joined a job
+    qint64 issuedMs = 0;
+    qint64 revokedMs = 0;
+    QString revokeReason;
+
+    bool revoked() const { return revokedMs != 0; }
+};
+
+class TrustStore
+{
+public:
+    explicit TrustStore(QString folder);
+    QString path() const;
+
+    Result<JoinToken> issueToken(const QString &host, quint16 port, const QByteArray &caFingerprint,
+                                 qint64 validSeconds, int uses, qint64 nowMs);
+    // Checks a token and takes one of its uses; the error says which check failed.
+    Result<void> redeem(const QByteArray &id, const QByteArray &secret, qint64 nowMs);
+
+    Result<void> addCertificate(const CertificateRecord &record);
+    Result<void> setWorkerId(const QByteArray &fingerprint, qint64 workerId);
+    Result<std::optional<CertificateRecord>> certificate(const QByteArray &fingerprint) const;
+    // Revokes the certificates of a worker name, or the one with a (hex, or hex prefix of at
+    // least 8 digits) fingerprint. Returns how many were revoked.
+    Result<int> revoke(const QString &nameOrFingerprint, const QString &reason, qint64 nowMs);
+
+    Result<QList<TokenRecord>> tokens() const;
+    Result<QList<CertificateRecord>> certificates() const;
+
+private:
+    struct Data
+    {
+        QList<TokenRecord> tokens;
+        QList<CertificateRecord> certificates;
+    };
+    Result<Data> load() const;
+    Result<void> save(const Data &data) const;
+    template <typename F>
+    Result<void> modify(F &&change);
+
+    QString m_folder;
+};
+
+} // namespace flotilla::net

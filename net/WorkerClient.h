@@ -1,0 +1,96 @@
+#pragma once
+// A worker's side of the network: it joins a coordinator with a token (pinning the CA whose
+// fingerprint the token carries, and trading a certificate request for a client
+// certificate), then keeps a mutual-TLS connection to it, reconnecting with exponential
+// backoff and jitter whenever it drops. It knows nothing of training: messages go in and
+// out as they are.
+//
+// The worker's identity (key, certificate, the coordinator's CA and address) lives in a
+// state folder, so a restarted worker comes back as itself without a new token.
+// Threads: lives on the thread that created it.
+
+#include "Frame.h"
+#include "TrustStore.h"
+
+#include <QObject>
+#include <QPointer>
+#include <QSslCertificate>
+#include <QTimer>
+
+#include <memory>
+
+class QSslSocket;
+
+namespace flotilla::net {
+
+class WorkerClient : public QObject
+{
+    Q_OBJECT
+
+public:
+    struct Options
+    {
+        QString stateDir;          // key.pem, cert.pem, ca.pem, coordinator.json
+        QString name;              // the worker's name, shown on the coordinator
+        int initialBackoffMs = 500;
+        int maxBackoffMs = 30000;
+        int stallTimeoutMs = 15000;
+    };
+
+    explicit WorkerClient(Options options, QObject *parent = nullptr);
+    ~WorkerClient() override;
+
+    // Uses the identity in the state folder if it belongs to the token's coordinator, else
+    // joins with the token. Without a token, the state folder must hold an identity.
+    Result<void> configure(const std::optional<JoinToken> &token);
+    bool hasIdentity() const { return !m_certificatePem.isEmpty(); }
+    QString coordinatorAddress() const { return QStringLiteral("%1:%2").arg(m_host).arg(m_port); }
+
+    // Connects (joining first if needed) and says Hello with these fields on every
+    // connection.
+    void start(const QCborMap &hello);
+    void stop();
+    bool isConnected() const { return m_welcomed; }
+    void send(MessageType type, const QCborMap &header, const QByteArray &payload = {});
+
+Q_SIGNALS:
+    void joined(const QString &name);
+    void welcomed(const QCborMap &welcome);
+    void messageReceived(const flotilla::net::Message &message);
+    void disconnected(const QString &reason); // it will reconnect
+    void failed(const QString &reason);       // it will not: a refused token, a revoked certificate
+
+private:
+    enum class Phase { Idle, Probing, Enrolling, Connecting, Connected };
+
+    void connectNext();
+    void probe();
+    void enroll();
+    void connectWorker();
+    QSslSocket *newSocket(bool withCertificate);
+    void onReadyRead();
+    void handle(Message message);
+    void lost(const QString &reason);
+    void giveUp(const QString &reason);
+    Result<void> loadIdentity();
+    Result<void> saveIdentity();
+
+    Options m_options;
+    std::optional<JoinToken> m_token;
+    QString m_host;
+    quint16 m_port = 0;
+    QByteArray m_keyPem;
+    QByteArray m_certificatePem;
+    QSslCertificate m_ca;
+    QCborMap m_hello;
+    Phase m_phase = Phase::Idle;
+    QPointer<QSslSocket> m_socket;
+    std::unique_ptr<MessageReader> m_reader = std::make_unique<MessageReader>();
+    bool m_welcomed = false;
+    bool m_stopped = true;
+    int m_attempt = 0;
+    QTimer m_retry;
+    QTimer m_stall;
+};
+
+} // namespace flotilla::net
