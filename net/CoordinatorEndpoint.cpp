@@ -40,6 +40,19 @@ bool sentByWorkers(MessageType t)
 
 } // namespace
 
+void ObservedSslServer::incomingConnection(qintptr descriptor)
+{
+    QSslServer::incomingConnection(descriptor);
+    // The socket QSslServer just made is its newest child.
+    const QObjectList &kids = children();
+    for (auto it = kids.rbegin(); it != kids.rend(); ++it)
+        if (auto *socket = qobject_cast<QSslSocket *>(*it)) {
+            if (created && !socket->property("flotillaAddress").isValid())
+                created(socket);
+            break;
+        }
+}
+
 Result<std::unique_ptr<CoordinatorEndpoint>> CoordinatorEndpoint::create(const Options &options)
 {
     auto identity = loadOrCreateCoordinatorIdentity(options.identityDir, options.hostNames);
@@ -69,10 +82,33 @@ Result<std::unique_ptr<CoordinatorEndpoint>> CoordinatorEndpoint::create(const O
         while (QTcpSocket *socket = self->m_server.nextPendingConnection())
             self->accept(qobject_cast<QSslSocket *>(socket));
     });
+    // QSslServer drops some connections without a word (bytes that are not TLS at all):
+    // remember each peer as it arrives, and report any that leaves unaccepted.
+    e->m_server.created = [self](QSslSocket *socket) {
+        socket->setProperty("flotillaAddress", peerAddress(socket));
+        connect(socket, &QSslSocket::disconnected, self, [self, socket] {
+            if (socket->property("flotillaAccepted").toBool() || socket->property("flotillaReported").toBool())
+                return;
+            socket->setProperty("flotillaReported", true);
+            const QString address = socket->property("flotillaAddress").toString();
+            const QString reason = QStringLiteral("the TLS handshake failed: the peer sent no TLS handshake, or left "
+                                                  "during it");
+            qCInfo(lcNet).noquote() << address << "-" << reason;
+            Q_EMIT self->refused(address, reason);
+        });
+    };
     connect(&e->m_server, &QSslServer::errorOccurred, self,
             [self](QSslSocket *socket, QAbstractSocket::SocketError error) {
-                const QString address = peerAddress(socket);
-                const QString reason = QStringLiteral("the TLS handshake failed: %1").arg(socket->errorString());
+                if (socket->property("flotillaReported").toBool())
+                    return;
+                socket->setProperty("flotillaReported", true);
+                const QString recorded = socket->property("flotillaAddress").toString();
+                const QString address = recorded.isEmpty() ? peerAddress(socket) : recorded;
+                const QString why = error == QAbstractSocket::SocketTimeoutError
+                                        ? QStringLiteral("no TLS handshake within %1 s")
+                                              .arg(self->m_options.handshakeTimeoutMs / 1000.0)
+                                        : socket->errorString();
+                const QString reason = QStringLiteral("the TLS handshake failed: %1").arg(why);
                 // A joining worker reads the CA off the handshake and hangs up: not an attack.
                 if (error == QAbstractSocket::RemoteHostClosedError)
                     qCInfo(lcNet).noquote() << address << "closed the connection during the TLS handshake";
@@ -88,9 +124,17 @@ Result<std::unique_ptr<CoordinatorEndpoint>> CoordinatorEndpoint::create(const O
 
 CoordinatorEndpoint::~CoordinatorEndpoint()
 {
+    // abort() emits disconnected at once, whose handler erases from m_connections: take the
+    // sockets out first.
+    std::vector<QPointer<QSslSocket>> sockets;
     for (auto &[id, c] : m_connections)
-        if (c->socket)
-            c->socket->abort();
+        sockets.push_back(c->socket);
+    m_connections.clear();
+    for (auto &socket : sockets)
+        if (socket) {
+            socket->disconnect(this);
+            socket->abort();
+        }
 }
 
 Result<void> CoordinatorEndpoint::listen()
@@ -130,6 +174,7 @@ void CoordinatorEndpoint::accept(QSslSocket *socket)
     for (const auto &[type, limit] : m_limits)
         c->reader.assembler().setPayloadLimit(type, limit);
     const qint64 id = c->id;
+    socket->setProperty("flotillaAccepted", true);
     c->stallTimer = new QTimer(socket);
     c->stallTimer->setSingleShot(true);
     c->stallTimer->setInterval(m_options.stallTimeoutMs);
@@ -140,7 +185,7 @@ void CoordinatorEndpoint::accept(QSslSocket *socket)
         Connection &conn = *it->second;
         if (conn.reader.pending() > 0 || conn.reader.inTransfer())
             drop(id, QStringLiteral("went silent for %1 s in the middle of a message (%2 bytes of it received)")
-                         .arg(m_options.stallTimeoutMs / 1000).arg(conn.reader.pending()),
+                         .arg(m_options.stallTimeoutMs / 1000.0).arg(conn.reader.pending()),
                  false);
     });
     c->handshakeTimer = new QTimer(socket);
@@ -279,13 +324,14 @@ void CoordinatorEndpoint::enroll(Connection &c, const Message &message)
         return;
     }
     const qint64 now = QDateTime::currentMSecsSinceEpoch();
-    if (auto redeemed = m_trust.redeem(tokenId, secret, now); !redeemed) {
-        drop(c.id, QStringLiteral("join refused: %1").arg(redeemed.error()), true);
-        return;
-    }
+    // A malformed request must not cost the token a use: sign first, then redeem.
     auto cert = signCertificateRequest(m_identity.ca, message.payload, name, kWorkerCertificateDays);
     if (!cert) {
         drop(c.id, QStringLiteral("join refused: %1").arg(cert.error()), true);
+        return;
+    }
+    if (auto redeemed = m_trust.redeem(tokenId, secret, now); !redeemed) {
+        drop(c.id, QStringLiteral("join refused: %1").arg(redeemed.error()), true);
         return;
     }
     const QByteArray fingerprint = certificateFingerprint(*cert);
@@ -329,12 +375,20 @@ void CoordinatorEndpoint::drop(qint64 id, const QString &reason, bool fatal, boo
         qCWarning(lcNet).noquote() << "closing connection from" << who << "-" << reason;
     else
         qCInfo(lcNet).noquote() << "closing connection from" << who << "-" << reason;
-    if (c->socket) {
-        if (c->socket->state() == QAbstractSocket::ConnectedState)
-            c->socket->write(encodeMessage(MessageType::Error, QCborMap{{QStringLiteral("reason"), reason},
-                                                                        {QStringLiteral("fatal"), fatal}}));
-        c->socket->disconnectFromHost();
-        c->socket->deleteLater();
+    if (QSslSocket *socket = c->socket) {
+        // The Error must leave before the socket goes: close once the bytes are written (or
+        // after a few seconds if the peer does not read them), and only then delete it.
+        socket->disconnect(this);
+        connect(socket, &QSslSocket::disconnected, socket, &QObject::deleteLater);
+        QTimer::singleShot(5000, socket, [socket] {
+            socket->abort();
+            socket->deleteLater();
+        });
+        if (socket->state() == QAbstractSocket::ConnectedState && socket->isEncrypted())
+            socket->write(encodeMessage(MessageType::Error, QCborMap{{QStringLiteral("reason"), reason},
+                                                                     {QStringLiteral("fatal"), fatal}}));
+        socket->flush();
+        socket->disconnectFromHost();
     }
     if (refusedBeforeHello)
         Q_EMIT refused(c->address, reason);

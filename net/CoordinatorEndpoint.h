@@ -18,6 +18,7 @@
 #include <QSslServer>
 #include <QTimer>
 
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -32,6 +33,17 @@ struct PeerInfo
     QString workerName;
     qint64 workerId = 0; // known from an earlier join, else 0
     QString address;
+};
+
+// QSslServer that lets the endpoint see every socket from the start: Qt drops a peer that
+// sends no TLS handshake at all without a signal, and the endpoint wants to log it.
+class ObservedSslServer : public QSslServer
+{
+public:
+    std::function<void(QSslSocket *)> created;
+
+protected:
+    void incomingConnection(qintptr descriptor) override;
 };
 
 class CoordinatorEndpoint : public QObject
@@ -102,7 +114,7 @@ private:
     Options m_options;
     CoordinatorIdentity m_identity;
     TrustStore m_trust{QString()};
-    QSslServer m_server;
+    ObservedSslServer m_server;
     std::map<qint64, std::unique_ptr<Connection>> m_connections;
     std::map<MessageType, std::uint64_t> m_limits;
     qint64 m_nextId = 1;

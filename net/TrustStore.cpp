@@ -87,7 +87,7 @@ Result<JoinToken> JoinToken::decode(const QString &text)
     t.secret = map.value(QStringLiteral("s")).toByteArray();
     t.expiresMs = map.value(QStringLiteral("e")).toInteger();
     if (t.host.isEmpty() || port <= 0 || port > 65535 || t.caFingerprint.size() != 32 || t.id.size() != 8
-        || t.secret.size() != 16)
+        || t.secret.size() != 16 || t.expiresMs <= 0)
         return fail(QStringLiteral("the join token is incomplete; ask the coordinator for a new one"));
     t.port = static_cast<quint16>(port);
     return t;

@@ -290,7 +290,11 @@ void WorkerClient::handle(Message message)
     if (message.type == MessageType::Error) {
         const QString reason = message.header.value(QStringLiteral("reason")).toString();
         if (message.header.value(QStringLiteral("fatal")).toBool())
-            giveUp(QStringLiteral("the coordinator refused this worker: %1").arg(reason));
+            giveUp(QStringLiteral("the coordinator refused this worker: %1%2")
+                       .arg(reason, hasIdentity() && reason.contains(QStringLiteral("revoked"))
+                                        ? QStringLiteral(" (to join again, delete '%1' and use a new token)")
+                                              .arg(m_options.stateDir)
+                                        : QString()));
         else
             lost(QStringLiteral("the coordinator closed the connection: %1").arg(reason));
         return;

@@ -1,0 +1,1210 @@
+// The coordinator's endpoint and the worker's client on loopback: joining with a token,
+// coming back from the state folder, and every kind of bad peer — wrong pins, spent or
+// expired tokens, plain TCP, garbage and forged frames, missing, foreign, unknown or revoked
+// certificates, TLS 1.2. Each bad peer must get a clear reason (in the endpoint's signal
+// and, where it can read one, in the Error sent to it), lose its connection, and leave the
+// rest of the fleet working: a steady worker stays connected through every test and
+// exchanges a message with the coordinator after the bad peer is gone.
+#include "CoordinatorEndpoint.h"
+#include "WorkerClient.h"
+
+#include <QtTest>
+
+#include <QCborMap>
+#include <QDateTime>
+#include <QDir>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QSslConfiguration>
+#include <QSslKey>
+#include <QSslSocket>
+#include <QTcpSocket>
+#include <QTemporaryDir>
+#include <QtEndian>
+
+#include <memory>
+
+#ifdef Q_OS_UNIX
+#include <sys/stat.h>
+#endif
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+using namespace flotilla;
+using namespace flotilla::net;
+
+namespace {
+
+const QString kLocalHost = QStringLiteral("127.0.0.1");
+
+QByteArray readFile(const QString &path)
+{
+    QFile file(path);
+    return file.open(QIODevice::ReadOnly) ? file.readAll() : QByteArray();
+}
+
+#ifdef Q_OS_UNIX
+int fileMode(const QString &path)
+{
+    struct stat info;
+    if (::stat(QFile::encodeName(path).constData(), &info) != 0)
+        return -1;
+    return int(info.st_mode & 0777);
+}
+#endif
+
+qint64 nowMs()
+{
+    return QDateTime::currentMSecsSinceEpoch();
+}
+
+QByteArray cbor(const QCborMap &map)
+{
+    return map.toCborValue().toCbor();
+}
+
+// A frame whose 12-byte header announces other lengths than what follows.
+QByteArray frameAnnouncing(MessageType type, quint32 headerLength, quint32 payloadLength)
+{
+    QByteArray frame = encodeFrame(kProtocolVersion, std::uint8_t(type), QByteArray(), QByteArray());
+    qToBigEndian(headerLength, frame.data() + 4);
+    qToBigEndian(payloadLength, frame.data() + 8);
+    return frame;
+}
+
+struct Credentials
+{
+    QByteArray certificatePem;
+    QByteArray keyPem;
+    QByteArray fingerprint;
+};
+
+// A client key and certificate signed by ca; recorded in trust when it is given.
+Result<Credentials> issueClient(const CertificateAuthority &ca, const QString &name, TrustStore *trust)
+{
+    auto key = generatePrivateKeyPem();
+    if (!key)
+        return key.takeError();
+    auto csr = createCertificateRequest(*key, name);
+    if (!csr)
+        return csr.takeError();
+    auto cert = signCertificateRequest(ca, *csr, name, 30);
+    if (!cert)
+        return cert.takeError();
+    Credentials c { *cert, *key, certificateFingerprint(*cert) };
+    if (trust) {
+        CertificateRecord record;
+        record.fingerprint = c.fingerprint;
+        record.workerName = name;
+        record.issuedMs = nowMs();
+        if (auto added = trust->addCertificate(record); !added)
+            return added.takeError();
+    }
+    return c;
+}
+
+// A hand-driven TLS (or plain TCP) client that records everything it receives.
+class RawClient
+{
+public:
+    // caPem empty: a plain TCP socket that never starts TLS.
+    RawClient(const QByteArray &caPem, const QByteArray &certPem = {}, const QByteArray &keyPem = {},
+        QSsl::SslProtocol protocol = QSsl::TlsV1_3)
+        : m_tls(!caPem.isEmpty())
+    {
+        if (m_tls) {
+            QSslConfiguration config = QSslConfiguration::defaultConfiguration();
+            config.setProtocol(protocol);
+            config.setCaCertificates({ QSslCertificate(caPem) });
+            config.setPeerVerifyMode(QSslSocket::VerifyPeer);
+            if (!certPem.isEmpty()) {
+                config.setLocalCertificate(QSslCertificate(certPem));
+                config.setPrivateKey(QSslKey(keyPem, QSsl::Ec));
+            }
+            m_socket.setSslConfiguration(config);
+        }
+        QObject::connect(&m_socket, &QIODevice::readyRead, &m_socket, [this] { m_received += m_socket.readAll(); });
+        QObject::connect(&m_socket, &QAbstractSocket::errorOccurred, &m_socket,
+            [this](QAbstractSocket::SocketError e) { m_errors << e; });
+    }
+
+    void connectTo(quint16 port)
+    {
+        if (m_tls)
+            m_socket.connectToHostEncrypted(kLocalHost, port);
+        else
+            m_socket.connectToHost(kLocalHost, port);
+    }
+    bool closed() const { return m_socket.state() == QAbstractSocket::UnconnectedState; }
+    void send(const QByteArray &bytes)
+    {
+        m_socket.write(bytes);
+        m_socket.flush();
+    }
+
+    // The messages received so far (stops at the first malformed byte).
+    QList<Message> messages() const
+    {
+        QList<Message> out;
+        MessageReader reader;
+        reader.feed(m_received);
+        for (;;) {
+            auto m = reader.next();
+            if (!m || !m->has_value())
+                return out;
+            out << **m;
+        }
+    }
+    // The first Error message's header, or an empty map.
+    QCborMap error() const
+    {
+        for (const Message &m : messages())
+            if (m.type == MessageType::Error)
+                return m.header;
+        return {};
+    }
+    bool received(MessageType type) const
+    {
+        for (const Message &m : messages())
+            if (m.type == type)
+                return true;
+        return false;
+    }
+
+    bool m_tls;
+    // Declared before the socket, which may still signal while it is destroyed.
+    QByteArray m_received;
+    QList<QAbstractSocket::SocketError> m_errors;
+    QSslSocket m_socket;
+};
+
+struct Refusal
+{
+    QString address;
+    QString reason;
+};
+
+struct Closure
+{
+    qint64 id = 0;
+    QString reason;
+};
+
+} // namespace
+
+// Evaluates result once (QVERIFY2 also evaluates its description on success).
+#define REQUIRE_OK(result)                                                                                             \
+    do {                                                                                                               \
+        const auto &r_ = (result);                                                                                     \
+        QVERIFY2(r_.ok(), qPrintable(r_.error()));                                                                     \
+    } while (false)
+
+#define REQUIRE_ERROR(result, word)                                                                                    \
+    do {                                                                                                               \
+        const auto &r_ = (result);                                                                                     \
+        QVERIFY2(!r_.ok(), "expected an error");                                                                       \
+        QVERIFY2(r_.error().contains(word), qPrintable(QStringLiteral("'%1' not in: %2").arg(word, r_.error())));      \
+    } while (false)
+
+// The steady worker still talks to the coordinator on its first connection.
+#define VERIFY_FLEET()                                                                                                 \
+    do {                                                                                                               \
+        const QString why_ = fleetProblem();                                                                           \
+        QVERIFY2(why_.isEmpty(), qPrintable(why_));                                                                    \
+    } while (false)
+
+// The same, while other connections are expected to be open.
+#define VERIFY_FLEET_EXCEPT_COUNT()                                                                                    \
+    do {                                                                                                               \
+        const QString why_ = fleetProblem(false);                                                                      \
+        QVERIFY2(why_.isEmpty(), qPrintable(why_));                                                                    \
+    } while (false)
+
+// Waits for the endpoint to refuse a connection with a reason containing `words`.
+#define VERIFY_REFUSED(words, timeoutMs)                                                                               \
+    do {                                                                                                               \
+        const QString words_ = (words);                                                                                \
+        QTRY_VERIFY2_WITH_TIMEOUT(!refusalWith(words_).isNull(),                                                       \
+            qPrintable(QStringLiteral("no refusal containing '%1'; refusals: %2").arg(words_, refusals())),            \
+            timeoutMs);                                                                                                \
+    } while (false)
+
+// The client read an Error message whose reason contains `words` (and whose fatal flag is
+// `isFatal`).
+#define VERIFY_CLIENT_READ_ERROR(client, words, isFatal)                                                               \
+    do {                                                                                                               \
+        const QCborMap error_ = (client).error();                                                                      \
+        QVERIFY2(!error_.isEmpty(),                                                                                    \
+            qPrintable(QStringLiteral("the closed connection never received an Error message (%1 bytes received: %2)") \
+                           .arg((client).m_received.size())                                                            \
+                           .arg(QString::fromLatin1((client).m_received.left(48).toHex(' ')))));                       \
+        const QString reason_ = error_.value(QStringLiteral("reason")).toString();                                     \
+        QVERIFY2(reason_.contains(words), qPrintable(reason_));                                                        \
+        QCOMPARE(error_.value(QStringLiteral("fatal")).toBool(), isFatal);                                             \
+    } while (false)
+
+class TestEndpoint : public QObject
+{
+    Q_OBJECT
+
+private:
+    std::unique_ptr<QTemporaryDir> m_dir;
+    std::unique_ptr<CoordinatorEndpoint> m_endpoint;
+    CoordinatorIdentity m_identity;
+    QList<Refusal> m_refused;
+    QList<Closure> m_closed;
+    QList<PeerInfo> m_hellos;
+    QList<QPair<qint64, Message>> m_messages;
+
+    std::unique_ptr<WorkerClient> m_steady;
+    qint64 m_steadyId = 0;
+    QList<Message> m_steadyReceived;
+    int m_steadyDisconnects = 0;
+    int m_seq = 0;
+
+    CoordinatorEndpoint::Options options(const QString &dir) const
+    {
+        CoordinatorEndpoint::Options o;
+        o.identityDir = dir;
+        o.bindAddress = QHostAddress(kLocalHost);
+        o.port = 0;
+        o.hostNames = QStringList { kLocalHost, QStringLiteral("localhost") };
+        o.handshakeTimeoutMs = 2000;
+        o.stallTimeoutMs = 500;
+        o.revocationCheckMs = 200;
+        return o;
+    }
+
+    QString stateDir(const QString &name) const { return m_dir->filePath(QStringLiteral("workers/") + name); }
+
+    std::unique_ptr<WorkerClient> newWorker(const QString &name)
+    {
+        WorkerClient::Options o;
+        o.stateDir = stateDir(name);
+        o.name = name;
+        o.initialBackoffMs = 50;
+        o.maxBackoffMs = 500;
+        o.stallTimeoutMs = 2000;
+        return std::make_unique<WorkerClient>(o);
+    }
+
+    Result<JoinToken> token(int uses = 1, qint64 validSeconds = 600, qint64 issuedMs = nowMs())
+    {
+        return m_endpoint->trust().issueToken(
+            kLocalHost, m_endpoint->port(), m_endpoint->caFingerprint(), validSeconds, uses, issuedMs);
+    }
+
+    QString refusals() const
+    {
+        QStringList all;
+        for (const Refusal &r : m_refused)
+            all << QStringLiteral("[%1] %2").arg(r.address, r.reason);
+        return all.join(QLatin1String("; "));
+    }
+    QString closures() const
+    {
+        QStringList all;
+        for (const Closure &c : m_closed)
+            all << QStringLiteral("[%1] %2").arg(c.id).arg(c.reason);
+        return all.join(QLatin1String("; "));
+    }
+    // The first refusal whose reason contains words (a null string when there is none).
+    QString refusalWith(const QString &words) const
+    {
+        for (const Refusal &r : m_refused)
+            if (r.reason.contains(words))
+                return r.reason;
+        return {};
+    }
+    bool refusedFrom(quint16 localPort, const QString &words) const
+    {
+        for (const Refusal &r : m_refused)
+            if (r.reason.contains(words) && r.address == QStringLiteral("127.0.0.1:%1").arg(localPort))
+                return true;
+        return false;
+    }
+    bool refusedAddressIsLoopback(const QString &words) const
+    {
+        for (const Refusal &r : m_refused)
+            if (r.reason.contains(words) && r.address.startsWith(kLocalHost + QLatin1Char(':')))
+                return true;
+        return false;
+    }
+    QString closureOf(qint64 id) const
+    {
+        for (const Closure &c : m_closed)
+            if (c.id == id)
+                return c.reason;
+        return {};
+    }
+    const PeerInfo *helloFrom(const QString &name) const
+    {
+        for (const PeerInfo &p : m_hellos)
+            if (p.workerName == name)
+                return &p;
+        return nullptr;
+    }
+
+    // Empty when the steady worker, on the connection it opened in init(), can still send a
+    // Heartbeat that the coordinator sees and get the coordinator's Ack back, and (checkCount)
+    // the endpoint holds no other connection.
+    QString fleetProblem(bool checkCount = true)
+    {
+        if (!m_steady || !m_steady->isConnected())
+            return QStringLiteral("the steady worker is no longer connected");
+        if (m_steadyDisconnects != 0)
+            return QStringLiteral("the steady worker was disconnected during the test");
+        if (!closureOf(m_steadyId).isNull())
+            return QStringLiteral("the steady worker's connection was closed: ") + closureOf(m_steadyId);
+        const int seq = ++m_seq;
+        m_steady->send(MessageType::Heartbeat, QCborMap { { QStringLiteral("seq"), seq } });
+        const bool seen = QTest::qWaitFor(
+            [&] {
+                for (const auto &[id, m] : std::as_const(m_messages))
+                    if (id == m_steadyId && m.type == MessageType::Heartbeat
+                        && m.header.value(QStringLiteral("seq")).toInteger() == seq)
+                        return true;
+                return false;
+            },
+            5000);
+        if (!seen)
+            return QStringLiteral("the coordinator never received the steady worker's Heartbeat %1").arg(seq);
+        const bool acked = QTest::qWaitFor(
+            [&] {
+                for (const Message &m : std::as_const(m_steadyReceived))
+                    if (m.type == MessageType::Ack && m.header.value(QStringLiteral("seq")).toInteger() == seq)
+                        return true;
+                return false;
+            },
+            5000);
+        if (!acked)
+            return QStringLiteral("the steady worker never received the Ack for Heartbeat %1").arg(seq);
+        if (checkCount && m_endpoint->connectionCount() != 1)
+            return QStringLiteral("the endpoint holds %1 connections; only the steady worker's should be left")
+                .arg(m_endpoint->connectionCount());
+        return {};
+    }
+
+    void clearRecords()
+    {
+        m_refused.clear();
+        m_closed.clear();
+        m_hellos.clear();
+        m_messages.clear();
+    }
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        QVERIFY2(QSslSocket::supportsSsl(), "Qt has no working TLS backend");
+#ifdef __GLIBC__
+        // Freed memory is overwritten (as with MALLOC_PERTURB_), so a use after free
+        // crashes here rather than reading stale data that still looks right.
+        mallopt(M_PERTURB, 0xa5);
+#endif
+    }
+
+    // A fresh coordinator for every test, and a steady worker joined to it with a token.
+    void init()
+    {
+        m_dir = std::make_unique<QTemporaryDir>();
+        QVERIFY(m_dir->isValid());
+        m_refused.clear();
+        m_closed.clear();
+        m_hellos.clear();
+        m_messages.clear();
+        m_steadyReceived.clear();
+        m_steadyDisconnects = 0;
+
+        const QString identityDir = m_dir->filePath(QStringLiteral("coordinator"));
+        auto endpoint = CoordinatorEndpoint::create(options(identityDir));
+        REQUIRE_OK(endpoint);
+        m_endpoint = std::move(*endpoint);
+        REQUIRE_OK(m_endpoint->listen());
+        QVERIFY(m_endpoint->port() != 0);
+        auto identity = loadOrCreateCoordinatorIdentity(identityDir, options(identityDir).hostNames);
+        REQUIRE_OK(identity);
+        m_identity = *identity;
+        QCOMPARE(m_identity.caFingerprint, m_endpoint->caFingerprint());
+
+        // The test plays the coordinator's logic: welcome every Hello, ack every Heartbeat.
+        connect(m_endpoint.get(), &CoordinatorEndpoint::refused, this,
+            [this](const QString &address, const QString &reason) {
+                m_refused << Refusal { address, reason };
+            });
+        connect(
+            m_endpoint.get(), &CoordinatorEndpoint::connectionClosed, this, [this](qint64 id, const QString &reason) {
+                m_closed << Closure { id, reason };
+            });
+        connect(m_endpoint.get(), &CoordinatorEndpoint::helloReceived, this,
+            [this](const PeerInfo &peer, const QCborMap &) {
+                m_hellos << peer;
+                m_endpoint->send(
+                    peer.connectionId, MessageType::Welcome, QCborMap { { QStringLiteral("worker_id"), 1 } });
+            });
+        connect(
+            m_endpoint.get(), &CoordinatorEndpoint::messageReceived, this, [this](qint64 id, const Message &message) {
+                m_messages << qMakePair(id, message);
+                if (message.type == MessageType::Heartbeat)
+                    m_endpoint->send(id, MessageType::Ack,
+                        QCborMap { { QStringLiteral("seq"), message.header.value(QStringLiteral("seq")) } });
+            });
+
+        auto steadyToken = token();
+        REQUIRE_OK(steadyToken);
+        m_steady = newWorker(QStringLiteral("steady"));
+        connect(
+            m_steady.get(), &WorkerClient::messageReceived, this, [this](const Message &m) { m_steadyReceived << m; });
+        connect(m_steady.get(), &WorkerClient::disconnected, this, [this] { ++m_steadyDisconnects; });
+        QSignalSpy welcomed(m_steady.get(), &WorkerClient::welcomed);
+        QSignalSpy failed(m_steady.get(), &WorkerClient::failed);
+        REQUIRE_OK(m_steady->configure(*steadyToken));
+        m_steady->start(QCborMap { { QStringLiteral("role"), QStringLiteral("steady") } });
+        QTRY_VERIFY_WITH_TIMEOUT(welcomed.size() == 1 || !failed.isEmpty(), 10000);
+        QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
+        const PeerInfo *steady = helloFrom(QStringLiteral("steady"));
+        QVERIFY(steady);
+        m_steadyId = steady->connectionId;
+        // The joining worker's probe and enrollment connections are gone.
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        m_steadyDisconnects = 0;
+        VERIFY_FLEET();
+        clearRecords();
+    }
+
+    // The endpoint is destroyed only once every connection is gone: destroying it with
+    // live connections is a test of its own (destroyingTheEndpointWithLiveConnections).
+    void cleanup()
+    {
+        m_steady.reset();
+        if (m_endpoint)
+            QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 0, 5000);
+        m_endpoint.reset();
+        m_dir.reset();
+    }
+
+    // 1. Joining with a token, then coming back from the state folder without one.
+    void workerJoinsWithTokenThenReconnectsWithoutOne()
+    {
+        auto joinToken = token();
+        REQUIRE_OK(joinToken);
+        // The worker is given the token as text, as a user pastes it.
+        auto pasted = JoinToken::decode(joinToken->encode());
+        REQUIRE_OK(pasted);
+
+        const QString name = QStringLiteral("lab-pc-7");
+        const QString dir = stateDir(name);
+        auto worker = newWorker(name);
+        QSignalSpy joined(worker.get(), &WorkerClient::joined);
+        QSignalSpy welcomed(worker.get(), &WorkerClient::welcomed);
+        QSignalSpy failed(worker.get(), &WorkerClient::failed);
+        REQUIRE_OK(worker->configure(*pasted));
+        QVERIFY(!worker->hasIdentity());
+        QCOMPARE(worker->coordinatorAddress(), QStringLiteral("127.0.0.1:%1").arg(m_endpoint->port()));
+        worker->start(QCborMap { { QStringLiteral("cores"), 4 } });
+        QTRY_VERIFY_WITH_TIMEOUT(!welcomed.isEmpty() || !failed.isEmpty(), 10000);
+        QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
+        QCOMPARE(joined.size(), 1);
+        QCOMPARE(joined.first().first().toString(), name);
+        QCOMPARE(welcomed.size(), 1);
+        QCOMPARE(welcomed.first().first().value<QCborMap>().value(QStringLiteral("worker_id")).toInteger(), qint64(1));
+        QVERIFY(worker->isConnected());
+        QVERIFY(worker->hasIdentity());
+
+        // The identity in the state folder: the key private, the certificate ours.
+        for (const char *file : { "key.pem", "cert.pem", "ca.pem", "coordinator.json" })
+            QVERIFY2(QFileInfo::exists(QDir(dir).filePath(QString::fromLatin1(file))), file);
+#ifdef Q_OS_UNIX
+        QCOMPARE(fileMode(QDir(dir).filePath(QStringLiteral("key.pem"))), 0600);
+#endif
+        const QSslCertificate ca(readFile(QDir(dir).filePath(QStringLiteral("ca.pem"))));
+        QCOMPARE(ca.digest(QCryptographicHash::Sha256), m_endpoint->caFingerprint());
+        const QByteArray certPem = readFile(QDir(dir).filePath(QStringLiteral("cert.pem")));
+        const QSslCertificate cert(certPem);
+        QVERIFY(!cert.isNull());
+        QCOMPARE(cert.subjectInfo(QSslCertificate::CommonName), QStringList { name });
+        QCOMPARE(cert.issuerInfo(QSslCertificate::CommonName), ca.subjectInfo(QSslCertificate::CommonName));
+        QVERIFY(!QSslKey(readFile(QDir(dir).filePath(QStringLiteral("key.pem"))), QSsl::Ec).isNull());
+        const QJsonObject coordinator
+            = QJsonDocument::fromJson(readFile(QDir(dir).filePath(QStringLiteral("coordinator.json")))).object();
+        QCOMPARE(coordinator.value(QStringLiteral("host")).toString(), kLocalHost);
+        QCOMPARE(coordinator.value(QStringLiteral("port")).toInt(), int(m_endpoint->port()));
+        const QByteArray fingerprint = cert.digest(QCryptographicHash::Sha256);
+
+        // The coordinator recorded the certificate and spent the token.
+        auto record = m_endpoint->trust().certificate(fingerprint);
+        REQUIRE_OK(record);
+        QVERIFY(record->has_value());
+        QCOMPARE((*record)->workerName, name);
+        QVERIFY(!(*record)->revoked());
+        auto tokens = m_endpoint->trust().tokens();
+        REQUIRE_OK(tokens);
+        bool spent = false;
+        for (const TokenRecord &t : *tokens)
+            spent |= t.id == joinToken->id && t.usesLeft == 0;
+        QVERIFY(spent);
+
+        // The Hello carried the worker's fields, its name and the certificate it connected with.
+        const PeerInfo *peer = helloFrom(name);
+        QVERIFY(peer);
+        QCOMPARE(peer->fingerprint, fingerprint);
+        QVERIFY(peer->address.startsWith(kLocalHost + QLatin1Char(':')));
+        const qint64 firstId = peer->connectionId;
+        QCOMPARE(m_endpoint->connectionCount(), 2);
+
+        // The worker goes away: the coordinator says so.
+        worker.reset();
+        QTRY_VERIFY_WITH_TIMEOUT(!closureOf(firstId).isNull(), 5000);
+        QVERIFY2(closureOf(firstId).contains(QLatin1String("disconnected")), qPrintable(closureOf(firstId)));
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+
+        // Back from the state folder alone; the coordinator now knows its worker id.
+        REQUIRE_OK(m_endpoint->trust().setWorkerId(fingerprint, 42));
+        m_hellos.clear();
+        auto again = newWorker(name);
+        QSignalSpy joinedAgain(again.get(), &WorkerClient::joined);
+        QSignalSpy welcomedAgain(again.get(), &WorkerClient::welcomed);
+        QSignalSpy failedAgain(again.get(), &WorkerClient::failed);
+        REQUIRE_OK(again->configure(std::nullopt));
+        QVERIFY(again->hasIdentity());
+        again->start(QCborMap {});
+        QTRY_VERIFY_WITH_TIMEOUT(!welcomedAgain.isEmpty() || !failedAgain.isEmpty(), 10000);
+        QVERIFY2(failedAgain.isEmpty(), qPrintable(failedAgain.value(0).value(0).toString()));
+        QCOMPARE(joinedAgain.size(), 0);
+        const PeerInfo *back = helloFrom(name);
+        QVERIFY(back);
+        QCOMPARE(back->fingerprint, fingerprint);
+        QCOMPARE(back->workerId, qint64(42));
+        QVERIFY(back->connectionId != firstId);
+        QCOMPARE(readFile(QDir(dir).filePath(QStringLiteral("cert.pem"))), certPem);
+
+        // It talks like any worker.
+        again->send(MessageType::Heartbeat, QCborMap { { QStringLiteral("seq"), 1000 } });
+        QSignalSpy received(again.get(), &WorkerClient::messageReceived);
+        QTRY_VERIFY_WITH_TIMEOUT(!received.isEmpty(), 5000);
+        QCOMPARE(received.first().first().value<Message>().type, MessageType::Ack);
+        again.reset();
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+
+        // With neither a token nor an identity there is nothing to start from.
+        auto blank = newWorker(QStringLiteral("blank"));
+        REQUIRE_ERROR(blank->configure(std::nullopt), QStringLiteral("holds no worker identity"));
+        VERIFY_FLEET();
+    }
+
+    // 2. A token that pins another CA than the one the coordinator presents.
+    void tokenPinningAnotherCaIsRefusedBeforeTheSecretIsSent_data()
+    {
+        QTest::addColumn<bool>("impostor");
+        QTest::newRow("token pins a foreign CA") << false;
+        QTest::newRow("impostor coordinator at the token's address") << true;
+    }
+
+    void tokenPinningAnotherCaIsRefusedBeforeTheSecretIsSent()
+    {
+        QFETCH(bool, impostor);
+        std::unique_ptr<CoordinatorEndpoint> other;
+        JoinToken joinToken;
+        if (impostor) {
+            // The token is this coordinator's, but something else answers at its address.
+            auto created = CoordinatorEndpoint::create(options(m_dir->filePath(QStringLiteral("impostor"))));
+            REQUIRE_OK(created);
+            other = std::move(*created);
+            REQUIRE_OK(other->listen());
+            auto t = m_endpoint->trust().issueToken(
+                kLocalHost, other->port(), m_endpoint->caFingerprint(), 600, 1, nowMs());
+            REQUIRE_OK(t);
+            joinToken = *t;
+        } else {
+            auto foreignCa = createCertificateAuthority(QStringLiteral("Someone else's CA"), 30);
+            REQUIRE_OK(foreignCa);
+            auto t = m_endpoint->trust().issueToken(
+                kLocalHost, m_endpoint->port(), certificateFingerprint(foreignCa->certificatePem), 600, 1, nowMs());
+            REQUIRE_OK(t);
+            joinToken = *t;
+        }
+
+        auto worker = newWorker(QStringLiteral("careful"));
+        QSignalSpy failed(worker.get(), &WorkerClient::failed);
+        QSignalSpy joined(worker.get(), &WorkerClient::joined);
+        REQUIRE_OK(worker->configure(joinToken));
+        worker->start(QCborMap {});
+        QTRY_VERIFY_WITH_TIMEOUT(!failed.isEmpty(), 5000);
+        const QString reason = failed.first().first().toString();
+        QVERIFY2(reason.contains(QLatin1String("pins")), qPrintable(reason));
+        QVERIFY2(reason.contains(QString::fromLatin1(joinToken.caFingerprint.toHex().left(16))), qPrintable(reason));
+        QCOMPARE(joined.size(), 0);
+        QVERIFY(!worker->hasIdentity());
+        QVERIFY(!QFileInfo::exists(QDir(stateDir(QStringLiteral("careful"))).filePath(QStringLiteral("cert.pem"))));
+
+        // The secret never left the worker: the token is unspent and no join was refused.
+        auto tokens = m_endpoint->trust().tokens();
+        REQUIRE_OK(tokens);
+        bool unspent = false;
+        for (const TokenRecord &t : *tokens)
+            unspent |= t.id == joinToken.id && t.usesLeft == 1;
+        QVERIFY(unspent);
+        QVERIFY2(refusalWith(QStringLiteral("join refused")).isNull(), qPrintable(refusals()));
+        // And it does not try again.
+        QTest::qWait(300);
+        QCOMPARE(failed.size(), 1);
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        if (other)
+            QTRY_COMPARE_WITH_TIMEOUT(other->connectionCount(), 0, 5000);
+        VERIFY_FLEET();
+    }
+
+    // 3. Expired and used-up tokens.
+    void spentTokensAreRefused_data()
+    {
+        QTest::addColumn<bool>("expired");
+        QTest::addColumn<QString>("expected");
+        QTest::newRow("expired") << true << QStringLiteral("expired");
+        QTest::newRow("used up") << false << QStringLiteral("used up");
+    }
+
+    void spentTokensAreRefused()
+    {
+        QFETCH(bool, expired);
+        QFETCH(QString, expected);
+        JoinToken joinToken;
+        if (expired) {
+            // Issued an hour ago for one minute.
+            auto t = token(1, 60, nowMs() - 3600 * 1000);
+            REQUIRE_OK(t);
+            joinToken = *t;
+        } else {
+            auto t = token(1);
+            REQUIRE_OK(t);
+            joinToken = *t;
+            auto first = newWorker(QStringLiteral("first"));
+            QSignalSpy welcomed(first.get(), &WorkerClient::welcomed);
+            QSignalSpy failed(first.get(), &WorkerClient::failed);
+            REQUIRE_OK(first->configure(joinToken));
+            first->start(QCborMap {});
+            QTRY_VERIFY_WITH_TIMEOUT(!welcomed.isEmpty() || !failed.isEmpty(), 10000);
+            QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
+            first.reset();
+            QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+            clearRecords();
+        }
+
+        auto worker = newWorker(QStringLiteral("late"));
+        QSignalSpy failed(worker.get(), &WorkerClient::failed);
+        QSignalSpy joined(worker.get(), &WorkerClient::joined);
+        REQUIRE_OK(worker->configure(joinToken));
+        worker->start(QCborMap {});
+        // The coordinator refuses the join with the reason...
+        VERIFY_REFUSED(QStringLiteral("join refused"), 5000);
+        const QString refusal = refusalWith(QStringLiteral("join refused"));
+        QVERIFY2(refusal.contains(expected), qPrintable(refusal));
+        QVERIFY(refusedAddressIsLoopback(QStringLiteral("join refused")));
+        // ...and the worker hears it and gives up, rather than retrying a dead token.
+        const bool gaveUp = QTest::qWaitFor([&] { return !failed.isEmpty(); }, 1500);
+        const QString refusedTimes = QString::number(m_refused.size());
+        worker.reset();
+        QCOMPARE(joined.size(), 0);
+        QVERIFY(!QFileInfo::exists(QDir(stateDir(QStringLiteral("late"))).filePath(QStringLiteral("cert.pem"))));
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        VERIFY_FLEET();
+        QVERIFY2(gaveUp,
+            qPrintable(QStringLiteral("the worker never gave up: it was refused %1 times in 1.5 s (\"%2\") and kept "
+                                      "retrying, so the coordinator's Error never reached it")
+                           .arg(refusedTimes, refusal)));
+        const QString reason = failed.first().first().toString();
+        QVERIFY2(reason.contains(expected), qPrintable(reason));
+    }
+
+    // 4. Not TLS at all.
+    void plainTcpGarbageFailsTheHandshake_data()
+    {
+        QTest::addColumn<QByteArray>("bytes");
+        QTest::newRow("HTTP request") << QByteArray("GET / HTTP/1.0\r\n\r\n");
+        QTest::newRow("Flotilla frame without TLS") << encodeMessage(MessageType::Hello, QCborMap {});
+        // A TLS handshake record header followed by nonsense.
+        QTest::newRow("TLS record of garbage") << QByteArray("\x16\x03\x01\x00\x10"
+                                                             "0123456789abcdef",
+            21);
+    }
+
+    void plainTcpGarbageFailsTheHandshake()
+    {
+        QFETCH(QByteArray, bytes);
+        RawClient client { QByteArray() };
+        client.connectTo(m_endpoint->port());
+        QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.state() == QAbstractSocket::ConnectedState, 5000);
+        const quint16 localPort = client.m_socket.localPort();
+        client.send(bytes);
+        QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
+        QCOMPARE(m_endpoint->connectionCount(), 1);
+        VERIFY_FLEET();
+        // The coordinator says why, naming the peer.
+        VERIFY_REFUSED(QStringLiteral("TLS handshake failed"), 500);
+        QVERIFY2(refusedFrom(localPort, QStringLiteral("TLS handshake failed")), qPrintable(refusals()));
+    }
+
+    // A TCP connection that never starts TLS is not kept open forever.
+    void silentTcpConnectionIsClosedAfterTheHandshakeTimeout()
+    {
+        RawClient client { QByteArray() };
+        client.connectTo(m_endpoint->port());
+        QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.state() == QAbstractSocket::ConnectedState, 5000);
+        const quint16 localPort = client.m_socket.localPort();
+        QElapsedTimer timer;
+        timer.start();
+        QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
+        QVERIFY2(timer.elapsed() >= 1000, qPrintable(QString::number(timer.elapsed())));
+        QCOMPARE(m_endpoint->connectionCount(), 1);
+        VERIFY_FLEET();
+        // The refusal names the peer and says what went wrong.
+        VERIFY_REFUSED(QStringLiteral("TLS handshake"), 1000);
+        const QString reason = refusalWith(QStringLiteral("TLS handshake"));
+        QVERIFY2(!reason.contains(QLatin1String("Unknown error")), qPrintable(reason));
+        QVERIFY2(refusedFrom(localPort, QStringLiteral("TLS handshake")), qPrintable(refusals()));
+    }
+
+    // 5. A worker with a good certificate that then sends something malformed.
+    void malformedInputClosesOnlyThatConnection_data()
+    {
+        QTest::addColumn<bool>("afterHello");
+        QTest::addColumn<QByteArray>("bytes");
+        QTest::addColumn<QString>("expected");
+
+        const QByteArray heartbeat = encodeMessage(MessageType::Heartbeat, QCborMap { { QStringLiteral("seq"), 1 } });
+        const QByteArray welcome = encodeMessage(MessageType::Welcome, QCborMap { { QStringLiteral("worker_id"), 9 } });
+        const QByteArray hello
+            = encodeMessage(MessageType::Hello, QCborMap { { QStringLiteral("name"), QStringLiteral("raw") } });
+        const QByteArray wrongVersion
+            = encodeFrame(kProtocolVersion + 1, std::uint8_t(MessageType::Heartbeat), cbor({}), {});
+        const QByteArray unknownType = encodeFrame(kProtocolVersion, 99, cbor({}), {});
+        const QByteArray tooLargePayload = frameAnnouncing(MessageType::Result, 0, Limits::maxFramePayload + 1);
+        const QByteArray tooLargeHeader = frameAnnouncing(MessageType::Heartbeat, Limits::maxHeader + 1, 0);
+        const QByteArray notAMap = encodeFrame(
+            kProtocolVersion, std::uint8_t(MessageType::Heartbeat), QCborValue(QStringLiteral("header")).toCbor(), {});
+        const QByteArray strayChunk = encodeFrame(kProtocolVersion, std::uint8_t(MessageType::Chunk), cbor({}), "abc");
+        const QByteArray unwantedPayload = encodeMessage(MessageType::Heartbeat, QCborMap {}, QByteArray(10, 'p'));
+        const QByteArray truncated = heartbeat.left(heartbeat.size() - 3);
+
+        for (const bool after : { false, true }) {
+            const char *when = after ? "after Hello" : "before Hello";
+            QTest::addRow("garbage, %s", when)
+                << after << QByteArray("XXXXXXXX") << QStringLiteral("not a Flotilla frame");
+            QTest::addRow("payload above the frame limit, %s", when)
+                << after << tooLargePayload << QStringLiteral("limit");
+            QTest::addRow("header above the limit, %s", when) << after << tooLargeHeader << QStringLiteral("limit");
+            QTest::addRow("unknown message type, %s", when)
+                << after << unknownType << QStringLiteral("unknown message type");
+            QTest::addRow("wrong protocol version, %s", when)
+                << after << wrongVersion << QStringLiteral("protocol version");
+            QTest::addRow("truncated frame then silence, %s", when)
+                << after << truncated << QStringLiteral("went silent");
+            QTest::addRow("Welcome from a worker, %s", when)
+                << after << welcome << QStringLiteral("only a coordinator sends");
+            QTest::addRow("header not a CBOR map, %s", when) << after << notAMap << QStringLiteral("not a CBOR map");
+            QTest::addRow("Chunk with nothing to continue, %s", when)
+                << after << strayChunk << QStringLiteral("no message to continue");
+            QTest::addRow("payload on a Heartbeat, %s", when)
+                << after << unwantedPayload << QStringLiteral("at most 0");
+        }
+        QTest::newRow("Heartbeat before Hello") << false << heartbeat << QStringLiteral("before Hello");
+        QTest::newRow("Hello twice") << true << hello << QStringLiteral("Hello twice");
+    }
+
+    void malformedInputClosesOnlyThatConnection()
+    {
+        QFETCH(bool, afterHello);
+        QFETCH(QByteArray, bytes);
+        QFETCH(QString, expected);
+
+        auto credentials = issueClient(m_identity.ca, QStringLiteral("raw"), &m_endpoint->trust());
+        REQUIRE_OK(credentials);
+        RawClient client(m_identity.ca.certificatePem, credentials->certificatePem, credentials->keyPem);
+        client.connectTo(m_endpoint->port());
+        QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.isEncrypted() || client.closed(), 5000);
+        QVERIFY2(client.m_socket.isEncrypted(), qPrintable(client.m_socket.errorString()));
+        qint64 id = 0;
+        if (afterHello) {
+            client.send(
+                encodeMessage(MessageType::Hello, QCborMap { { QStringLiteral("name"), QStringLiteral("raw") } }));
+            QTRY_VERIFY_WITH_TIMEOUT(client.received(MessageType::Welcome), 5000);
+            const PeerInfo *peer = helloFrom(QStringLiteral("raw"));
+            QVERIFY(peer);
+            id = peer->connectionId;
+            QCOMPARE(peer->fingerprint, credentials->fingerprint);
+        }
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 2, 5000);
+        const quint16 localPort = client.m_socket.localPort();
+
+        client.send(bytes);
+        if (afterHello) {
+            QTRY_VERIFY2_WITH_TIMEOUT(
+                !closureOf(id).isNull(), qPrintable(closures() + QLatin1String(" / ") + refusals()), 5000);
+            QVERIFY2(closureOf(id).contains(expected), qPrintable(closureOf(id)));
+        } else {
+            VERIFY_REFUSED(expected, 5000);
+            QVERIFY2(refusedFrom(localPort, expected), qPrintable(refusals()));
+        }
+        QCOMPARE(m_endpoint->connectionCount(), 1);
+        QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
+        // None of it reached the coordinator's logic.
+        for (const auto &[from, m] : std::as_const(m_messages))
+            QVERIFY(from != id || id == 0);
+        VERIFY_FLEET();
+        VERIFY_CLIENT_READ_ERROR(client, expected, false);
+    }
+
+    // A worker that completes the TLS handshake but never says Hello.
+    void silenceAfterTheHandshakeIsClosed()
+    {
+        auto credentials = issueClient(m_identity.ca, QStringLiteral("mute"), &m_endpoint->trust());
+        REQUIRE_OK(credentials);
+        RawClient client(m_identity.ca.certificatePem, credentials->certificatePem, credentials->keyPem);
+        client.connectTo(m_endpoint->port());
+        QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.isEncrypted() || client.closed(), 5000);
+        QVERIFY(client.m_socket.isEncrypted());
+        VERIFY_REFUSED(QStringLiteral("neither Hello nor Redeem"), 5000);
+        QCOMPARE(m_endpoint->connectionCount(), 1);
+        QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
+        VERIFY_FLEET();
+        VERIFY_CLIENT_READ_ERROR(client, QStringLiteral("neither Hello nor Redeem"), false);
+    }
+
+    // Payload limits per message type, and chunked payloads through the endpoint.
+    void payloadLimitsArePerMessageType()
+    {
+        m_endpoint->setPayloadLimit(MessageType::Result, 3u << 20);
+        QByteArray weights(2500 * 1024, Qt::Uninitialized);
+        for (qsizetype i = 0; i < weights.size(); ++i)
+            weights[i] = char(i * 7);
+        m_steady->send(MessageType::Result, QCborMap { { QStringLiteral("subtask"), 5 } }, weights);
+        QTRY_VERIFY_WITH_TIMEOUT(!m_messages.isEmpty(), 5000);
+        QCOMPARE(m_messages.first().first, m_steadyId);
+        QCOMPARE(m_messages.first().second.type, MessageType::Result);
+        QCOMPARE(m_messages.first().second.payload.size(), weights.size());
+        QVERIFY(m_messages.first().second.payload == weights);
+
+        // Announcing more than the limit is refused before any of it arrives.
+        auto credentials = issueClient(m_identity.ca, QStringLiteral("greedy"), &m_endpoint->trust());
+        REQUIRE_OK(credentials);
+        RawClient client(m_identity.ca.certificatePem, credentials->certificatePem, credentials->keyPem);
+        client.connectTo(m_endpoint->port());
+        QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.isEncrypted() || client.closed(), 5000);
+        client.send(
+            encodeMessage(MessageType::Hello, QCborMap { { QStringLiteral("name"), QStringLiteral("greedy") } }));
+        QTRY_VERIFY_WITH_TIMEOUT(client.received(MessageType::Welcome), 5000);
+        const qint64 id = helloFrom(QStringLiteral("greedy"))->connectionId;
+        const QCborMap announce { { QStringLiteral("payload_size"), qint64(4) << 20 },
+            { QStringLiteral("payload_sha256"), QByteArray(32, 's') } };
+        client.send(
+            encodeFrame(kProtocolVersion, std::uint8_t(MessageType::Result), cbor(announce), QByteArray(16, 'w')));
+        QTRY_VERIFY_WITH_TIMEOUT(!closureOf(id).isNull(), 5000);
+        QVERIFY2(closureOf(id).contains(QLatin1String("at most 3145728")), qPrintable(closureOf(id)));
+        QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
+        VERIFY_FLEET();
+    }
+
+    // 6. No client certificate: only Redeem is allowed.
+    void withoutCertificateOnlyRedeemIsAllowed_data()
+    {
+        QTest::addColumn<QByteArray>("bytes");
+        QTest::addColumn<QString>("expected");
+        QTest::addColumn<bool>("fatal");
+        QTest::newRow("Hello") << encodeMessage(
+            MessageType::Hello, QCborMap { { QStringLiteral("name"), QStringLiteral("anon") } })
+                               << QStringLiteral("without a client certificate") << true;
+        QTest::newRow("Heartbeat") << encodeMessage(MessageType::Heartbeat, QCborMap {})
+                                   << QStringLiteral("without a client certificate") << true;
+        // The request is checked before the token, so that a malformed one costs no use.
+        QTest::newRow("Redeem of an unknown token") << encodeMessage(MessageType::Redeem,
+            QCborMap { { QStringLiteral("token_id"), QByteArray(8, 'i') },
+                { QStringLiteral("secret"), QByteArray(16, 's') }, { QStringLiteral("name"), QStringLiteral("anon") } },
+            createCertificateRequest(generatePrivateKeyPem().value(), QStringLiteral("anon")).value())
+                                                    << QStringLiteral("unknown to this coordinator") << true;
+        QTest::newRow("Redeem with a malformed request") << encodeMessage(MessageType::Redeem,
+            QCborMap { { QStringLiteral("token_id"), QByteArray(8, 'i') },
+                { QStringLiteral("secret"), QByteArray(16, 's') }, { QStringLiteral("name"), QStringLiteral("anon") } },
+            QByteArray("not a CSR")) << QStringLiteral("not a PEM certificate request") << true;
+        QTest::newRow("Redeem without a name") << encodeMessage(MessageType::Redeem,
+            QCborMap {
+                { QStringLiteral("token_id"), QByteArray(8, 'i') }, { QStringLiteral("secret"), QByteArray(16, 's') } })
+                                               << QStringLiteral("without a worker name") << true;
+        QTest::newRow("garbage") << QByteArray("XXXXXXXX") << QStringLiteral("not a Flotilla frame") << false;
+    }
+
+    void withoutCertificateOnlyRedeemIsAllowed()
+    {
+        QFETCH(QByteArray, bytes);
+        QFETCH(QString, expected);
+        QFETCH(bool, fatal);
+        RawClient client(m_identity.ca.certificatePem);
+        client.connectTo(m_endpoint->port());
+        QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.isEncrypted() || client.closed(), 5000);
+        QVERIFY2(client.m_socket.isEncrypted(), qPrintable(client.m_socket.errorString()));
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 2, 5000);
+        const quint16 localPort = client.m_socket.localPort();
+        client.send(bytes);
+        VERIFY_REFUSED(expected, 5000);
+        QVERIFY2(refusedFrom(localPort, expected), qPrintable(refusals()));
+        QCOMPARE(m_endpoint->connectionCount(), 1);
+        QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
+        QVERIFY(m_hellos.isEmpty());
+        VERIFY_FLEET();
+        VERIFY_CLIENT_READ_ERROR(client, expected, fatal);
+    }
+
+    // A valid token with a request that is not a CSR: refused, the fleet unaffected.
+    void redeemWithABadRequestIsRefused()
+    {
+        auto joinToken = token(2);
+        REQUIRE_OK(joinToken);
+        RawClient client(m_identity.ca.certificatePem);
+        client.connectTo(m_endpoint->port());
+        QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.isEncrypted() || client.closed(), 5000);
+        QVERIFY(client.m_socket.isEncrypted());
+        client.send(encodeMessage(MessageType::Redeem,
+            QCborMap { { QStringLiteral("token_id"), joinToken->id }, { QStringLiteral("secret"), joinToken->secret },
+                { QStringLiteral("name"), QStringLiteral("forger") } },
+            QByteArray("-----BEGIN CERTIFICATE REQUEST-----\ngarbage\n-----END CERTIFICATE REQUEST-----\n")));
+        VERIFY_REFUSED(QStringLiteral("join refused"), 5000);
+        QCOMPARE(m_endpoint->connectionCount(), 1);
+        QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
+        QVERIFY(!client.received(MessageType::Enrolled));
+        auto certificates = m_endpoint->trust().certificates();
+        REQUIRE_OK(certificates);
+        for (const CertificateRecord &c : *certificates)
+            QVERIFY(c.workerName != QLatin1String("forger"));
+        VERIFY_FLEET();
+        VERIFY_CLIENT_READ_ERROR(client, QStringLiteral("join refused"), true);
+    }
+
+    // 7. Certificates this coordinator did not issue, or issued but never recorded.
+    void unknownCertificatesAreRefused_data()
+    {
+        QTest::addColumn<QString>("kind");
+        QTest::addColumn<QString>("expected");
+        QTest::newRow("signed by a foreign CA") << QStringLiteral("foreign") << QStringLiteral("did not issue");
+        QTest::newRow("the coordinator's server certificate")
+            << QStringLiteral("server") << QStringLiteral("did not issue");
+        QTest::newRow("signed by our CA, never recorded")
+            << QStringLiteral("unrecorded") << QStringLiteral("no record");
+    }
+
+    void unknownCertificatesAreRefused()
+    {
+        QFETCH(QString, kind);
+        QFETCH(QString, expected);
+        Credentials credentials;
+        if (kind == QLatin1String("foreign")) {
+            auto foreignCa = createCertificateAuthority(QStringLiteral("Intruder CA"), 30);
+            REQUIRE_OK(foreignCa);
+            auto c = issueClient(*foreignCa, QStringLiteral("steady"), nullptr);
+            REQUIRE_OK(c);
+            credentials = *c;
+        } else if (kind == QLatin1String("server")) {
+            credentials = Credentials { m_identity.serverCertificatePem, m_identity.serverKeyPem,
+                certificateFingerprint(m_identity.serverCertificatePem) };
+        } else {
+            auto c = issueClient(m_identity.ca, QStringLiteral("steady"), nullptr);
+            REQUIRE_OK(c);
+            credentials = *c;
+        }
+        RawClient client(m_identity.ca.certificatePem, credentials.certificatePem, credentials.keyPem);
+        client.connectTo(m_endpoint->port());
+        // It says Hello as soon as it can, under the name of a real worker.
+        QObject::connect(&client.m_socket, &QSslSocket::encrypted, &client.m_socket, [&client] {
+            client.send(
+                encodeMessage(MessageType::Hello, QCborMap { { QStringLiteral("name"), QStringLiteral("steady") } }));
+        });
+        VERIFY_REFUSED(expected, 5000);
+        QVERIFY2(refusedAddressIsLoopback(expected), qPrintable(refusals()));
+        QCOMPARE(m_endpoint->connectionCount(), 1);
+        QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
+        QVERIFY(m_hellos.isEmpty());
+        VERIFY_FLEET();
+        VERIFY_CLIENT_READ_ERROR(client, expected, true);
+    }
+
+    // 8. Revocation while connected, and on the way back in.
+    void revokedWorkerIsDisconnectedAndRefused_data()
+    {
+        QTest::addColumn<bool>("byFingerprint");
+        QTest::newRow("by name") << false;
+        QTest::newRow("by fingerprint prefix") << true;
+    }
+
+    void revokedWorkerIsDisconnectedAndRefused()
+    {
+        QFETCH(bool, byFingerprint);
+        auto joinToken = token();
+        REQUIRE_OK(joinToken);
+        const QString name = QStringLiteral("doomed");
+        auto worker = newWorker(name);
+        QSignalSpy welcomed(worker.get(), &WorkerClient::welcomed);
+        QSignalSpy failed(worker.get(), &WorkerClient::failed);
+        REQUIRE_OK(worker->configure(*joinToken));
+        worker->start(QCborMap {});
+        QTRY_VERIFY_WITH_TIMEOUT(!welcomed.isEmpty() || !failed.isEmpty(), 10000);
+        QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
+        const PeerInfo *peer = helloFrom(name);
+        QVERIFY(peer);
+        const qint64 id = peer->connectionId;
+        const QByteArray fingerprint = peer->fingerprint;
+        QCOMPARE(m_endpoint->connectionCount(), 2);
+
+        // `flotilla revoke` runs beside the coordinator: another TrustStore on the same folder.
+        TrustStore cli(m_dir->filePath(QStringLiteral("coordinator")));
+        QString key = name;
+        if (byFingerprint)
+            key = QString::fromLatin1(fingerprint.toHex().left(12));
+        QElapsedTimer timer;
+        timer.start();
+        auto revoked = cli.revoke(key, QStringLiteral("stolen laptop"), nowMs());
+        REQUIRE_OK(revoked);
+        QCOMPARE(*revoked, 1);
+        QTRY_VERIFY_WITH_TIMEOUT(!closureOf(id).isNull(), 3000);
+        QVERIFY2(timer.elapsed() < 1500, qPrintable(QStringLiteral("closed after %1 ms").arg(timer.elapsed())));
+        QVERIFY2(closureOf(id).contains(QLatin1String("revoked")), qPrintable(closureOf(id)));
+        QVERIFY2(closureOf(id).contains(QLatin1String("stolen laptop")), qPrintable(closureOf(id)));
+        QTRY_VERIFY_WITH_TIMEOUT(!worker->isConnected(), 3000);
+
+        // Coming back with the revoked certificate is refused, by the live worker retrying
+        // or by a restart from its state folder.
+        worker.reset();
+        auto again = newWorker(name);
+        QSignalSpy failedAgain(again.get(), &WorkerClient::failed);
+        QSignalSpy welcomedAgain(again.get(), &WorkerClient::welcomed);
+        REQUIRE_OK(again->configure(std::nullopt));
+        again->start(QCborMap {});
+        VERIFY_REFUSED(QStringLiteral("revoked"), 5000);
+        const QString refusal = refusalWith(QStringLiteral("revoked"));
+        QVERIFY2(refusal.contains(QLatin1String("stolen laptop")), qPrintable(refusals()));
+        const bool gaveUp = QTest::qWaitFor([&] { return !failedAgain.isEmpty(); }, 1500);
+        const QString refusedTimes = QString::number(m_refused.size());
+        QCOMPARE(welcomedAgain.size(), 0);
+        again.reset();
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        VERIFY_FLEET();
+        QVERIFY2(gaveUp,
+            qPrintable(QStringLiteral("the revoked worker never gave up: it was refused %1 times in 1.5 s (\"%2\") and "
+                                      "kept retrying, so the coordinator's Error never reached it")
+                           .arg(refusedTimes, refusal)));
+        const QString reason = failedAgain.first().first().toString();
+        QVERIFY2(reason.contains(QLatin1String("revoked")), qPrintable(reason));
+    }
+
+    // The live worker is told why it was cut off, and gives up.
+    void revokedWorkerIsToldWhy()
+    {
+        auto joinToken = token();
+        REQUIRE_OK(joinToken);
+        auto worker = newWorker(QStringLiteral("told"));
+        QSignalSpy welcomed(worker.get(), &WorkerClient::welcomed);
+        QSignalSpy failed(worker.get(), &WorkerClient::failed);
+        REQUIRE_OK(worker->configure(*joinToken));
+        worker->start(QCborMap {});
+        QTRY_VERIFY_WITH_TIMEOUT(!welcomed.isEmpty() || !failed.isEmpty(), 10000);
+        QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
+        REQUIRE_OK(TrustStore(m_dir->filePath(QStringLiteral("coordinator")))
+                       .revoke(QStringLiteral("told"), QStringLiteral("retired"), nowMs()));
+        QTRY_VERIFY2_WITH_TIMEOUT(!failed.isEmpty(),
+            qPrintable(
+                QStringLiteral("the worker never gave up; refusals: %1; closures: %2").arg(refusals(), closures())),
+            3000);
+        const QString reason = failed.first().first().toString();
+        QVERIFY2(reason.contains(QLatin1String("revoked")), qPrintable(reason));
+        QVERIFY2(reason.contains(QLatin1String("retired")), qPrintable(reason));
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        VERIFY_FLEET();
+    }
+
+    // The coordinator closes a worker's connection for its own reasons: the worker is told,
+    // and comes back by itself.
+    void closedWorkerIsToldWhyAndReconnects()
+    {
+        auto joinToken = token();
+        REQUIRE_OK(joinToken);
+        auto worker = newWorker(QStringLiteral("bouncer"));
+        QSignalSpy welcomed(worker.get(), &WorkerClient::welcomed);
+        QSignalSpy disconnected(worker.get(), &WorkerClient::disconnected);
+        QSignalSpy failed(worker.get(), &WorkerClient::failed);
+        REQUIRE_OK(worker->configure(*joinToken));
+        worker->start(QCborMap {});
+        QTRY_VERIFY_WITH_TIMEOUT(!welcomed.isEmpty() || !failed.isEmpty(), 10000);
+        QVERIFY(failed.isEmpty());
+        const qint64 id = helloFrom(QStringLiteral("bouncer"))->connectionId;
+        m_endpoint->close(id, QStringLiteral("draining for maintenance"), false, false);
+        QVERIFY2(closureOf(id).contains(QLatin1String("draining")), qPrintable(closures()));
+        QTRY_COMPARE_WITH_TIMEOUT(welcomed.size(), 2, 5000);
+        QVERIFY(failed.isEmpty());
+        QVERIFY(worker->isConnected());
+        QCOMPARE(m_endpoint->connectionCount(), 2);
+        worker.reset();
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        VERIFY_FLEET();
+        QVERIFY(!disconnected.isEmpty());
+        const QString reason = disconnected.first().first().toString();
+        QVERIFY2(reason.contains(QLatin1String("draining for maintenance")), qPrintable(reason));
+    }
+
+    // 9. TLS 1.2 is not spoken.
+    void tls12ClientCannotConnect()
+    {
+        auto credentials = issueClient(m_identity.ca, QStringLiteral("old"), &m_endpoint->trust());
+        REQUIRE_OK(credentials);
+        RawClient client(m_identity.ca.certificatePem, credentials->certificatePem, credentials->keyPem, QSsl::TlsV1_2);
+        QSignalSpy encrypted(&client.m_socket, &QSslSocket::encrypted);
+        client.connectTo(m_endpoint->port());
+        QTRY_VERIFY_WITH_TIMEOUT(!client.m_errors.isEmpty(), 5000);
+        QVERIFY(client.m_errors.contains(QAbstractSocket::SslHandshakeFailedError)
+            || client.m_errors.contains(QAbstractSocket::RemoteHostClosedError));
+        QVERIFY(encrypted.isEmpty());
+        QVERIFY(!client.m_socket.isEncrypted());
+        VERIFY_REFUSED(QStringLiteral("TLS handshake failed"), 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
+        QCOMPARE(m_endpoint->connectionCount(), 1);
+        QVERIFY(m_hellos.isEmpty());
+        VERIFY_FLEET();
+    }
+
+    // The coordinator shuts down with workers connected: every connection is closed, the
+    // workers notice, and nothing crashes. Last, because a crash here ends the run.
+    void destroyingTheEndpointWithLiveConnections()
+    {
+        std::vector<std::unique_ptr<RawClient>> clients;
+        for (int i = 0; i < 4; ++i) {
+            const QString name = QStringLiteral("live-%1").arg(i);
+            auto credentials = issueClient(m_identity.ca, name, &m_endpoint->trust());
+            REQUIRE_OK(credentials);
+            clients.push_back(std::make_unique<RawClient>(
+                m_identity.ca.certificatePem, credentials->certificatePem, credentials->keyPem));
+            RawClient &client = *clients.back();
+            client.connectTo(m_endpoint->port());
+            QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.isEncrypted() || client.closed(), 5000);
+            QVERIFY(client.m_socket.isEncrypted());
+            // Half of them have said Hello, half are still between handshake and Hello.
+            if (i % 2 == 0) {
+                client.send(encodeMessage(MessageType::Hello, QCborMap { { QStringLiteral("name"), name } }));
+                QTRY_VERIFY_WITH_TIMEOUT(client.received(MessageType::Welcome), 5000);
+            }
+        }
+        // And one without a certificate, about to redeem a token.
+        clients.push_back(std::make_unique<RawClient>(m_identity.ca.certificatePem));
+        clients.back()->connectTo(m_endpoint->port());
+        QTRY_VERIFY_WITH_TIMEOUT(clients.back()->m_socket.isEncrypted(), 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 6, 5000);
+        VERIFY_FLEET_EXCEPT_COUNT();
+
+        QSignalSpy steadyLost(m_steady.get(), &WorkerClient::disconnected);
+        m_endpoint.reset();
+        for (const auto &client : clients)
+            QTRY_VERIFY_WITH_TIMEOUT(client->closed(), 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(!steadyLost.isEmpty(), 5000);
+        QVERIFY(!m_steady->isConnected());
+    }
+};
+
+QTEST_GUILESS_MAIN(TestEndpoint)
+#include "tst_endpoint.moc"

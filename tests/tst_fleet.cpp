@@ -1,0 +1,234 @@
+// A fleet of real processes on loopback with real TLS: a coordinator (`flotilla serve`) and
+// three workers (`flotilla worker --join`). One worker is SIGKILLed while it holds a lease,
+// the coordinator is SIGKILLed once and started again; the job must still finish with every
+// shard of every epoch assimilated exactly once. And a worker that gets SIGTERM (a
+// preemption notice) hands in a partial result that is credited.
+#include "TestSupport.h"
+
+#include <QRandomGenerator>
+#include <QTcpServer>
+#include <QtTest>
+
+using namespace flotilla;
+
+namespace {
+
+quint16 freePort()
+{
+    QTcpServer probe;
+    probe.listen(QHostAddress::LocalHost, 0);
+    return probe.serverPort();
+}
+
+struct Fleet
+{
+    QTemporaryDir dir;
+    quint16 port = freePort();
+    QString db() const { return dir.filePath(QStringLiteral("run/flotilla.db")); }
+    QString token() const
+    {
+        QFile f(dir.filePath(QStringLiteral("token")));
+        return f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()).trimmed() : QString();
+    }
+
+    std::unique_ptr<QProcess> serve(const QStringList &jobFlags)
+    {
+        auto p = std::make_unique<QProcess>();
+        p->setProcessChannelMode(QProcess::MergedChannels);
+        p->setStandardOutputFile(dir.filePath(QStringLiteral("serve.out")), QIODevice::Append);
+        p->start(test::flotillaBinary(),
+                 QStringList{QStringLiteral("serve"), QStringLiteral("--run-dir"), dir.filePath(QStringLiteral("run")),
+                             QStringLiteral("--identity-dir"), dir.filePath(QStringLiteral("identity")),
+                             QStringLiteral("--listen"), QStringLiteral("127.0.0.1"), QStringLiteral("--host"),
+                             QStringLiteral("127.0.0.1"), QStringLiteral("--port"), QString::number(port),
+                             QStringLiteral("--token-file"), dir.filePath(QStringLiteral("token")),
+                             QStringLiteral("--quiet")}
+                     + jobFlags);
+        return p;
+    }
+
+    std::unique_ptr<QProcess> worker(const QString &name)
+    {
+        auto p = std::make_unique<QProcess>();
+        p->setProcessChannelMode(QProcess::MergedChannels);
+        p->setStandardOutputFile(dir.filePath(name + QStringLiteral(".out")));
+        p->start(test::flotillaBinary(),
+                 {QStringLiteral("worker"), QStringLiteral("--join"), token(), QStringLiteral("--state-dir"),
+                  dir.filePath(QStringLiteral("workers/") + name), QStringLiteral("--name"), name,
+                  QStringLiteral("--instance-type"), QStringLiteral("aws/c5.large"), QStringLiteral("--price-class"),
+                  QStringLiteral("spot"), QStringLiteral("--grace"), QStringLiteral("20")});
+        return p;
+    }
+
+    QString log(const QString &name) const
+    {
+        QFile f(dir.filePath(name + QStringLiteral(".out")));
+        return f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()) : QString();
+    }
+};
+
+// Reads the coordinator's store while it runs (WAL lets a reader in beside the writer).
+qint64 assimilations(const QString &db)
+{
+    if (!QFileInfo::exists(db))
+        return 0;
+    auto store = Store::open(db);
+    if (!store)
+        return 0;
+    auto job = (*store)->latestJob();
+    if (!job || !job->has_value())
+        return 0;
+    auto rows = (*store)->assimilations((*job)->id);
+    return rows ? qint64(rows->size()) : 0;
+}
+
+// Whether the coordinator has declared a worker gone for missed heartbeats.
+bool goneByHeartbeat(const QString &db)
+{
+    auto store = Store::open(db);
+    if (!store)
+        return false;
+    auto left = (*store)->events(1, QStringLiteral("worker-left"));
+    if (!left)
+        return false;
+    for (const auto &e : *left)
+        if (e.detail.contains(QStringLiteral("missed heartbeats")))
+            return true;
+    return false;
+}
+
+// Whether the named worker holds an active lease right now.
+bool holdsLease(const QString &db, const QString &name)
+{
+    auto store = Store::open(db);
+    if (!store)
+        return false;
+    auto job = (*store)->latestJob();
+    if (!job || !job->has_value())
+        return false;
+    auto workers = (*store)->workers((*job)->id);
+    auto leases = (*store)->leases((*job)->id);
+    if (!workers || !leases)
+        return false;
+    for (const auto &w : *workers)
+        if (w.name == name)
+            for (const auto &l : *leases)
+                if (l.workerId == w.id && l.state == LeaseState::Active)
+                    return true;
+    return false;
+}
+
+} // namespace
+
+class TestFleet : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        QVERIFY2(QFileInfo::exists(test::fashionMnistDir()), "Debian's dataset-fashion-mnist is needed");
+    }
+
+    void survivesAKilledWorkerAndAKilledCoordinator()
+    {
+        Fleet f;
+        // A short heartbeat timeout so that the killed worker is noticed quickly.
+        const QString jobFile = f.dir.filePath(QStringLiteral("job.json"));
+        JobSpec job = JobSpec::defaultJob();
+        job.dataset.trainLimit = 6000;
+        job.dataset.testLimit = 1000;
+        job.training.epochs = 4;
+        job.training.shards = 12;
+        job.fleet.workers = 0;
+        job.fleet.preemption.meanIntervalSeconds = 0;
+        job.fleet.heartbeatTimeoutSeconds = 4;
+        QVERIFY(job.save(jobFile));
+        const QStringList jobFlags{QStringLiteral("--job"), jobFile};
+
+        auto serve = f.serve(jobFlags);
+        QTRY_VERIFY_WITH_TIMEOUT(!f.token().isEmpty(), 60000);
+        std::vector<std::unique_ptr<QProcess>> workers;
+        for (const char *name : {"w1", "w2", "w3"})
+            workers.push_back(f.worker(QString::fromLatin1(name)));
+
+        // Kill w1 while it holds a lease: its subtask must be reassigned.
+        QTRY_VERIFY_WITH_TIMEOUT(holdsLease(f.db(), QStringLiteral("w1")), 60000);
+        workers[0]->kill();
+        QVERIFY(workers[0]->waitForFinished(10000));
+        const qint64 atWorkerKill = assimilations(f.db());
+        // The coordinator notices by the missed heartbeats and hands the lease to another.
+        QTRY_VERIFY_WITH_TIMEOUT(goneByHeartbeat(f.db()), 30000);
+
+        // Kill the coordinator after some more progress, and start it again.
+        QTRY_VERIFY_WITH_TIMEOUT(assimilations(f.db()) >= atWorkerKill + 4, 120000);
+        serve->kill();
+        QVERIFY(serve->waitForFinished(10000));
+        const qint64 atCoordinatorKill = assimilations(f.db());
+        qInfo("worker killed at %lld assimilations, coordinator at %lld", static_cast<long long>(atWorkerKill),
+              static_cast<long long>(atCoordinatorKill));
+        QVERIFY2(atCoordinatorKill < 48, "the job finished before the coordinator could be killed");
+        serve = f.serve(jobFlags);
+
+        // The surviving workers reconnect by themselves; the job finishes; they leave.
+        QVERIFY2(serve->waitForFinished(240000), qPrintable(f.log(QStringLiteral("serve"))));
+        QCOMPARE(serve->exitCode(), 0);
+        for (std::size_t i = 1; i < workers.size(); ++i) {
+            QVERIFY(workers[i]->waitForFinished(30000));
+            QCOMPARE(workers[i]->exitCode(), 0);
+        }
+
+        auto store = Store::open(f.db());
+        QVERIFY(store);
+        const QString wrong = test::verifyExactlyOnce(**store, std::vector<qint64>(12, 500), 4);
+        QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
+        QCOMPARE(int((*store)->events(1, QStringLiteral("job-resumed"))->size()), 1);
+        auto evaluations = (*store)->evaluations(1);
+        QVERIFY(!evaluations->empty());
+        qInfo("test accuracy %.2f%%", 100.0 * evaluations->back().accuracy);
+        QVERIFY(evaluations->back().accuracy > 0.65);
+    }
+
+    void preemptionNoticeHandsInAPartialResult()
+    {
+        Fleet f;
+        // Two shards of 3000 samples and 3 local epochs: a subtask takes seconds, long enough
+        // to be interrupted in the middle.
+        auto serve = f.serve({QStringLiteral("--train-limit"), QStringLiteral("6000"), QStringLiteral("--test-limit"),
+                              QStringLiteral("500"), QStringLiteral("--epochs"), QStringLiteral("1"),
+                              QStringLiteral("--shards"), QStringLiteral("2"), QStringLiteral("--local-epochs"),
+                              QStringLiteral("3"), QStringLiteral("--model"), QStringLiteral("mlp"),
+                              QStringLiteral("--preempt-mean"), QStringLiteral("0")});
+        QTRY_VERIFY_WITH_TIMEOUT(!f.token().isEmpty(), 60000);
+        auto worker = f.worker(QStringLiteral("spot"));
+        QTRY_VERIFY_WITH_TIMEOUT(holdsLease(f.db(), QStringLiteral("spot")), 60000);
+        QTest::qWait(300);
+        worker->terminate(); // SIGTERM: a preemption notice
+        QVERIFY(worker->waitForFinished(25000));
+        QCOMPARE(worker->exitStatus(), QProcess::NormalExit);
+        QCOMPARE(worker->exitCode(), 0);
+        QVERIFY2(f.log(QStringLiteral("spot")).contains(QStringLiteral("partial result")),
+                 qPrintable(f.log(QStringLiteral("spot"))));
+
+        auto store = Store::open(f.db());
+        auto partial = (*store)->events(1, QStringLiteral("result-partial"));
+        QCOMPARE(partial->size(), std::size_t(1));
+        auto rows = (*store)->assimilations(1);
+        QCOMPARE(rows->size(), std::size_t(1));
+        QVERIFY2(rows->front().credit > 0 && rows->front().credit < 1,
+                 qPrintable(QString::number(rows->front().credit)));
+        QVERIFY(rows->front().coveredEnd > 0);
+        QVERIFY(rows->front().coveredEnd <= 3000);
+        // The rest of the shard is queued again: a new worker finishes the job.
+        auto second = f.worker(QStringLiteral("on-demand"));
+        QVERIFY(serve->waitForFinished(120000));
+        QCOMPARE(serve->exitCode(), 0);
+        QVERIFY(second->waitForFinished(30000));
+        auto after = Store::open(f.db());
+        const QString wrong = test::verifyExactlyOnce(**after, {3000, 3000}, 1);
+        QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestFleet)
+#include "tst_fleet.moc"

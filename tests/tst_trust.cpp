@@ -1,0 +1,673 @@
+// Join tokens and the trust store: the token's text form and every way it can arrive
+// damaged, issuing and redeeming tokens (expiry, uses, wrong secrets, unknown ids), the
+// certificate records and their revocation by name or fingerprint prefix, two stores on
+// one folder (as `flotilla token` beside `flotilla serve`), and the file itself: private,
+// never overwritten when it cannot be read.
+#include "TrustStore.h"
+
+#include <QtTest>
+
+#include <QCborArray>
+#include <QCborMap>
+#include <QCborValue>
+#include <QCryptographicHash>
+#include <QDateTime>
+#include <QDir>
+#include <QFile>
+#include <QTemporaryDir>
+
+#include <atomic>
+#include <thread>
+
+#ifdef Q_OS_UNIX
+#include <sys/stat.h>
+#endif
+
+using namespace flotilla;
+using namespace flotilla::net;
+
+namespace {
+
+// A fixed "now" (2024-01-01 00:00:00 UTC): tests drive time through nowMs, never the clock.
+constexpr qint64 kNow = 1704067200000;
+
+QByteArray filled(int size, char first)
+{
+    QByteArray b(size, Qt::Uninitialized);
+    for (int i = 0; i < size; ++i)
+        b[i] = char(first + i);
+    return b;
+}
+
+JoinToken sampleToken()
+{
+    JoinToken t;
+    t.host = QStringLiteral("coordinator.example.org");
+    t.port = 7443;
+    t.caFingerprint = filled(32, '\x10');
+    t.id = filled(8, '\x70');
+    t.secret = filled(16, '\x40');
+    t.expiresMs = kNow + 3600 * 1000;
+    return t;
+}
+
+QString base64Url(const QByteArray &bytes)
+{
+    return QString::fromLatin1(bytes.toBase64(QByteArray::Base64UrlEncoding | QByteArray::OmitTrailingEquals));
+}
+
+// The CBOR map inside an encoded token, read back independently of JoinToken::decode.
+QCborMap tokenMap(const JoinToken &token)
+{
+    const QString text = token.encode();
+    const QByteArray cbor = QByteArray::fromBase64(text.mid(5).toLatin1(), QByteArray::Base64UrlEncoding);
+    return QCborValue::fromCbor(cbor).toMap();
+}
+
+QString tokenText(const QCborMap &map)
+{
+    return QStringLiteral("flt1.") + base64Url(map.toCborValue().toCbor());
+}
+
+CertificateRecord record(const QByteArray &fingerprint, const QString &name, qint64 issuedMs = kNow)
+{
+    CertificateRecord r;
+    r.fingerprint = fingerprint;
+    r.workerName = name;
+    r.issuedMs = issuedMs;
+    return r;
+}
+
+// 32 bytes whose hex form starts with the given byte: distinct prefixes for distinct tests.
+QByteArray fingerprint(unsigned char first)
+{
+    QByteArray fp = QCryptographicHash::hash(QByteArray(1, char(first)), QCryptographicHash::Sha256);
+    fp[0] = char(first);
+    return fp;
+}
+
+QString hex(const QByteArray &b)
+{
+    return QString::fromLatin1(b.toHex());
+}
+
+QByteArray readFile(const QString &path)
+{
+    QFile file(path);
+    return file.open(QIODevice::ReadOnly) ? file.readAll() : QByteArray();
+}
+
+bool writeFile(const QString &path, const QByteArray &data)
+{
+    QFile file(path);
+    return file.open(QIODevice::WriteOnly | QIODevice::Truncate) && file.write(data) == data.size();
+}
+
+#ifdef Q_OS_UNIX
+int fileMode(const QString &path)
+{
+    struct stat info;
+    if (::stat(QFile::encodeName(path).constData(), &info) != 0)
+        return -1;
+    return int(info.st_mode & 0777);
+}
+#endif
+
+std::optional<TokenRecord> findToken(const TrustStore &store, const QByteArray &id)
+{
+    auto tokens = store.tokens();
+    if (!tokens)
+        return std::nullopt;
+    for (const TokenRecord &t : *tokens)
+        if (t.id == id)
+            return t;
+    return std::nullopt;
+}
+
+} // namespace
+
+// Evaluates result once (QVERIFY2 also evaluates its description on success).
+#define REQUIRE_OK(result)                                                                                             \
+    do {                                                                                                               \
+        const auto &r_ = (result);                                                                                     \
+        QVERIFY2(r_.ok(), qPrintable(r_.error()));                                                                     \
+    } while (false)
+
+// Expects a failure whose message contains each of the given words.
+#define REQUIRE_ERROR(result, ...)                                                                                     \
+    do {                                                                                                               \
+        const auto &r_ = (result);                                                                                     \
+        QVERIFY2(!r_.ok(), "expected an error");                                                                       \
+        for (const QString &word_ : QStringList { __VA_ARGS__ })                                                       \
+            QVERIFY2(r_.error().contains(word_, Qt::CaseInsensitive),                                                  \
+                qPrintable(QStringLiteral("'%1' not in: %2").arg(word_, r_.error())));                                 \
+    } while (false)
+
+class TestTrust : public QObject
+{
+    Q_OBJECT
+
+private:
+    std::unique_ptr<QTemporaryDir> m_dir;
+
+    QString folder() const { return m_dir->filePath(QStringLiteral("coordinator")); }
+
+private Q_SLOTS:
+    void init()
+    {
+        m_dir = std::make_unique<QTemporaryDir>();
+        QVERIFY(m_dir->isValid());
+    }
+
+    void cleanup() { m_dir.reset(); }
+
+    // ---- the token's text ----
+
+    void tokenRoundTrip()
+    {
+        const JoinToken token = sampleToken();
+        const QString text = token.encode();
+        QVERIFY2(text.startsWith(QLatin1String("flt1.")), qPrintable(text));
+        // Copy-pasteable: base64url without padding, no spaces, no '+' '/' '='.
+        const QString body = text.mid(5);
+        QVERIFY(!body.isEmpty());
+        for (const QChar c : body)
+            QVERIFY2(c.isLetterOrNumber() || c == u'-' || c == u'_', qPrintable(text));
+        QVERIFY2(text.size() < 200, qPrintable(text));
+
+        for (const QString &pasted :
+            QStringList { text, QString(QStringLiteral("  ") + text + QStringLiteral("\r\n")) }) {
+            auto decoded = JoinToken::decode(pasted);
+            REQUIRE_OK(decoded);
+            QCOMPARE(decoded->host, token.host);
+            QCOMPARE(decoded->port, token.port);
+            QCOMPARE(decoded->caFingerprint, token.caFingerprint);
+            QCOMPARE(decoded->id, token.id);
+            QCOMPARE(decoded->secret, token.secret);
+            QCOMPARE(decoded->expiresMs, token.expiresMs);
+        }
+    }
+
+    void tokenRoundTripEdgeValues()
+    {
+        JoinToken token = sampleToken();
+        token.host = QStringLiteral("::1");
+        token.port = 65535;
+        token.caFingerprint = QByteArray(32, '\xff');
+        token.id = QByteArray(8, '\0');
+        token.secret = QByteArray(16, '\0');
+        auto decoded = JoinToken::decode(token.encode());
+        REQUIRE_OK(decoded);
+        QCOMPARE(decoded->host, token.host);
+        QCOMPARE(decoded->port, quint16(65535));
+        QCOMPARE(decoded->caFingerprint, token.caFingerprint);
+        QCOMPARE(decoded->id, token.id);
+        QCOMPARE(decoded->secret, token.secret);
+    }
+
+    void decodeRefusesDamagedText_data()
+    {
+        QTest::addColumn<QString>("text");
+        QTest::addColumn<QString>("expected");
+
+        const QCborMap good = tokenMap(sampleToken());
+        QVERIFY(good.contains(QStringLiteral("h")) && good.contains(QStringLiteral("s")));
+        const QString goodText = tokenText(good);
+        const QString notAToken = QStringLiteral("not a Flotilla join token");
+        const QString damaged = QStringLiteral("damaged");
+        const QString incomplete = QStringLiteral("incomplete");
+
+        QTest::newRow("empty") << QString() << notAToken;
+        QTest::newRow("spaces") << QStringLiteral("   ") << notAToken;
+        QTest::newRow("no prefix") << goodText.mid(5) << notAToken;
+        QTest::newRow("other version") << QString(QStringLiteral("flt2.") + goodText.mid(5)) << notAToken;
+        QTest::newRow("upper-case prefix") << QString(QStringLiteral("FLT1.") + goodText.mid(5)) << notAToken;
+        QTest::newRow("a URL") << QStringLiteral("https://coordinator.example.org:7443/") << notAToken;
+        QTest::newRow("too long") << QString(QStringLiteral("flt1.") + QString(2000, u'A'))
+                                  << QStringLiteral("too long");
+        QTest::newRow("not base64") << QStringLiteral("flt1.@@@@!!!!") << QStringLiteral("not base64url");
+        QTest::newRow("standard base64 alphabet") << QStringLiteral("flt1.ab+/cd+/") << QStringLiteral("not base64url");
+        QTest::newRow("space inside") << QString(goodText.left(20) + QStringLiteral(" ") + goodText.mid(20))
+                                      << QStringLiteral("not base64url");
+        QTest::newRow("nothing after prefix") << QStringLiteral("flt1.") << damaged;
+        const QByteArray cbor = good.toCborValue().toCbor();
+        QTest::newRow("truncated CBOR") << QString(QStringLiteral("flt1.") + base64Url(cbor.left(cbor.size() / 2)))
+                                        << damaged;
+        QTest::newRow("CBOR missing its last byte")
+            << QString(QStringLiteral("flt1.") + base64Url(cbor.left(cbor.size() - 1))) << damaged;
+        QTest::newRow("garbage bytes") << QString(
+            QStringLiteral("flt1.") + base64Url(QByteArray("\xff\xfe\xfd\xfc\x00\x01", 6)))
+                                       << damaged;
+        QTest::newRow("CBOR text, not a map")
+            << QString(QStringLiteral("flt1.") + base64Url(QCborValue(QStringLiteral("hello")).toCbor())) << damaged;
+        QTest::newRow("CBOR array, not a map")
+            << QString(QStringLiteral("flt1.") + base64Url(QCborArray { 1, 2, 3 }.toCborValue().toCbor())) << damaged;
+
+        for (const char *field : { "h", "p", "f", "i", "s" }) {
+            QCborMap m = good;
+            m.remove(QString::fromLatin1(field));
+            QTest::addRow("missing field %s", field) << tokenText(m) << incomplete;
+        }
+        const auto with = [&](const char *field, const QCborValue &v) {
+            QCborMap m = good;
+            m.insert(QString::fromLatin1(field), v);
+            return tokenText(m);
+        };
+        QTest::newRow("empty host") << with("h", QString()) << incomplete;
+        QTest::newRow("port 0") << with("p", 0) << incomplete;
+        QTest::newRow("port above 65535") << with("p", 70000) << incomplete;
+        QTest::newRow("negative port") << with("p", -1) << incomplete;
+        QTest::newRow("port as text") << with("p", QStringLiteral("7443")) << incomplete;
+        QTest::newRow("SHA-1 sized fingerprint") << with("f", QByteArray(20, 'x')) << incomplete;
+        QTest::newRow("fingerprint as hex text") << with("f", QString(64, u'a')) << incomplete;
+        QTest::newRow("short id") << with("i", QByteArray(4, 'x')) << incomplete;
+        QTest::newRow("short secret") << with("s", QByteArray(8, 'x')) << incomplete;
+        QTest::newRow("empty map") << tokenText(QCborMap()) << incomplete;
+    }
+
+    void decodeRefusesDamagedText()
+    {
+        QFETCH(QString, text);
+        QFETCH(QString, expected);
+        auto decoded = JoinToken::decode(text);
+        REQUIRE_ERROR(decoded, expected);
+        // Every refusal tells the user what to do or what a token looks like.
+        const QString &message = decoded.error();
+        QVERIFY2(message.contains(QLatin1String("flt1.")) || message.contains(QLatin1String("copy it again"))
+                || message.contains(QLatin1String("new one")) || message.contains(QLatin1String("too long")),
+            qPrintable(message));
+    }
+
+    // ---- issuing and redeeming ----
+
+    void issueAndRedeemConsumesUses()
+    {
+        TrustStore store(folder());
+        QCOMPARE(store.path(), QDir(folder()).filePath(QStringLiteral("trust.json")));
+        const QByteArray ca = fingerprint(0xca);
+        auto token = store.issueToken(QStringLiteral("10.0.0.5"), 7443, ca, 3600, 2, kNow);
+        REQUIRE_OK(token);
+        QCOMPARE(token->host, QStringLiteral("10.0.0.5"));
+        QCOMPARE(token->port, quint16(7443));
+        QCOMPARE(token->caFingerprint, ca);
+        QCOMPARE(token->id.size(), 8);
+        QCOMPARE(token->secret.size(), 16);
+        QCOMPARE(token->expiresMs, kNow + 3600 * 1000);
+
+        // What the worker gets is what the coordinator checks.
+        auto pasted = JoinToken::decode(token->encode());
+        REQUIRE_OK(pasted);
+        QCOMPARE(pasted->id, token->id);
+        QCOMPARE(pasted->secret, token->secret);
+
+        auto before = findToken(store, token->id);
+        QVERIFY(before);
+        QCOMPARE(before->usesLeft, 2);
+        QCOMPARE(before->usesTotal, 2);
+        QCOMPARE(before->createdMs, kNow);
+        QCOMPARE(before->expiresMs, kNow + 3600 * 1000);
+        QCOMPARE(before->secretSha256, QCryptographicHash::hash(token->secret, QCryptographicHash::Sha256));
+
+        REQUIRE_OK(store.redeem(pasted->id, pasted->secret, kNow + 1000));
+        QCOMPARE(findToken(store, token->id)->usesLeft, 1);
+        REQUIRE_OK(store.redeem(pasted->id, pasted->secret, kNow + 2000));
+        QCOMPARE(findToken(store, token->id)->usesLeft, 0);
+        REQUIRE_ERROR(store.redeem(pasted->id, pasted->secret, kNow + 3000), QStringLiteral("used up"),
+            QStringLiteral("2 uses"), QStringLiteral("flotilla token"));
+        QCOMPARE(findToken(store, token->id)->usesLeft, 0);
+    }
+
+    void oneUseTokenIsRefusedTheSecondTime()
+    {
+        TrustStore store(folder());
+        auto token = store.issueToken(QStringLiteral("coordinator"), 7443, fingerprint(1), 600, 1, kNow);
+        REQUIRE_OK(token);
+        REQUIRE_OK(store.redeem(token->id, token->secret, kNow));
+        REQUIRE_ERROR(
+            store.redeem(token->id, token->secret, kNow), QStringLiteral("used up"), QStringLiteral("1 use)"));
+        // Other tokens are not affected.
+        auto other = store.issueToken(QStringLiteral("coordinator"), 7443, fingerprint(1), 600, 1, kNow);
+        REQUIRE_OK(other);
+        QVERIFY(other->id != token->id);
+        QVERIFY(other->secret != token->secret);
+        REQUIRE_OK(store.redeem(other->id, other->secret, kNow));
+    }
+
+    void issueTokenRefusesNonPositiveLifetimeOrUses_data()
+    {
+        QTest::addColumn<qint64>("validSeconds");
+        QTest::addColumn<int>("uses");
+        QTest::newRow("zero lifetime") << qint64(0) << 1;
+        QTest::newRow("negative lifetime") << qint64(-60) << 1;
+        QTest::newRow("zero uses") << qint64(60) << 0;
+        QTest::newRow("negative uses") << qint64(60) << -3;
+    }
+
+    void issueTokenRefusesNonPositiveLifetimeOrUses()
+    {
+        QFETCH(qint64, validSeconds);
+        QFETCH(int, uses);
+        TrustStore store(folder());
+        REQUIRE_ERROR(store.issueToken(QStringLiteral("h"), 1, fingerprint(2), validSeconds, uses, kNow),
+            QStringLiteral("positive"));
+        auto tokens = store.tokens();
+        REQUIRE_OK(tokens);
+        QVERIFY(tokens->isEmpty());
+    }
+
+    void expiredTokenIsRefused()
+    {
+        TrustStore store(folder());
+        auto token = store.issueToken(QStringLiteral("coordinator"), 7443, fingerprint(3), 60, 2, kNow);
+        REQUIRE_OK(token);
+        // Valid up to the last millisecond before expiresMs.
+        REQUIRE_OK(store.redeem(token->id, token->secret, kNow + 59999));
+        REQUIRE_ERROR(store.redeem(token->id, token->secret, kNow + 60000), QStringLiteral("expired"),
+            QStringLiteral("2024-01-01 00:01:00 UTC"), QStringLiteral("flotilla token"));
+        REQUIRE_ERROR(store.redeem(token->id, token->secret, kNow + 86400000), QStringLiteral("expired"));
+        // A refused redemption takes no use.
+        QCOMPARE(findToken(store, token->id)->usesLeft, 1);
+    }
+
+    void wrongSecretIsRefused()
+    {
+        TrustStore store(folder());
+        auto token = store.issueToken(QStringLiteral("coordinator"), 7443, fingerprint(4), 60, 1, kNow);
+        REQUIRE_OK(token);
+        QByteArray flipped = token->secret;
+        flipped[15] = char(flipped[15] ^ 0x01);
+        REQUIRE_ERROR(store.redeem(token->id, flipped, kNow), QStringLiteral("secret is wrong"));
+        REQUIRE_ERROR(store.redeem(token->id, QByteArray(), kNow), QStringLiteral("secret is wrong"));
+        REQUIRE_ERROR(store.redeem(token->id, token->secret + 'x', kNow), QStringLiteral("secret is wrong"));
+        // Not even an expired token's state leaks to someone without the secret.
+        REQUIRE_ERROR(store.redeem(token->id, flipped, kNow + 3600000), QStringLiteral("secret is wrong"));
+        QCOMPARE(findToken(store, token->id)->usesLeft, 1);
+        REQUIRE_OK(store.redeem(token->id, token->secret, kNow));
+    }
+
+    void unknownTokenIdIsRefused()
+    {
+        TrustStore store(folder());
+        // An empty store (no file yet) and one with other tokens.
+        REQUIRE_ERROR(store.redeem(filled(8, 'a'), filled(16, 'b'), kNow), QStringLiteral("unknown"));
+        auto token = store.issueToken(QStringLiteral("coordinator"), 7443, fingerprint(5), 60, 1, kNow);
+        REQUIRE_OK(token);
+        QByteArray otherId = token->id;
+        otherId[0] = char(otherId[0] ^ 0x80);
+        REQUIRE_ERROR(store.redeem(otherId, token->secret, kNow), QStringLiteral("unknown to this coordinator"));
+        REQUIRE_ERROR(store.redeem(QByteArray(), token->secret, kNow), QStringLiteral("unknown"));
+        QCOMPARE(findToken(store, token->id)->usesLeft, 1);
+    }
+
+    void secretIsNotStoredInClear()
+    {
+        TrustStore store(folder());
+        auto token = store.issueToken(QStringLiteral("coordinator"), 7443, fingerprint(6), 60, 1, kNow);
+        REQUIRE_OK(token);
+        const QByteArray file = readFile(store.path());
+        QVERIFY(!file.isEmpty());
+        QVERIFY(file.contains(token->id.toHex()));
+        QVERIFY2(!file.contains(token->secret.toHex()), file.constData());
+        QVERIFY(!file.contains(token->secret.toBase64()));
+        QVERIFY(!file.contains(token->secret.toBase64(QByteArray::Base64UrlEncoding | QByteArray::OmitTrailingEquals)));
+        QVERIFY(!file.contains(token->encode().toLatin1()));
+    }
+
+    // ---- certificates ----
+
+    void certificateRecordsRoundTrip()
+    {
+        TrustStore store(folder());
+        CertificateRecord r = record(fingerprint(0x11), QStringLiteral("gpu-box"), kNow - 5000);
+        r.workerId = 7;
+        REQUIRE_OK(store.addCertificate(r));
+        auto found = store.certificate(r.fingerprint);
+        REQUIRE_OK(found);
+        QVERIFY(found->has_value());
+        const CertificateRecord &c = **found;
+        QCOMPARE(c.fingerprint, r.fingerprint);
+        QCOMPARE(c.workerName, QStringLiteral("gpu-box"));
+        QCOMPARE(c.workerId, qint64(7));
+        QCOMPARE(c.issuedMs, kNow - 5000);
+        QCOMPARE(c.revokedMs, qint64(0));
+        QVERIFY(!c.revoked());
+        QVERIFY(c.revokeReason.isEmpty());
+
+        auto missing = store.certificate(fingerprint(0x12));
+        REQUIRE_OK(missing);
+        QVERIFY(!missing->has_value());
+        auto all = store.certificates();
+        REQUIRE_OK(all);
+        QCOMPARE(all->size(), 1);
+    }
+
+    void revokeByWorkerName()
+    {
+        TrustStore store(folder());
+        const QByteArray a1 = fingerprint(0x21), a2 = fingerprint(0x22), b = fingerprint(0x23);
+        REQUIRE_OK(store.addCertificate(record(a1, QStringLiteral("laptop-anna"))));
+        REQUIRE_OK(store.addCertificate(record(a2, QStringLiteral("laptop-anna"))));
+        REQUIRE_OK(store.addCertificate(record(b, QStringLiteral("laptop-bob"))));
+
+        auto count = store.revoke(QStringLiteral("laptop-anna"), QStringLiteral("laptop stolen"), kNow + 42);
+        REQUIRE_OK(count);
+        QCOMPARE(*count, 2);
+        for (const QByteArray &fp : { a1, a2 }) {
+            auto c = store.certificate(fp);
+            REQUIRE_OK(c);
+            QVERIFY(c->has_value());
+            QVERIFY((*c)->revoked());
+            QCOMPARE((*c)->revokedMs, kNow + 42);
+            QCOMPARE((*c)->revokeReason, QStringLiteral("laptop stolen"));
+            QCOMPARE((*c)->workerName, QStringLiteral("laptop-anna"));
+        }
+        auto other = store.certificate(b);
+        REQUIRE_OK(other);
+        QVERIFY(!(*other)->revoked());
+        QVERIFY((*other)->revokeReason.isEmpty());
+
+        // Nothing left to revoke under that name; an unknown name is an error too.
+        REQUIRE_ERROR(store.revoke(QStringLiteral("laptop-anna"), QStringLiteral("again"), kNow + 50),
+            QStringLiteral("no unrevoked worker certificate matches 'laptop-anna'"));
+        REQUIRE_ERROR(store.revoke(QStringLiteral("nobody"), QStringLiteral("?"), kNow), QStringLiteral("'nobody'"),
+            QStringLiteral("at least 8 hex digits"));
+        // The first revocation stands: a second attempt does not rewrite its time or reason.
+        auto still = store.certificate(a1);
+        REQUIRE_OK(still);
+        QCOMPARE((*still)->revokedMs, kNow + 42);
+        QCOMPARE((*still)->revokeReason, QStringLiteral("laptop stolen"));
+    }
+
+    void revokeByFingerprintPrefix()
+    {
+        TrustStore store(folder());
+        const QByteArray target = fingerprint(0x31), bystander = fingerprint(0x32);
+        REQUIRE_OK(store.addCertificate(record(target, QStringLiteral("w1"))));
+        REQUIRE_OK(store.addCertificate(record(bystander, QStringLiteral("w2"))));
+        const QString targetHex = hex(target);
+
+        // Seven digits are too few: refused, and nothing is revoked.
+        REQUIRE_ERROR(
+            store.revoke(targetHex.left(7), QStringLiteral("short"), kNow), QStringLiteral("at least 8 hex digits"));
+        REQUIRE_ERROR(store.revoke(QString(), QStringLiteral("empty"), kNow), QStringLiteral("no unrevoked"));
+        QVERIFY(!(*store.certificate(target))->revoked());
+
+        // Upper case with colons, as `openssl x509 -fingerprint` prints it, and padded.
+        QString colons;
+        for (int i = 0; i < 12; i += 2)
+            colons += (i ? QStringLiteral(":") : QString()) + targetHex.mid(i, 2).toUpper();
+        auto count
+            = store.revoke(QStringLiteral(" ") + colons + QStringLiteral(" "), QStringLiteral("compromised"), kNow);
+        REQUIRE_OK(count);
+        QCOMPARE(*count, 1);
+        auto c = store.certificate(target);
+        REQUIRE_OK(c);
+        QVERIFY((*c)->revoked());
+        QCOMPARE((*c)->revokeReason, QStringLiteral("compromised"));
+        QVERIFY(!(*store.certificate(bystander))->revoked());
+
+        // Eight digits and the full fingerprint work too.
+        auto eight = store.revoke(hex(bystander).left(8), QStringLiteral("eight"), kNow);
+        REQUIRE_OK(eight);
+        QCOMPARE(*eight, 1);
+        const QByteArray third = fingerprint(0x33);
+        REQUIRE_OK(store.addCertificate(record(third, QStringLiteral("w3"))));
+        auto full = store.revoke(hex(third), QStringLiteral("full"), kNow);
+        REQUIRE_OK(full);
+        QCOMPARE(*full, 1);
+        REQUIRE_ERROR(
+            store.revoke(hex(fingerprint(0x34)), QStringLiteral("unknown"), kNow), QStringLiteral("no unrevoked"));
+    }
+
+    void setWorkerId()
+    {
+        TrustStore store(folder());
+        const QByteArray fp = fingerprint(0x41);
+        REQUIRE_OK(store.addCertificate(record(fp, QStringLiteral("w"))));
+        REQUIRE_OK(store.setWorkerId(fp, 1234567890123));
+        auto c = store.certificate(fp);
+        REQUIRE_OK(c);
+        QCOMPARE((*c)->workerId, qint64(1234567890123));
+        QCOMPARE((*c)->workerName, QStringLiteral("w"));
+        REQUIRE_ERROR(
+            store.setWorkerId(fingerprint(0x42), 1), QStringLiteral("no certificate"), hex(fingerprint(0x42)));
+    }
+
+    // ---- the file ----
+
+    void twoStoresOnOneFolderSeeEachOthersWrites()
+    {
+        TrustStore serve(folder());
+        TrustStore cli(folder());
+        auto token = cli.issueToken(QStringLiteral("coordinator"), 7443, fingerprint(0x51), 600, 2, kNow);
+        REQUIRE_OK(token);
+        REQUIRE_OK(serve.redeem(token->id, token->secret, kNow));
+        QCOMPARE(findToken(cli, token->id)->usesLeft, 1);
+        REQUIRE_OK(cli.redeem(token->id, token->secret, kNow));
+        REQUIRE_ERROR(serve.redeem(token->id, token->secret, kNow), QStringLiteral("used up"));
+
+        const QByteArray fp = fingerprint(0x52);
+        REQUIRE_OK(serve.addCertificate(record(fp, QStringLiteral("worker-x"))));
+        auto seen = cli.certificate(fp);
+        REQUIRE_OK(seen);
+        QVERIFY(seen->has_value());
+        auto revoked = cli.revoke(QStringLiteral("worker-x"), QStringLiteral("decommissioned"), kNow);
+        REQUIRE_OK(revoked);
+        QCOMPARE(*revoked, 1);
+        auto after = serve.certificate(fp);
+        REQUIRE_OK(after);
+        QVERIFY((*after)->revoked());
+        QCOMPARE((*after)->revokeReason, QStringLiteral("decommissioned"));
+        // The token issued by one is intact after the other's writes.
+        auto tokens = serve.tokens();
+        REQUIRE_OK(tokens);
+        QCOMPARE(tokens->size(), 1);
+    }
+
+    // Several writers at once, each with its own TrustStore: no use is spent twice and no
+    // record is lost.
+    void concurrentWritersLoseNothing()
+    {
+        TrustStore setup(folder());
+        constexpr int kUses = 6;
+        auto token = setup.issueToken(QStringLiteral("coordinator"), 7443, fingerprint(0x61), 600, kUses, kNow);
+        REQUIRE_OK(token);
+        std::atomic<int> redeemed { 0 };
+        std::atomic<int> usedUp { 0 };
+        std::atomic<int> otherErrors { 0 };
+        std::atomic<int> added { 0 };
+        const QString dir = folder();
+        const auto work = [&](int thread) {
+            TrustStore store(dir);
+            for (int i = 0; i < kUses; ++i) {
+                auto r = store.redeem(token->id, token->secret, kNow);
+                if (r.ok())
+                    ++redeemed;
+                else if (r.error().contains(QLatin1String("used up")))
+                    ++usedUp;
+                else
+                    ++otherErrors;
+                if (store
+                        .addCertificate(record(fingerprint(static_cast<unsigned char>(0x80 + thread * 16 + i)),
+                            QStringLiteral("t%1-%2").arg(thread).arg(i)))
+                        .ok())
+                    ++added;
+            }
+        };
+        std::thread first(work, 0);
+        std::thread second(work, 1);
+        first.join();
+        second.join();
+        QCOMPARE(otherErrors.load(), 0);
+        QCOMPARE(redeemed.load(), kUses);
+        QCOMPARE(usedUp.load(), kUses);
+        QCOMPARE(findToken(setup, token->id)->usesLeft, 0);
+        QCOMPARE(added.load(), 2 * kUses);
+        auto certificates = setup.certificates();
+        REQUIRE_OK(certificates);
+        QCOMPARE(certificates->size(), 2 * kUses);
+    }
+
+    void trustFileIsPrivate()
+    {
+#ifdef Q_OS_UNIX
+        TrustStore store(folder());
+        auto token = store.issueToken(QStringLiteral("coordinator"), 7443, fingerprint(0x71), 600, 1, kNow);
+        REQUIRE_OK(token);
+        QCOMPARE(fileMode(store.path()), 0600);
+        // Still private after it is rewritten.
+        REQUIRE_OK(store.redeem(token->id, token->secret, kNow));
+        REQUIRE_OK(store.addCertificate(record(fingerprint(0x72), QStringLiteral("w"))));
+        QCOMPARE(fileMode(store.path()), 0600);
+        // No temporary copies or lock left behind.
+        const QStringList entries = QDir(folder()).entryList(QDir::Files | QDir::Hidden);
+        QCOMPARE(entries, QStringList { QStringLiteral("trust.json") });
+#else
+        QSKIP("file modes are a Unix matter");
+#endif
+    }
+
+    void missingFolderIsCreatedOnFirstWrite()
+    {
+        const QString nested = m_dir->filePath(QStringLiteral("a/b/c"));
+        TrustStore store(nested);
+        auto tokens = store.tokens();
+        REQUIRE_OK(tokens);
+        QVERIFY(tokens->isEmpty());
+        auto none = store.certificate(fingerprint(0x73));
+        REQUIRE_OK(none);
+        QVERIFY(!none->has_value());
+        QVERIFY(!QFileInfo::exists(nested)); // reading creates nothing
+        REQUIRE_OK(store.issueToken(QStringLiteral("coordinator"), 7443, fingerprint(0x74), 600, 1, kNow));
+        QVERIFY(QFileInfo::exists(store.path()));
+    }
+
+    void corruptFileIsAnErrorNamingTheFile_data()
+    {
+        QTest::addColumn<QByteArray>("content");
+        QTest::newRow("not JSON") << QByteArray("{ \"tokens\": [ {\"id\": ");
+        QTest::newRow("binary") << QByteArray("\x00\x01\x02\xff", 4);
+        QTest::newRow("JSON array") << QByteArray("[1, 2, 3]");
+    }
+
+    void corruptFileIsAnErrorNamingTheFile()
+    {
+        QFETCH(QByteArray, content);
+        QVERIFY(QDir().mkpath(folder()));
+        TrustStore store(folder());
+        QVERIFY(writeFile(store.path(), content));
+        const QString path = store.path();
+        REQUIRE_ERROR(store.tokens(), path, QStringLiteral("corrupt"));
+        REQUIRE_ERROR(store.certificates(), path);
+        REQUIRE_ERROR(store.certificate(fingerprint(0x75)), path);
+        // Writes refuse too, rather than replace what cannot be read.
+        REQUIRE_ERROR(store.issueToken(QStringLiteral("coordinator"), 7443, fingerprint(0x76), 600, 1, kNow), path);
+        REQUIRE_ERROR(store.redeem(filled(8, 'a'), filled(16, 'b'), kNow), path);
+        REQUIRE_ERROR(store.addCertificate(record(fingerprint(0x77), QStringLiteral("w"))), path);
+        REQUIRE_ERROR(store.revoke(QStringLiteral("w"), QStringLiteral("r"), kNow), path);
+        QCOMPARE(readFile(path), content);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestTrust)
+#include "tst_trust.moc"
