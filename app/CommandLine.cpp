@@ -26,6 +26,7 @@ const Command kCommands[] = {
     {"token", "Issue a join token for a coordinator.", runTokenCommand},
     {"revoke", "Revoke a worker's certificate.", runRevokeCommand},
     {"demo", "A coordinator and worker processes on this machine, with random SIGKILLs.", runDemoCommand},
+    {"bench", "Benchmarks against a peer run in the same invocation (transfer).", runBenchCommand},
 };
 
 QString usage()

@@ -1,6 +1,7 @@
 #include "CoordinatorServer.h"
 
 #include "AppLog.h"
+#include "Sha256.h"
 #include "WireFormat.h"
 
 #include <QCborArray>
@@ -174,7 +175,7 @@ QByteArray CoordinatorServer::shardSha(int shard)
     auto it = m_shardSha.find(shard);
     if (it == m_shardSha.end()) {
         const Dataset samples = m_data->train.select(m_data->plan.shard(shard));
-        it = m_shardSha.emplace(shard, QCryptographicHash::hash(shardToBytes(samples), QCryptographicHash::Sha256)).first;
+        it = m_shardSha.emplace(shard, Sha256::hash(shardToBytes(samples))).first;
     }
     return it->second;
 }

@@ -93,14 +93,8 @@ int runDemoCommand(const QStringList &arguments)
     addJobOptions(parser);
     parser.addOption({QStringLiteral("chaos-mean"), QStringLiteral("Mean seconds between SIGKILLs of workers (0: none)."),
                       QStringLiteral("seconds"), QStringLiteral("30")});
-    if (!parser.parse(arguments)) {
-        std::fprintf(stderr, "flotilla demo: %s\n", parser.errorText().toUtf8().constData());
-        return ExitUsage;
-    }
-    if (parser.isSet(QStringLiteral("help"))) {
-        std::fputs(commandHelp(parser, QStringLiteral("demo")).toUtf8().constData(), stdout);
-        return ExitOk;
-    }
+    if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("demo")))
+        return *stop;
     installLogSink(parser.isSet(QStringLiteral("verbose")));
     auto parsed = jobFromOptions(parser);
     if (!parsed) {

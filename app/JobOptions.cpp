@@ -241,6 +241,19 @@ QString commandHelp(const QCommandLineParser &parser, const QString &command)
     return help;
 }
 
+std::optional<int> parseOrExit(QCommandLineParser &parser, const QStringList &arguments, const QString &command)
+{
+    if (!parser.parse(arguments)) {
+        std::fprintf(stderr, "flotilla %s: %s\n", command.toUtf8().constData(), parser.errorText().toUtf8().constData());
+        return 2;
+    }
+    if (parser.isSet(QStringLiteral("help"))) {
+        std::fputs(commandHelp(parser, command).toUtf8().constData(), stdout);
+        return 0;
+    }
+    return std::nullopt;
+}
+
 bool isTerminal(std::FILE *stream)
 {
     return FLOTILLA_ISATTY(stream);

@@ -10,6 +10,7 @@
 #include <QElapsedTimer>
 
 #include <cstdio>
+#include <optional>
 
 namespace flotilla {
 
@@ -19,6 +20,9 @@ Result<JobSpec> jobFromOptions(const QCommandLineParser &parser);
 QString defaultRunDir(const JobSpec &job);
 // parser.helpText() with "Usage: flotilla <command>".
 QString commandHelp(const QCommandLineParser &parser, const QString &command);
+// Parses a command's arguments (with --help). Returns the exit code when the command is to
+// stop there: a usage error (reported on standard error) or the help (printed).
+std::optional<int> parseOrExit(QCommandLineParser &parser, const QStringList &arguments, const QString &command);
 
 bool isTerminal(std::FILE *stream);
 // SIGINT and SIGTERM set a flag that pendingStopSignal() reads (poll it from a timer).

@@ -13,5 +13,6 @@ int runWorkerCommand(const QStringList &arguments);
 int runTokenCommand(const QStringList &arguments);
 int runRevokeCommand(const QStringList &arguments);
 int runDemoCommand(const QStringList &arguments);
+int runBenchCommand(const QStringList &arguments);
 
 } // namespace flotilla

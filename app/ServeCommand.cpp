@@ -61,14 +61,8 @@ int runServeCommand(const QStringList &arguments)
         {QStringLiteral("token-valid"), QStringLiteral("Lifetime in seconds of that token."), QStringLiteral("seconds"),
          QStringLiteral("86400")},
     });
-    if (!parser.parse(arguments)) {
-        std::fprintf(stderr, "flotilla serve: %s\n", parser.errorText().toUtf8().constData());
-        return ExitUsage;
-    }
-    if (parser.isSet(QStringLiteral("help"))) {
-        std::fputs(commandHelp(parser, QStringLiteral("serve")).toUtf8().constData(), stdout);
-        return ExitOk;
-    }
+    if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("serve")))
+        return *stop;
     installLogSink(parser.isSet(QStringLiteral("verbose")));
     auto job = jobFromOptions(parser);
     if (!job) {

@@ -51,14 +51,8 @@ int runTokenCommand(const QStringList &arguments)
         {QStringLiteral("port"), QStringLiteral("Port workers use. Default: the one serve last announced."),
          QStringLiteral("port")},
     });
-    if (!parser.parse(arguments)) {
-        std::fprintf(stderr, "flotilla token: %s\n", parser.errorText().toUtf8().constData());
-        return ExitUsage;
-    }
-    if (parser.isSet(QStringLiteral("help"))) {
-        std::fputs(commandHelp(parser, QStringLiteral("token")).toUtf8().constData(), stdout);
-        return ExitOk;
-    }
+    if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("token")))
+        return *stop;
     const QString dir = parser.value(QStringLiteral("identity-dir"));
     const QByteArray fingerprint = net::certificateFingerprint(readFile(QDir(dir).filePath(QStringLiteral("ca.pem"))));
     if (fingerprint.isEmpty()) {
@@ -107,14 +101,8 @@ int runRevokeCommand(const QStringList &arguments)
         {QStringLiteral("reason"), QStringLiteral("Why, for the records."), QStringLiteral("text"),
          QStringLiteral("revoked by an operator")},
     });
-    if (!parser.parse(arguments)) {
-        std::fprintf(stderr, "flotilla revoke: %s\n", parser.errorText().toUtf8().constData());
-        return ExitUsage;
-    }
-    if (parser.isSet(QStringLiteral("help"))) {
-        std::fputs(commandHelp(parser, QStringLiteral("revoke")).toUtf8().constData(), stdout);
-        return ExitOk;
-    }
+    if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("revoke")))
+        return *stop;
     if (parser.positionalArguments().size() != 1) {
         std::fprintf(stderr, "flotilla revoke: name one worker (its name or certificate fingerprint)\n");
         return ExitUsage;

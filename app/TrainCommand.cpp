@@ -33,14 +33,8 @@ int runTrainCommand(const QStringList &arguments)
         "Interrupt it (Ctrl-C) or kill it at any moment and run it again with the same --run-dir to resume."));
     parser.addHelpOption();
     addJobOptions(parser);
-    if (!parser.parse(arguments)) {
-        std::fprintf(stderr, "flotilla train: %s\n", parser.errorText().toUtf8().constData());
-        return ExitUsage;
-    }
-    if (parser.isSet(QStringLiteral("help"))) {
-        std::fputs(commandHelp(parser, QStringLiteral("train")).toUtf8().constData(), stdout);
-        return ExitOk;
-    }
+    if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("train")))
+        return *stop;
     if (!parser.positionalArguments().isEmpty()) {
         std::fprintf(stderr, "flotilla train: unexpected argument '%s' (see flotilla train --help)\n",
                      parser.positionalArguments().first().toUtf8().constData());

@@ -1,6 +1,7 @@
 #include "WorkerAgent.h"
 
 #include "AppLog.h"
+#include "Sha256.h"
 #include "AtomicFile.h"
 #include "JobData.h"
 #include "WireFormat.h"
@@ -11,6 +12,8 @@
 #include <QFile>
 #include <QJsonDocument>
 #include <QtConcurrent>
+
+#include <cstdio>
 
 namespace flotilla {
 
@@ -54,6 +57,7 @@ WorkerAgent::~WorkerAgent()
 
 Result<void> WorkerAgent::start(const std::optional<net::JoinToken> &token)
 {
+    m_sinceStart.start();
     if (auto r = m_client->configure(token); !r)
         return r;
     auto device = selectDevice(m_options.device);
@@ -209,10 +213,16 @@ void WorkerAgent::onAssign(const net::Message &message)
     c.work.config.threads = m_options.threads;
     c.weights = *weights;
     m_current = c;
-    if (m_shards.count(c.shardSha) || cachedShard(c.shardSha)) {
+    if (m_shards.count(c.shardSha)) {
         train();
         return;
     }
+    if (cachedShard(c.shardSha)) {
+        qCInfo(lcApp).noquote() << "shard" << c.shard << "read from the cache";
+        train();
+        return;
+    }
+    qCInfo(lcApp).noquote() << "downloading shard" << c.shard;
     m_client->send(MessageType::ShardRequest, QCborMap{{QStringLiteral("shard"), c.shard}});
 }
 
@@ -230,7 +240,7 @@ std::optional<Dataset> WorkerAgent::cachedShard(const QByteArray &sha)
     if (!data.open(QIODevice::ReadOnly) || !manifest.open(QIODevice::ReadOnly))
         return std::nullopt;
     const QByteArray bytes = data.readAll();
-    if (QCryptographicHash::hash(bytes, QCryptographicHash::Sha256) != sha) {
+    if (Sha256::hash(bytes) != sha) {
         data.remove();
         return std::nullopt;
     }
@@ -245,7 +255,7 @@ void WorkerAgent::onShard(const net::Message &message)
 {
     if (!m_current)
         return;
-    const QByteArray sha = QCryptographicHash::hash(message.payload, QCryptographicHash::Sha256);
+    const QByteArray sha = Sha256::hash(message.payload);
     if (sha != m_current->shardSha) {
         m_client->send(MessageType::HandBack, QCborMap{{QStringLiteral("lease"), m_current->leaseId},
                                                        {QStringLiteral("reason"),
@@ -274,6 +284,12 @@ void WorkerAgent::onShard(const net::Message &message)
 void WorkerAgent::train()
 {
     const Current c = *m_current;
+    if (!m_firstStarted) {
+        m_firstStarted = true;
+        // From start-up through joining, the speed probe and the shard download.
+        std::printf("first subtask running %.2f s after start\n", double(m_sinceStart.nsecsElapsed()) / 1e9);
+        std::fflush(stdout);
+    }
     Q_EMIT trainingStarted(c.leaseId);
     m_cancel = false;
     m_superseded = false;
@@ -353,6 +369,12 @@ void WorkerAgent::preemptionNotice()
     if (m_pending) {
         sendPending();
         return;
+    }
+    if (m_current) {
+        // Leased but not training yet (the shard was still on its way): give it back at once.
+        m_client->send(MessageType::HandBack, QCborMap{{QStringLiteral("lease"), m_current->leaseId},
+                                                       {QStringLiteral("reason"), QStringLiteral("preempted before training")}});
+        m_current.reset();
     }
     m_client->send(MessageType::Bye, QCborMap{{QStringLiteral("reason"), QStringLiteral("preempted")}});
     finish(0, QStringLiteral("preempted while idle"));

@@ -99,6 +99,8 @@ private:
     bool m_superseded = false;
     bool m_preempting = false;
     bool m_finished = false;
+    QElapsedTimer m_sinceStart;
+    bool m_firstStarted = false;
     QTimer m_heartbeat;
     QTimer m_retry;
     QTimer m_grace;

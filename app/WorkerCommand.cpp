@@ -47,14 +47,8 @@ int runWorkerCommand(const QStringList &arguments)
          QStringLiteral("seconds"), QStringLiteral("20")},
         {QStringLiteral("verbose"), QStringLiteral("Print connection and subtask events to standard error.")},
     });
-    if (!parser.parse(arguments)) {
-        std::fprintf(stderr, "flotilla worker: %s\n", parser.errorText().toUtf8().constData());
-        return ExitUsage;
-    }
-    if (parser.isSet(QStringLiteral("help"))) {
-        std::fputs(commandHelp(parser, QStringLiteral("worker")).toUtf8().constData(), stdout);
-        return ExitOk;
-    }
+    if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("worker")))
+        return *stop;
     installLogSink(parser.isSet(QStringLiteral("verbose")));
 
     std::optional<net::JoinToken> token;

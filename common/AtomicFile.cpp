@@ -1,6 +1,7 @@
 #include "AtomicFile.h"
 
-#include <QCryptographicHash>
+#include "Sha256.h"
+
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
@@ -53,7 +54,7 @@ Result<void> writeFileAtomically(const QString &path, const QByteArray &data, in
 
 QString sha256Hex(const QByteArray &data)
 {
-    return QString::fromLatin1(QCryptographicHash::hash(data, QCryptographicHash::Sha256).toHex());
+    return QString::fromLatin1(Sha256::hash(data).toHex());
 }
 
 Result<QString> sha256OfFile(const QString &path)
@@ -61,9 +62,16 @@ Result<QString> sha256OfFile(const QString &path)
     QFile file(path);
     if (!file.open(QIODevice::ReadOnly))
         return fail(QStringLiteral("cannot read '%1': %2").arg(path, file.errorString()));
-    QCryptographicHash hash(QCryptographicHash::Sha256);
-    if (!hash.addData(&file))
-        return fail(QStringLiteral("cannot read '%1': %2").arg(path, file.errorString()));
+    Sha256 hash;
+    QByteArray block(1 << 20, Qt::Uninitialized);
+    for (;;) {
+        const qint64 n = file.read(block.data(), block.size());
+        if (n < 0)
+            return fail(QStringLiteral("cannot read '%1': %2").arg(path, file.errorString()));
+        if (n == 0)
+            break;
+        hash.addData(QByteArrayView(block.constData(), n));
+    }
     return QString::fromLatin1(hash.result().toHex());
 }
 

@@ -36,7 +36,7 @@ QByteArray encodeMessage(MessageType type, QCborMap header, const QByteArray &pa
     const qsizetype first = std::min<qsizetype>(payload.size(), Limits::maxFramePayload);
     if (!payload.isEmpty()) {
         header.insert(kPayloadSize, static_cast<qint64>(payload.size()));
-        header.insert(kPayloadSha, QCryptographicHash::hash(payload, QCryptographicHash::Sha256));
+        header.insert(kPayloadSha, Sha256::hash(payload));
     }
     QByteArray out = encodeFrame(kProtocolVersion, static_cast<std::uint8_t>(type), header.toCborValue().toCbor(),
                                  payload.left(first));

@@ -14,7 +14,7 @@
 
 #include <QByteArray>
 #include <QCborMap>
-#include <QCryptographicHash>
+#include "Sha256.h"
 
 #include <map>
 #include <optional>
@@ -81,7 +81,7 @@ private:
     std::optional<Message> m_partial;
     std::uint64_t m_expected = 0;
     QByteArray m_expectedSha;
-    QCryptographicHash m_hash{QCryptographicHash::Sha256};
+    Sha256 m_hash;
     std::map<MessageType, std::uint64_t> m_limits;
 };
 

@@ -6,6 +6,7 @@
 #include "TestSupport.h"
 
 #include <QRandomGenerator>
+#include <QRegularExpression>
 #include <QTcpServer>
 #include <QtTest>
 
@@ -197,12 +198,11 @@ private Q_SLOTS:
         auto serve = f.serve({QStringLiteral("--train-limit"), QStringLiteral("6000"), QStringLiteral("--test-limit"),
                               QStringLiteral("500"), QStringLiteral("--epochs"), QStringLiteral("1"),
                               QStringLiteral("--shards"), QStringLiteral("2"), QStringLiteral("--local-epochs"),
-                              QStringLiteral("3"), QStringLiteral("--model"), QStringLiteral("mlp"),
-                              QStringLiteral("--preempt-mean"), QStringLiteral("0")});
+                              QStringLiteral("3"), QStringLiteral("--preempt-mean"), QStringLiteral("0")});
         QTRY_VERIFY_WITH_TIMEOUT(!f.token().isEmpty(), 60000);
         auto worker = f.worker(QStringLiteral("spot"));
-        QTRY_VERIFY_WITH_TIMEOUT(holdsLease(f.db(), QStringLiteral("spot")), 60000);
-        QTest::qWait(300);
+        QTRY_VERIFY_WITH_TIMEOUT(f.log(QStringLiteral("spot")).contains(QStringLiteral("first subtask running")), 60000);
+        QTest::qWait(500);
         worker->terminate(); // SIGTERM: a preemption notice
         QVERIFY(worker->waitForFinished(25000));
         QCOMPARE(worker->exitStatus(), QProcess::NormalExit);
@@ -219,14 +219,59 @@ private Q_SLOTS:
                  qPrintable(QString::number(rows->front().credit)));
         QVERIFY(rows->front().coveredEnd > 0);
         QVERIFY(rows->front().coveredEnd <= 3000);
-        // The rest of the shard is queued again: a new worker finishes the job.
-        auto second = f.worker(QStringLiteral("on-demand"));
+        // The rest of the shard is queued again: the same machine comes back (same state
+        // folder, no token needed), reads the shard from its cache and finishes the job.
+        auto second = std::make_unique<QProcess>();
+        second->setProcessChannelMode(QProcess::MergedChannels);
+        second->setStandardOutputFile(f.dir.filePath(QStringLiteral("back.out")));
+        second->start(test::flotillaBinary(), {QStringLiteral("worker"), QStringLiteral("--state-dir"),
+                                               f.dir.filePath(QStringLiteral("workers/spot")), QStringLiteral("--name"),
+                                               QStringLiteral("spot"), QStringLiteral("--verbose")});
         QVERIFY(serve->waitForFinished(120000));
         QCOMPARE(serve->exitCode(), 0);
         QVERIFY(second->waitForFinished(30000));
+        const QString back = f.log(QStringLiteral("back"));
+        QVERIFY2(back.contains(QStringLiteral("read from the cache")), qPrintable(QString(back).replace(u'\n', u' ')));
+        QVERIFY2(back.contains(QStringLiteral("first subtask running")), qPrintable(back));
         auto after = Store::open(f.db());
         const QString wrong = test::verifyExactlyOnce(**after, {3000, 3000}, 1);
         QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
+    }
+
+    void demoRunsAFleetWithChaos()
+    {
+        QTemporaryDir dir;
+        QProcess demo;
+        demo.setProcessChannelMode(QProcess::MergedChannels);
+        demo.start(test::flotillaBinary(),
+                   {QStringLiteral("demo"), QStringLiteral("--run-dir"), dir.filePath(QStringLiteral("demo")),
+                    QStringLiteral("--train-limit"), QStringLiteral("4000"), QStringLiteral("--test-limit"),
+                    QStringLiteral("500"), QStringLiteral("--epochs"), QStringLiteral("2"), QStringLiteral("--shards"),
+                    QStringLiteral("8"), QStringLiteral("--workers"), QStringLiteral("2"), QStringLiteral("--chaos-mean"),
+                    QStringLiteral("2"), QStringLiteral("--rejoin-delay"), QStringLiteral("0.5")});
+        QVERIFY(demo.waitForFinished(240000));
+        const QString out = QString::fromUtf8(demo.readAll());
+        QVERIFY2(demo.exitCode() == 0, qPrintable(out));
+        QVERIFY2(out.contains(QStringLiteral("Demo finished (finished)")), qPrintable(out));
+        QVERIFY(out.contains(QStringLiteral("staleness")));
+        QVERIFY(out.contains(QStringLiteral("at on-demand prices")));
+        auto store = Store::open(dir.filePath(QStringLiteral("demo/coordinator/flotilla.db")));
+        const QString wrong = test::verifyExactlyOnce(**store, std::vector<qint64>(8, 500), 2);
+        QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
+    }
+
+    void transferBenchmarkRuns()
+    {
+        QProcess bench;
+        bench.setProcessChannelMode(QProcess::MergedChannels);
+        bench.start(test::flotillaBinary(), {QStringLiteral("bench"), QStringLiteral("transfer"),
+                                             QStringLiteral("--megabytes"), QStringLiteral("4"),
+                                             QStringLiteral("--repeats"), QStringLiteral("2")});
+        QVERIFY(bench.waitForFinished(120000));
+        const QString out = QString::fromUtf8(bench.readAll());
+        QVERIFY2(bench.exitCode() == 0, qPrintable(out));
+        QVERIFY2(out.contains(QRegularExpression(QStringLiteral("median \\d+"))), qPrintable(out));
+        QVERIFY2(out.contains(QStringLiteral("ratio (median)")), qPrintable(out));
     }
 };
 

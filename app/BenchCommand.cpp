@@ -1,0 +1,195 @@
+// `flotilla bench`: measurements that compare Flotilla with a peer run in the same
+// invocation. `transfer` sends a model's weights over Flotilla's TLS connection on loopback
+// and compares the rate with what `openssl speed` gets from the same cipher on this machine.
+#include "CommandLine.h"
+#include "JobOptions.h"
+#include "NetworkCommands.h"
+
+#include "CoordinatorEndpoint.h"
+#include "Pki.h"
+
+#include <QCoreApplication>
+#include <QDateTime>
+#include <QElapsedTimer>
+#include <QProcess>
+#include <QRandomGenerator>
+#include <QRegularExpression>
+#include <QSslConfiguration>
+#include <QSslKey>
+#include <QSslSocket>
+#include <QTemporaryDir>
+#include <QThread>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace flotilla {
+
+namespace {
+
+using net::MessageType;
+
+// Bytes per second of `openssl speed -evp aes-128-gcm` on 16 KiB blocks, or 0.
+double opensslAesGcmRate(int seconds)
+{
+    QProcess p;
+    p.start(QStringLiteral("openssl"), {QStringLiteral("speed"), QStringLiteral("-evp"), QStringLiteral("aes-128-gcm"),
+                                        QStringLiteral("-bytes"), QStringLiteral("16384"), QStringLiteral("-seconds"),
+                                        QString::number(seconds)});
+    if (!p.waitForFinished(60000))
+        return 0;
+    // The table's last line: "AES-128-GCM   <rate>k" (thousands of bytes per second).
+    const QString out = QString::fromUtf8(p.readAllStandardOutput());
+    const QRegularExpression row(QStringLiteral("(?i)aes-128-gcm\\s+([0-9.]+)k"));
+    const auto match = row.match(out);
+    return match.hasMatch() ? match.captured(1).toDouble() * 1000.0 : 0.0;
+}
+
+int benchTransfer(int megabytes, int repeats)
+{
+    QTemporaryDir dir;
+    // The coordinator's endpoint on a thread of its own, answering every Result with an Ack.
+    QThread network;
+    QObject context;
+    context.moveToThread(&network);
+    network.start();
+    std::unique_ptr<net::CoordinatorEndpoint> endpoint;
+    net::CoordinatorIdentity identity;
+    QString error;
+    QMetaObject::invokeMethod(&context, [&] {
+        net::CoordinatorEndpoint::Options options;
+        options.identityDir = dir.filePath(QStringLiteral("identity"));
+        options.bindAddress = QHostAddress::LocalHost;
+        auto e = net::CoordinatorEndpoint::create(options);
+        if (!e || !(*e)->listen()) {
+            error = e ? QStringLiteral("cannot listen") : e.error();
+            return;
+        }
+        endpoint = std::move(e).value();
+        endpoint->setPayloadLimit(MessageType::Result, std::uint64_t(megabytes + 1) << 20);
+        net::CoordinatorEndpoint *raw = endpoint.get();
+        QObject::connect(raw, &net::CoordinatorEndpoint::helloReceived, raw,
+                         [raw](const net::PeerInfo &peer, const QCborMap &) {
+                             raw->send(peer.connectionId, MessageType::Welcome, {});
+                         });
+        QObject::connect(raw, &net::CoordinatorEndpoint::messageReceived, raw,
+                         [raw](qint64 id, const net::Message &m) {
+                             raw->send(id, MessageType::Ack, QCborMap{{QStringLiteral("bytes"), m.payload.size()}});
+                         });
+        auto loaded = net::loadOrCreateCoordinatorIdentity(options.identityDir, options.hostNames);
+        if (loaded)
+            identity = *loaded;
+    }, Qt::BlockingQueuedConnection);
+    auto stop = [&] {
+        QMetaObject::invokeMethod(&context, [&] { endpoint.reset(); }, Qt::BlockingQueuedConnection);
+        network.quit();
+        network.wait();
+    };
+    if (!endpoint || identity.ca.certificatePem.isEmpty()) {
+        std::fprintf(stderr, "flotilla bench: %s\n", error.toUtf8().constData());
+        stop();
+        return ExitFailure;
+    }
+    const quint16 port = endpoint->port();
+
+    // A worker identity issued the way a join issues it.
+    const QByteArray key = net::generatePrivateKeyPem().value();
+    const QByteArray cert = net::signCertificateRequest(identity.ca, net::createCertificateRequest(key, QStringLiteral("bench")).value(),
+                                                        QStringLiteral("bench"), 1).value();
+    (void)endpoint->trust().addCertificate(
+        net::CertificateRecord{net::certificateFingerprint(cert), QStringLiteral("bench"), 0,
+                               QDateTime::currentMSecsSinceEpoch(), 0, {}});
+    QSslSocket socket;
+    QSslConfiguration config = QSslConfiguration::defaultConfiguration();
+    config.setProtocol(QSsl::TlsV1_3);
+    config.setCaCertificates({QSslCertificate(identity.ca.certificatePem)});
+    config.setLocalCertificate(QSslCertificate(cert));
+    config.setPrivateKey(QSslKey(key, QSsl::Ec));
+    socket.setSslConfiguration(config);
+    socket.connectToHostEncrypted(QStringLiteral("127.0.0.1"), port);
+    net::MessageReader reader;
+    auto await = [&](MessageType type) {
+        for (;;) {
+            auto m = reader.next();
+            if (!m)
+                return false;
+            if (m->has_value() && (*m)->type == type)
+                return true;
+            if (m->has_value())
+                continue;
+            if (!socket.waitForReadyRead(30000))
+                return false;
+            reader.feed(socket.readAll());
+        }
+    };
+    if (!socket.waitForEncrypted(10000)) {
+        std::fprintf(stderr, "flotilla bench: TLS connection failed: %s\n", socket.errorString().toUtf8().constData());
+        stop();
+        return ExitFailure;
+    }
+    socket.write(net::encodeMessage(MessageType::Hello, {}));
+    if (!await(MessageType::Welcome)) {
+        stop();
+        return ExitFailure;
+    }
+    QByteArray weights(qsizetype(megabytes) << 20, Qt::Uninitialized);
+    QRandomGenerator(1).fillRange(reinterpret_cast<quint32 *>(weights.data()), weights.size() / 4);
+
+    std::printf("Transfer of %d MiB of weights over TLS 1.3 on loopback (encode, send, receive, check SHA-256, ack), "
+                "%d times; then openssl speed -evp aes-128-gcm at 16 KiB blocks.\n", megabytes, repeats);
+    std::vector<double> rates;
+    for (int i = 0; i < repeats; ++i) {
+        QElapsedTimer timer;
+        timer.start();
+        socket.write(net::encodeMessage(MessageType::Result, QCborMap{{QStringLiteral("lease"), i}}, weights));
+        while (socket.bytesToWrite() > 0)
+            socket.waitForBytesWritten(30000);
+        if (!await(MessageType::Ack)) {
+            std::fprintf(stderr, "flotilla bench: no acknowledgement\n");
+            stop();
+            return ExitFailure;
+        }
+        rates.push_back(double(weights.size()) / (double(timer.nsecsElapsed()) / 1e9));
+    }
+    socket.disconnectFromHost();
+    stop();
+    std::sort(rates.begin(), rates.end());
+    const double median = rates[rates.size() / 2];
+    const double cipher = opensslAesGcmRate(3);
+    std::printf("  Flotilla TLS transfer   min %.0f, median %.0f, max %.0f MB/s\n", rates.front() / 1e6, median / 1e6,
+                rates.back() / 1e6);
+    if (cipher > 0)
+        std::printf("  openssl aes-128-gcm     %.0f MB/s\n  ratio (median)          %.2f\n", cipher / 1e6, median / cipher);
+    else
+        std::printf("  openssl speed could not be run or read\n");
+    return ExitOk;
+}
+
+} // namespace
+
+int runBenchCommand(const QStringList &arguments)
+{
+    QCommandLineParser parser;
+    parser.setApplicationDescription(QStringLiteral(
+        "Benchmarks against a peer run in the same invocation.\n"
+        "  transfer   weights over Flotilla's TLS connection vs openssl speed -evp aes-128-gcm (16 KiB blocks)"));
+    parser.addHelpOption();
+    parser.addPositionalArgument(QStringLiteral("benchmark"), QStringLiteral("Which benchmark: transfer."));
+    parser.addOptions({
+        {QStringLiteral("megabytes"), QStringLiteral("transfer: size of the weights in MiB."), QStringLiteral("n"),
+         QStringLiteral("45")},
+        {QStringLiteral("repeats"), QStringLiteral("Repetitions (min, median and max are reported)."),
+         QStringLiteral("n"), QStringLiteral("5")},
+    });
+    if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("bench")))
+        return *stop;
+    const QStringList which = parser.positionalArguments();
+    const int megabytes = std::clamp(parser.value(QStringLiteral("megabytes")).toInt(), 1, 1024);
+    const int repeats = std::clamp(parser.value(QStringLiteral("repeats")).toInt(), 1, 1000);
+    if (which == QStringList{QStringLiteral("transfer")})
+        return benchTransfer(megabytes, repeats);
+    std::fprintf(stderr, "flotilla bench: name a benchmark: transfer\n");
+    return ExitUsage;
+}
+
+} // namespace flotilla
