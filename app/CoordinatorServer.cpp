@@ -149,12 +149,16 @@ void CoordinatorServer::onMessage(qint64 connectionId, const net::Message &messa
                                 QStringLiteral("handed back by the worker: %1")
                                     .arg(message.header.value(QStringLiteral("reason")).toString().left(500)));
         return;
-    case MessageType::Bye:
-        m_service->callLeave(session.workerId, QStringLiteral("the worker left: %1")
-                                                   .arg(message.header.value(QStringLiteral("reason")).toString().left(500)));
+    case MessageType::Bye: {
+        const QString reason = message.header.value(QStringLiteral("reason")).toString().left(500);
+        if (reason == QLatin1String("preempted"))
+            m_service->callRecordEvent(QStringLiteral("worker-preempted"), session.workerId,
+                                       QStringLiteral("preemption notice: the worker handed in its work and left"));
+        m_service->callLeave(session.workerId, QStringLiteral("the worker left: %1").arg(reason));
         m_sessions.erase(connectionId);
         m_endpoint->close(connectionId, QStringLiteral("goodbye"), false, false);
         return;
+    }
     default:
         m_endpoint->close(connectionId, QStringLiteral("sent an unexpected %1 message").arg(net::describe(message.type)));
     }

@@ -213,6 +213,7 @@ private Q_SLOTS:
         auto store = Store::open(f.db());
         auto partial = (*store)->events(1, QStringLiteral("result-partial"));
         QCOMPARE(partial->size(), std::size_t(1));
+        QCOMPARE((*store)->events(1, QStringLiteral("worker-preempted"))->size(), std::size_t(1));
         auto rows = (*store)->assimilations(1);
         QCOMPARE(rows->size(), std::size_t(1));
         QVERIFY2(rows->front().credit > 0 && rows->front().credit < 1,
