@@ -67,6 +67,12 @@ Result<std::unique_ptr<CoordinatorServer>> CoordinatorServer::create(Coordinator
 
 CoordinatorServer::~CoordinatorServer() = default;
 
+QString CoordinatorServer::addressOf(qint64 workerId) const
+{
+    QMutexLocker lock(&m_addressMutex);
+    return m_addresses.value(workerId);
+}
+
 Result<void> CoordinatorServer::listen()
 {
     return m_endpoint->listen();
@@ -103,6 +109,10 @@ void CoordinatorServer::onHello(const net::PeerInfo &peer, const QCborMap &hello
         }
     }
     m_sessions[peer.connectionId] = Session{*joined, peer.fingerprint, peer.workerName};
+    {
+        QMutexLocker lock(&m_addressMutex);
+        m_addresses.insert(*joined, peer.address);
+    }
 
     QCborArray shape;
     for (const auto d : m_data->inputShape)

@@ -9,6 +9,8 @@
 #include "CoordinatorEndpoint.h"
 #include "CoordinatorService.h"
 
+#include <QHash>
+#include <QMutex>
 #include <QObject>
 
 #include <map>
@@ -29,6 +31,8 @@ public:
     quint16 port() const { return m_endpoint->port(); }
     QByteArray caFingerprint() const { return m_endpoint->caFingerprint(); }
     net::CoordinatorEndpoint &endpoint() { return *m_endpoint; }
+    // Where a worker last connected from; any thread may ask.
+    QString addressOf(qint64 workerId) const;
 
 private:
     struct Session
@@ -55,6 +59,8 @@ private:
     QString m_modelSha256; // TorchScript jobs: the model file workers must hold
     std::map<qint64, Session> m_sessions; // by connection
     std::map<int, QByteArray> m_shardSha;
+    mutable QMutex m_addressMutex;
+    QHash<qint64, QString> m_addresses;
     qint64 m_encodedSeq = -1;
     QByteArray m_encodedWeights;
 };

@@ -30,12 +30,15 @@ WorkerAgent::WorkerAgent(Options options, QObject *parent) : QObject(parent), m_
     connect(m_client.get(), &net::WorkerClient::welcomed, this, &WorkerAgent::onWelcomed);
     connect(m_client.get(), &net::WorkerClient::messageReceived, this, &WorkerAgent::onMessage);
     connect(m_client.get(), &net::WorkerClient::failed, this, [this](const QString &reason) { finish(1, reason); });
-    connect(m_client.get(), &net::WorkerClient::disconnected, this, [](const QString &reason) {
+    connect(m_client.get(), &net::WorkerClient::disconnected, this, [this](const QString &reason) {
         qCInfo(lcApp).noquote() << "disconnected:" << reason << "(reconnecting; training goes on)";
+        m_message = reason;
+        Q_EMIT statusChanged();
     });
     connect(&m_training, &QFutureWatcher<std::shared_ptr<Result<TrainOutcome>>>::finished, this, &WorkerAgent::onTrained);
     m_heartbeat.setInterval(2000);
     connect(&m_heartbeat, &QTimer::timeout, this, [this] {
+        Q_EMIT statusChanged();
         if (m_client->isConnected())
             m_client->send(MessageType::Heartbeat, QCborMap{{QStringLiteral("lease"), m_current ? m_current->leaseId : 0},
                                                             {QStringLiteral("done"), m_done.load()},
@@ -127,9 +130,47 @@ void WorkerAgent::onWelcomed(const QCborMap &welcome)
         requestWork();
 }
 
+WorkerAgent::Status WorkerAgent::status() const
+{
+    Status s;
+    s.coordinator = m_client->coordinatorAddress();
+    s.subtasksDone = m_subtasksDone;
+    s.secondsTrained = m_secondsTrained;
+    s.message = m_message;
+    if (m_finished)
+        s.state = m_failed ? QStringLiteral("failed") : QStringLiteral("finished");
+    else if (m_suspended)
+        s.state = QStringLiteral("suspended");
+    else if (!m_client->isConnected())
+        s.state = QStringLiteral("connecting");
+    else if (m_current)
+        s.state = QStringLiteral("training");
+    else
+        s.state = QStringLiteral("idle");
+    if (m_current) {
+        s.subtask = QStringLiteral("epoch %1, shard %2, positions %3–%4")
+                        .arg(m_current->work.epoch + 1).arg(m_current->shard).arg(m_current->work.begin).arg(m_current->work.end);
+        const qint64 planned = m_planned.load();
+        s.progress = planned > 0 ? double(m_done.load()) / double(planned) : 0.0;
+    }
+    return s;
+}
+
+void WorkerAgent::setSuspended(bool suspended)
+{
+    if (suspended == m_suspended || m_finished)
+        return;
+    m_suspended = suspended;
+    if (suspended && m_current && m_training.isRunning())
+        m_cancel = true; // onTrained hands in the partial result
+    if (!suspended)
+        requestWork();
+    Q_EMIT statusChanged();
+}
+
 void WorkerAgent::requestWork()
 {
-    if (m_preempting || m_finished || m_current || m_pending || !m_client->isConnected())
+    if (m_preempting || m_finished || m_suspended || m_current || m_pending || !m_client->isConnected())
         return;
     m_client->send(MessageType::Request, QCborMap{{QStringLiteral("samples_per_second"), m_speed}});
 }
@@ -291,6 +332,7 @@ void WorkerAgent::train()
         std::fflush(stdout);
     }
     Q_EMIT trainingStarted(c.leaseId);
+    Q_EMIT statusChanged();
     m_cancel = false;
     m_superseded = false;
     m_done = 0;
@@ -337,6 +379,9 @@ void WorkerAgent::onTrained()
         }
         return;
     }
+    ++m_subtasksDone;
+    m_secondsTrained += outcome->seconds;
+    Q_EMIT statusChanged();
     m_pending = Pending{c.leaseId,
                         QCborMap{{QStringLiteral("lease"), c.leaseId},
                                  {QStringLiteral("loss"), outcome->meanLoss},
@@ -385,10 +430,13 @@ void WorkerAgent::finish(int code, const QString &message)
     if (m_finished)
         return;
     m_finished = true;
+    m_failed = code != 0;
+    m_message = message;
     m_heartbeat.stop();
     m_retry.stop();
     m_grace.stop();
     m_cancel = true;
+    Q_EMIT statusChanged();
     Q_EMIT finished(code, message);
 }
 

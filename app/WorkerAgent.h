@@ -47,11 +47,27 @@ public:
     Result<void> start(const std::optional<net::JoinToken> &token);
     // A preemption notice: stop training, hand in what was trained, leave.
     void preemptionNotice();
+    // Suspended: hands in what the current subtask trained and takes no more until resumed.
+    void setSuspended(bool suspended);
+    bool suspended() const { return m_suspended; }
+
+    struct Status
+    {
+        QString state; // connecting, training, idle, suspended, finished, failed
+        QString coordinator;
+        QString subtask;
+        double progress = -1.0;
+        int subtasksDone = 0;
+        double secondsTrained = 0.0;
+        QString message;
+    };
+    Status status() const;
 
 Q_SIGNALS:
     void finished(int exitCode, const QString &message);
     // For tests and logs: a subtask started training.
     void trainingStarted(qint64 leaseId);
+    void statusChanged();
 
 private:
     struct Current
@@ -99,6 +115,11 @@ private:
     bool m_superseded = false;
     bool m_preempting = false;
     bool m_finished = false;
+    bool m_suspended = false;
+    bool m_failed = false;
+    int m_subtasksDone = 0;
+    double m_secondsTrained = 0.0;
+    QString m_message;
     QElapsedTimer m_sinceStart;
     bool m_firstStarted = false;
     QTimer m_heartbeat;

@@ -1,9 +1,28 @@
 #include "CommandLine.h"
+#include "GuiCommand.h"
 
+#include <QApplication>
 #include <QCoreApplication>
+
+#include <cstdio>
 
 int main(int argc, char *argv[])
 {
+    using namespace flotilla;
+    const StartupMode mode = startupMode(argc, argv);
+    if (mode == StartupMode::ControlCenter || mode == StartupMode::WorkerWindow) {
+        if (!displayAvailable()) {
+            std::fprintf(stderr, "flotilla: there is no display for a window here; use 'flotilla train' (headless "
+                                 "training) or 'flotilla worker --join TOKEN'\n");
+            return ExitUsage;
+        }
+        QApplication app(argc, argv);
+        return mode == StartupMode::ControlCenter ? runControlCenter(app.arguments()) : runWorkerWindow(app.arguments());
+    }
     QCoreApplication app(argc, argv);
-    return flotilla::runCommandLine(app.arguments());
+    if (mode == StartupMode::HeadlessDefault) {
+        std::fprintf(stderr, "flotilla: no display: training the default job headless (flotilla --help for more)\n");
+        return runCommandLine({app.arguments().first(), QStringLiteral("train")});
+    }
+    return runCommandLine(app.arguments());
 }

@@ -215,9 +215,20 @@ Result<void> Coordinator::resume(const JobRecord &job)
     // Workers were alive at most until the coordinator's last record: the time of leases
     // lost to the restart is counted up to then, not up to now.
     auto lastEvent = m_store->lastEventMs(m_jobId);
+    auto perWorker = m_store->ledgerByWorker(m_jobId);
+    std::map<qint64, int> completed;
+    for (const auto &a : *assimilations)
+        ++completed[a.workerId];
     for (const auto &w : *workers) {
         WorkerState ws;
         ws.record = w;
+        ws.leasesCompleted = completed[w.id];
+        if (perWorker && perWorker->count(w.id)) {
+            const LedgerTotals &t = perWorker->at(w.id);
+            ws.costSpot = t.costSpot;
+            ws.costOnDemand = t.costOnDemand;
+            ws.costActual = t.costActual;
+        }
         ws.record.state = QStringLiteral("offline");
         if (lastEvent)
             ws.record.lastSeenMs = std::max(ws.record.lastSeenMs, *lastEvent);
@@ -283,8 +294,21 @@ LedgerRecord Coordinator::ledgerRecord(qint64 workerId, qint64 leaseId, const QS
 
 void Coordinator::ledger(qint64 workerId, qint64 leaseId, const QString &kind, double seconds)
 {
-    if (auto r = m_store->addLedger(m_jobId, ledgerRecord(workerId, leaseId, kind, seconds)); !r)
+    const LedgerRecord l = ledgerRecord(workerId, leaseId, kind, seconds);
+    if (auto r = m_store->addLedger(m_jobId, l); !r)
         setFatal(r.error());
+    else
+        account(l);
+}
+
+void Coordinator::account(const LedgerRecord &l)
+{
+    const auto it = m_workers.find(l.workerId);
+    if (it == m_workers.end())
+        return;
+    it->second.costSpot += l.costSpot;
+    it->second.costOnDemand += l.costOnDemand;
+    it->second.costActual += l.costActual;
 }
 
 void Coordinator::setFatal(const QString &message)
@@ -315,6 +339,8 @@ void Coordinator::leaseEnded(const Lease &lease, const QString &why)
     const double seconds = std::max<qint64>(0, end - lease.issuedMs) / 1000.0;
     m_wastedSeconds[lease.id] = seconds;
     ledger(lease.workerId, lease.id, QStringLiteral("wasted"), seconds);
+    if (lease.state != LeaseState::HandedBack)
+        ++worker.leasesLost;
     const QString kind = lease.state == LeaseState::Expired      ? QStringLiteral("lease-expired")
                          : lease.state == LeaseState::HandedBack ? QStringLiteral("lease-handed-back")
                          : lease.state == LeaseState::Superseded ? QStringLiteral("lease-superseded")
@@ -393,8 +419,11 @@ void Coordinator::workerLeft(qint64 workerId, const QString &reason)
 
 void Coordinator::recordEvent(const QString &kind, qint64 workerId, const QString &detail)
 {
-    if (kind == QLatin1String("worker-preempted"))
+    if (kind == QLatin1String("worker-preempted")) {
         ++m_preemptions;
+        if (const auto it = m_workers.find(workerId); it != m_workers.end())
+            ++it->second.preemptions;
+    }
     event(kind, workerId, 0, 0, detail);
 }
 
@@ -450,9 +479,51 @@ TrainConfig Coordinator::trainConfigFor(const Subtask &subtask) const
     return c;
 }
 
+void Coordinator::setPaused(bool paused)
+{
+    if (paused == m_paused)
+        return;
+    m_paused = paused;
+    event(paused ? QStringLiteral("job-paused") : QStringLiteral("job-unpaused"), 0, 0, 0,
+          paused ? QStringLiteral("no new subtasks until the job is resumed; running ones finish")
+                 : QStringLiteral("subtasks are handed out again"));
+}
+
+std::vector<WorkerStatus> Coordinator::workerStatuses() const
+{
+    std::vector<WorkerStatus> out;
+    for (const auto &[id, w] : m_workers) {
+        WorkerStatus s;
+        s.id = id;
+        s.name = w.record.name;
+        s.instanceType = w.record.instanceType;
+        s.priceClass = w.record.priceClass;
+        s.device = w.record.device;
+        s.threads = w.record.threads;
+        s.online = w.online;
+        s.samplesPerSecond = w.samplesPerSecond;
+        s.leaseId = w.leaseId;
+        s.epoch = w.epoch;
+        s.shard = w.shard;
+        s.begin = w.begin;
+        s.end = w.end;
+        s.done = w.sampleSteps;
+        s.planned = w.plannedSampleSteps;
+        s.leasesCompleted = w.leasesCompleted;
+        s.leasesLost = w.leasesLost;
+        s.preemptions = w.preemptions;
+        s.costSpot = w.costSpot;
+        s.costOnDemand = w.costOnDemand;
+        s.costActual = w.costActual;
+        s.lastSeenMs = w.record.lastSeenMs;
+        out.push_back(s);
+    }
+    return out;
+}
+
 std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
 {
-    if (!m_fatal.isEmpty() || m_finished)
+    if (!m_fatal.isEmpty() || m_finished || m_paused)
         return std::nullopt;
     const auto wit = m_workers.find(workerId);
     if (wit == m_workers.end() || !wit->second.online)
@@ -496,14 +567,18 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
         ++m_reassignments;
         event(QStringLiteral("subtask-reassigned"), workerId, s.id, grant->lease.id,
               QStringLiteral("epoch %1, shard %2, positions %3-%4, attempt %5")
-                  .arg(s.epoch).arg(s.shard).arg(s.begin).arg(s.end).arg(s.attempts));
+                  .arg(s.epoch + 1).arg(s.shard).arg(s.begin).arg(s.end).arg(s.attempts));
     }
     event(QStringLiteral("lease-granted"), workerId, s.id, grant->lease.id,
           QStringLiteral("epoch %1, shard %2, positions %3-%4, version %5")
-              .arg(s.epoch).arg(s.shard).arg(s.begin).arg(s.end).arg(m_version));
+              .arg(s.epoch + 1).arg(s.shard).arg(s.begin).arg(s.end).arg(m_version));
     worker.leaseId = grant->lease.id;
     worker.sampleSteps = 0;
     worker.plannedSampleSteps = 0;
+    worker.epoch = s.epoch;
+    worker.shard = s.shard;
+    worker.begin = s.begin;
+    worker.end = s.end;
 
     Assignment a;
     a.leaseId = grant->lease.id;
@@ -682,9 +757,12 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     // Observation, after the commit.
     if (wasted != m_wastedSeconds.end())
         m_wastedSeconds.erase(wasted);
+    for (const auto &row : ledgerRows)
+        account(row);
     auto &worker = m_workers[workerId];
     if (worker.leaseId == lease.id)
         worker.leaseId = 0;
+    ++worker.leasesCompleted;
     if (result.seconds > 0 && result.sampleSteps > 0) {
         const double measured = double(result.sampleSteps) / result.seconds;
         worker.samplesPerSecond = worker.samplesPerSecond > 0 ? 0.7 * worker.samplesPerSecond + 0.3 * measured : measured;
@@ -898,6 +976,7 @@ JobProgress Coordinator::progress() const
         p.cost = *totals;
     p.elapsedMs = m_clock->nowMs() - m_startedMs;
     p.finished = m_finished;
+    p.paused = m_paused;
     return p;
 }
 

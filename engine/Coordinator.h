@@ -111,6 +111,34 @@ struct JobProgress
     LedgerTotals cost;
     qint64 elapsedMs = 0;
     bool finished = false;
+    bool paused = false;
+};
+
+// What the control center shows of one worker.
+struct WorkerStatus
+{
+    qint64 id = 0;
+    QString name;
+    QString instanceType;
+    QString priceClass;
+    QString device;
+    int threads = 0;
+    bool online = false;
+    double samplesPerSecond = 0.0;
+    qint64 leaseId = 0; // 0 when idle
+    int epoch = 0;
+    int shard = 0;
+    qint64 begin = 0;
+    qint64 end = 0;
+    qint64 done = 0;    // sample-steps of the current subtask, as last reported
+    qint64 planned = 0;
+    int leasesCompleted = 0;
+    int leasesLost = 0;
+    int preemptions = 0;
+    double costSpot = 0.0;
+    double costOnDemand = 0.0;
+    double costActual = 0.0;
+    qint64 lastSeenMs = 0;
 };
 
 struct EvaluationRequest
@@ -175,6 +203,10 @@ public:
 
     // Workers' throughput, as measured from their results (samples per second).
     double workerSpeed(qint64 workerId) const;
+    std::vector<WorkerStatus> workerStatuses() const;
+    // A paused job hands out no subtasks; results of running ones are still assimilated.
+    void setPaused(bool paused);
+    bool paused() const { return m_paused; }
 
     bool finished() const { return m_finished; }
     // Set when the store or a checkpoint could not be written: the job stops, and resuming
@@ -218,6 +250,7 @@ private:
     qint64 m_jobId = 0;
     bool m_resumed = false;
     bool m_finished = false;
+    bool m_paused = false;
     QString m_fatal;
 
     AggregationState m_state;
@@ -236,7 +269,18 @@ private:
         qint64 sampleSteps = 0;
         qint64 plannedSampleSteps = 0;
         double samplesPerSecond = 0.0; // measured from results, else as reported
+        int epoch = 0;                 // of the current lease
+        int shard = 0;
+        qint64 begin = 0;
+        qint64 end = 0;
+        int leasesCompleted = 0;
+        int leasesLost = 0;
+        int preemptions = 0;
+        double costSpot = 0.0;
+        double costOnDemand = 0.0;
+        double costActual = 0.0;
     };
+    void account(const LedgerRecord &l);
     std::map<qint64, WorkerState> m_workers;
     std::map<qint64, double> m_wastedSeconds; // recorded as wasted, reversed if a late result lands
     int m_evaluatedEpoch = -1;

@@ -13,6 +13,9 @@ CoordinatorService::CoordinatorService(std::unique_ptr<Coordinator> coordinator)
 {
     qRegisterMetaType<flotilla::JobProgress>();
     qRegisterMetaType<flotilla::EventRecord>();
+    qRegisterMetaType<flotilla::AssimilationRecord>();
+    qRegisterMetaType<flotilla::EvaluationRecord>();
+    qRegisterMetaType<std::vector<flotilla::WorkerStatus>>();
     m_evaluationPool.setMaxThreadCount(1);
     m_thread.setObjectName(QStringLiteral("coordinator"));
     moveToThread(&m_thread);
@@ -72,6 +75,8 @@ void CoordinatorService::start()
     };
     hooks.superseded = [this](qint64 workerId, qint64 leaseId) { Q_EMIT leaseSuperseded(workerId, leaseId); };
     hooks.event = [this](const EventRecord &e) { Q_EMIT eventRecorded(e); };
+    hooks.assimilated = [this](const AssimilationRecord &a) { Q_EMIT assimilated(a); };
+    hooks.evaluated = [this](const EvaluationRecord &e) { Q_EMIT evaluated(e); };
     hooks.finished = [this] {
         Q_EMIT progressed(m_coordinator->progress());
         if (!m_ended) {
@@ -94,7 +99,10 @@ void CoordinatorService::start()
 void CoordinatorService::onTick()
 {
     m_coordinator->tick();
-    Q_EMIT progressed(m_coordinator->progress());
+    const JobProgress p = m_coordinator->progress();
+    Q_EMIT progressed(p);
+    if (++m_ticks % 4 == 0)
+        Q_EMIT snapshot(p, m_coordinator->workerStatuses());
     if (!m_coordinator->fatalError().isEmpty() && !m_ended) {
         m_ended = true;
         Q_EMIT jobEnded(false, m_coordinator->fatalError());
@@ -176,6 +184,14 @@ void CoordinatorService::callReportSpeed(qint64 workerId, double samplesPerSecon
         if (m_coordinator)
             m_coordinator->reportSpeed(workerId, samplesPerSecond);
     });
+}
+
+void CoordinatorService::setPausedAsync(bool paused)
+{
+    QMetaObject::invokeMethod(this, [this, paused] {
+        if (m_coordinator)
+            m_coordinator->setPaused(paused);
+    }, Qt::QueuedConnection);
 }
 
 JobProgress CoordinatorService::callProgress()

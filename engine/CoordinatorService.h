@@ -44,8 +44,15 @@ public:
     // Stops the timers and the thread; the coordinator is destroyed on its own thread.
     void shutdown();
 
+    // Asynchronous, for the UI thread: nothing waits.
+    void setPausedAsync(bool paused);
+
 Q_SIGNALS:
     void progressed(const flotilla::JobProgress &progress);
+    // Once a second: the job and every worker, for dashboards.
+    void snapshot(const flotilla::JobProgress &progress, const std::vector<flotilla::WorkerStatus> &workers);
+    void assimilated(const flotilla::AssimilationRecord &record);
+    void evaluated(const flotilla::EvaluationRecord &record);
     void eventRecorded(const flotilla::EventRecord &event);
     void leaseSuperseded(qint64 workerId, qint64 leaseId);
     // ok is false when the job stopped on an error (message says which).
@@ -62,6 +69,7 @@ private:
     QThreadPool m_evaluationPool; // one thread: evaluations run one after another
     std::unique_ptr<Model> m_evaluationModel;
     QTimer *m_tickTimer = nullptr;
+    int m_ticks = 0;
     bool m_ended = false;
 };
 
@@ -69,3 +77,6 @@ private:
 
 Q_DECLARE_METATYPE(flotilla::JobProgress)
 Q_DECLARE_METATYPE(flotilla::EventRecord)
+Q_DECLARE_METATYPE(flotilla::AssimilationRecord)
+Q_DECLARE_METATYPE(flotilla::EvaluationRecord)
+Q_DECLARE_METATYPE(std::vector<flotilla::WorkerStatus>)

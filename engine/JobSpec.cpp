@@ -262,6 +262,14 @@ Result<void> JobSpec::save(const QString &path) const
 
 Result<void> JobSpec::validate() const
 {
+    const QStringList found = problems();
+    if (found.isEmpty())
+        return {};
+    return fail(found.first());
+}
+
+QStringList JobSpec::problems() const
+{
     const std::initializer_list<Result<void>> checks = {
         name.trimmed().isEmpty() ? Result<void>(fail(QStringLiteral("'name' must not be empty"))) : Result<void>(),
         oneOf(QStringLiteral("dataset.kind"), dataset.kind,
@@ -320,10 +328,18 @@ Result<void> JobSpec::validate() const
         inRange(QStringLiteral("fleet.preemption.notice_fraction"), fleet.preemption.noticeFraction, 0.0, 1.0),
         inRange(QStringLiteral("fleet.preemption.rejoin_delay_s"), fleet.preemption.rejoinDelaySeconds, 0.0, 1e6),
     };
+    QStringList found;
     for (const auto &check : checks)
         if (!check)
-            return check;
-    return {};
+            found << check.error();
+    return found;
+}
+
+QString JobSpec::fieldOf(const QString &problem)
+{
+    if (!problem.startsWith(u'\''))
+        return {};
+    return problem.mid(1, problem.indexOf(u'\'', 1) - 1);
 }
 
 } // namespace flotilla

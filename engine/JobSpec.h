@@ -8,6 +8,7 @@
 #include <QJsonObject>
 #include <QList>
 #include <QString>
+#include <QStringList>
 
 namespace flotilla {
 
@@ -102,6 +103,10 @@ struct JobSpec
 
     // Checks every field; the error names the field, its value and the accepted range.
     Result<void> validate() const;
+    // Every problem, not just the first; each message starts with the field in quotes
+    // ("'training.epochs' is 0; ..."), which fieldOf() returns.
+    QStringList problems() const;
+    static QString fieldOf(const QString &problem);
 };
 
 } // namespace flotilla

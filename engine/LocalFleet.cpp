@@ -43,23 +43,54 @@ void LocalFleet::start()
         Q_EMIT self->finished(ok, message);
     });
 
-    const FleetSpec &fleet = m_spec.fleet;
-    for (int i = 0; i < m_localWorkers; ++i) {
-        WorkerInfo info;
-        info.name = QStringLiteral("local-%1").arg(i + 1);
-        info.instanceType = fleet.instanceType;
-        info.priceClass = fleet.priceClass;
-        auto worker = std::make_unique<LocalWorker>(m_service.get(), m_data, m_spec, info,
-                                                    fleet.preemption.rejoinDelaySeconds);
-        worker->start();
-        m_workers.push_back(std::move(worker));
-    }
+    for (int i = 0; i < m_localWorkers; ++i)
+        addWorker(0);
     m_preemptionTimer.setSingleShot(true);
     connect(&m_preemptionTimer, &QTimer::timeout, this, [self] {
         self->preemptOne();
         self->schedulePreemption();
     });
     schedulePreemption();
+}
+
+void LocalFleet::addWorker(int threads)
+{
+    const FleetSpec &fleet = m_spec.fleet;
+    WorkerInfo info;
+    info.name = QStringLiteral("local-%1").arg(m_nextWorker++);
+    info.instanceType = fleet.instanceType;
+    info.priceClass = fleet.priceClass;
+    auto worker = std::make_unique<LocalWorker>(m_service.get(), m_data, m_spec, info,
+                                                fleet.preemption.rejoinDelaySeconds);
+    worker->setThreads(threads);
+    worker->start();
+    m_workers.push_back(std::move(worker));
+}
+
+void LocalFleet::setLocalWorkers(int count, int threads)
+{
+    if (m_stopped)
+        return;
+    for (auto &w : m_workers)
+        w->setThreads(threads);
+    while (int(m_workers.size()) < count)
+        addWorker(threads);
+    while (int(m_workers.size()) > count) {
+        std::unique_ptr<LocalWorker> w = std::move(m_workers.back());
+        m_workers.pop_back();
+        w->stop();
+        LocalWorker *raw = w.get();
+        // The worker hands in its partial result on its own thread; it is deleted once that
+        // thread has ended, without the caller waiting for it.
+        connect(w->thread(), &QThread::finished, this, [this, raw] {
+            for (auto it = m_retiring.begin(); it != m_retiring.end(); ++it)
+                if (it->get() == raw) {
+                    m_retiring.erase(it);
+                    return;
+                }
+        });
+        m_retiring.push_back(std::move(w));
+    }
 }
 
 void LocalFleet::schedulePreemption()
@@ -110,7 +141,10 @@ void LocalFleet::stop()
         w->stop();
     for (auto &w : m_workers)
         w->wait();
+    for (auto &w : m_retiring)
+        w->wait();
     m_workers.clear();
+    m_retiring.clear();
     if (m_service)
         m_service->shutdown();
 }

@@ -38,6 +38,10 @@ public:
     bool resumed() const { return m_resumed; }
     QString runDir() const { return m_runDir; }
     int workersAlive() const;
+    // Changes how many workers run in this process, and their LibTorch threads (0: the
+    // job's). Workers being removed hand in what they trained and stop in the background.
+    void setLocalWorkers(int count, int threads = 0);
+    int localWorkers() const { return int(m_workers.size()); }
     CoordinatorService *service() { return m_service.get(); }
 
 Q_SIGNALS:
@@ -56,7 +60,10 @@ private:
     std::shared_ptr<const JobData> m_data;
     std::unique_ptr<CoordinatorService> m_service;
     std::vector<std::unique_ptr<LocalWorker>> m_workers;
-    QTimer m_preemptionTimer;
+    std::vector<std::unique_ptr<LocalWorker>> m_retiring;
+    int m_nextWorker = 1;
+    void addWorker(int threads);
+    QTimer m_preemptionTimer{this}; // a child: it moves with the fleet to the owner's thread
     SplitMix64 m_random{1};
     bool m_stopped = false;
 };

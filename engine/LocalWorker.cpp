@@ -117,12 +117,14 @@ void LocalWorker::run()
         m_currentLease = a->leaseId;
 
         const Dataset shard = m_data->train.select(m_data->plan.shard(a->shard));
-        const SubtaskWork work{a->shard, a->epoch, a->begin, a->end, m_spec.training.seed, a->config};
+        SubtaskWork work{a->shard, a->epoch, a->begin, a->end, m_spec.training.seed, a->config};
+        if (m_threads.load() > 0)
+            work.config.threads = m_threads.load();
         QElapsedTimer beat;
         beat.start();
         const qint64 leaseId = a->leaseId;
         auto outcome = (*session)->train(shard, work, a->weights, &m_cancel, [&](std::int64_t done, std::int64_t planned) {
-            if (beat.elapsed() >= 1000) {
+            if (beat.elapsed() >= 250) {
                 beat.restart();
                 m_service->callHeartbeat(id, leaseId, done, planned);
             }

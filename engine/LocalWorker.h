@@ -36,6 +36,9 @@ public:
     void supersede(qint64 leaseId);
 
     bool isDown() const { return m_down.load(); }
+    // LibTorch threads for the next subtasks (0: the job's training.threads).
+    void setThreads(int threads) { m_threads = threads; }
+    QThread *thread() const { return m_thread.get(); }
     qint64 workerId() const { return m_workerId.load(); }
     QString name() const { return m_info.name; }
     QString lastError() const;
@@ -57,6 +60,7 @@ private:
     std::atomic<qint64> m_workerId{0};
     std::atomic<qint64> m_currentLease{0};
     std::atomic<qint64> m_supersededLease{0};
+    std::atomic<int> m_threads{0};
     mutable QMutex m_errorMutex;
     QString m_lastError;
 };

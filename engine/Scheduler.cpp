@@ -230,7 +230,7 @@ Scheduler::Check Scheduler::check(qint64 leaseId) const
     if (c.subtask.state == SubtaskState::Done) {
         c.verdict = Verdict::Duplicate;
         c.reason = QStringLiteral("subtask %1 (epoch %2, shard %3) was already assimilated")
-                       .arg(c.subtask.id).arg(c.subtask.epoch).arg(c.subtask.shard);
+                       .arg(c.subtask.id).arg(c.subtask.epoch + 1).arg(c.subtask.shard);
         return c;
     }
     c.verdict = Verdict::Accept;

@@ -466,6 +466,33 @@ Result<void> Store::addLedger(qint64 jobId, const LedgerRecord &l)
         .bind(l.costSpot).bind(l.costOnDemand).bind(l.costActual).run();
 }
 
+Result<std::map<qint64, LedgerTotals>> Store::ledgerByWorker(qint64 jobId)
+{
+    Statement q(m_db, "SELECT worker_id, "
+                      "COALESCE(SUM(CASE WHEN kind = 'useful' THEN seconds END), 0), "
+                      "COALESCE(SUM(CASE WHEN kind = 'wasted' THEN seconds END), 0), "
+                      "SUM(cost_spot), SUM(cost_on_demand), SUM(cost_actual), "
+                      "COALESCE(SUM(CASE WHEN kind = 'wasted' THEN cost_actual END), 0) "
+                      "FROM ledger WHERE job_id = ? GROUP BY worker_id");
+    q.bind(jobId);
+    std::map<qint64, LedgerTotals> out;
+    while (q.next())
+        out[q.i64(0)] = LedgerTotals{q.f64(1), q.f64(2), q.f64(3), q.f64(4), q.f64(5), q.f64(6)};
+    if (!q.ok())
+        return q.error();
+    return out;
+}
+
+Result<std::vector<LedgerRecord>> Store::ledger(qint64 jobId)
+{
+    Statement q(m_db, "SELECT worker_id, lease_id, at_ms, kind, seconds, cost_spot, cost_on_demand, cost_actual "
+                      "FROM ledger WHERE job_id = ? ORDER BY id");
+    q.bind(jobId);
+    return collect<LedgerRecord>(q, [](Statement &s) {
+        return LedgerRecord{s.i64(0), s.i64(1), s.i64(2), s.text(3), s.f64(4), s.f64(5), s.f64(6), s.f64(7)};
+    });
+}
+
 Result<LedgerTotals> Store::ledgerTotals(qint64 jobId)
 {
     Statement q(m_db, "SELECT "

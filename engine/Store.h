@@ -11,6 +11,7 @@
 
 #include <QString>
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -156,6 +157,9 @@ public:
     Result<qint64> lastEventMs(qint64 jobId);
     Result<void> addLedger(qint64 jobId, const LedgerRecord &l);
     Result<LedgerTotals> ledgerTotals(qint64 jobId);
+    Result<std::map<qint64, LedgerTotals>> ledgerByWorker(qint64 jobId);
+    // Every ledger entry in order, for charts of cost over time.
+    Result<std::vector<LedgerRecord>> ledger(qint64 jobId);
 
 private:
     Store() = default;

@@ -16,7 +16,13 @@ constexpr qsizetype kMaxName = 64;
 
 QString peerAddress(const QSslSocket *s)
 {
-    return QStringLiteral("%1:%2").arg(s->peerAddress().toString()).arg(s->peerPort());
+    // An IPv4 peer on a dual-stack socket shows as ::ffff:a.b.c.d; say a.b.c.d.
+    QHostAddress address = s->peerAddress();
+    bool mapped = false;
+    const quint32 v4 = address.toIPv4Address(&mapped);
+    if (mapped)
+        address = QHostAddress(v4);
+    return QStringLiteral("%1:%2").arg(address.toString()).arg(s->peerPort());
 }
 
 bool sentByWorkers(MessageType t)

@@ -7,10 +7,12 @@ cd "$(dirname "$0")/.."
 
 packages=(
     cmake ninja-build g++ pkg-config
-    qt6-base-dev libtorch-dev libssl-dev libsqlite3-dev zlib1g-dev
+    qt6-base-dev qt6-charts-dev libqt6opengl6-dev libxkbcommon-dev
+    libtorch-dev libssl-dev libsqlite3-dev zlib1g-dev
     libopenblas0-openmp          # fast BLAS for LibTorch's linear layers (else netlib's reference BLAS)
     dataset-fashion-mnist        # the default data set
     python3-torch python3-numpy  # TorchScript interop tests
+    xvfb xauth                   # screenshots of the windows (scripts/screenshots.sh)
 )
 missing=()
 for p in "${packages[@]}"; do

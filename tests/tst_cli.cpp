@@ -95,11 +95,51 @@ private Q_SLOTS:
                            QStringLiteral("  train "), QStringLiteral("Train a job"), QStringLiteral("--version")});
     }
 
-    void noArgumentsIsAUsageError()
+    void noArgumentsOpensTheControlCenter()
     {
-        const Run r = expectExit({}, 2);
-        QCOMPARE(r.exitCode, 2);
-        expectText(r.out, {QStringLiteral("Usage: flotilla"), QStringLiteral("train")});
+        // With a display (here the offscreen platform), the window opens and paints.
+        QProcess gui;
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
+        env.insert(QStringLiteral("XDG_DATA_HOME"), m_dir.filePath(QStringLiteral("data")));
+        env.insert(QStringLiteral("XDG_CONFIG_HOME"), m_dir.filePath(QStringLiteral("config")));
+        gui.setProcessEnvironment(env);
+        gui.start(test::flotillaBinary(), {QStringLiteral("gui"), QStringLiteral("--exit-after-paint")});
+        QVERIFY(gui.waitForFinished(60000));
+        QCOMPARE(gui.exitCode(), 0);
+        QVERIFY2(gui.readAllStandardOutput().contains("first window painted"), "the window was not painted");
+    }
+
+    void noArgumentsWithoutADisplayTrainsHeadless()
+    {
+        QProcess headless;
+        QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+        for (const char *name : {"DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"})
+            env.remove(QString::fromLatin1(name));
+        env.insert(QStringLiteral("XDG_DATA_HOME"), m_dir.filePath(QStringLiteral("data")));
+        headless.setProcessEnvironment(env);
+        headless.setProcessChannelMode(QProcess::MergedChannels);
+        headless.start(test::flotillaBinary(), QStringList());
+        QByteArray seen;
+        QTRY_VERIFY_WITH_TIMEOUT((seen += headless.readAll()).contains("Starting job"), 60000);
+        QVERIFY2(seen.contains("no display: training the default job headless"), seen.constData());
+        headless.kill(); // the default job takes minutes; that it started is enough here
+        headless.waitForFinished();
+        // Without a display the worker window says what to use instead...
+        QProcess noWindow;
+        noWindow.setProcessEnvironment(env);
+        noWindow.start(test::flotillaBinary(), {QStringLiteral("--join"), QStringLiteral("flt1.x")});
+        QVERIFY(noWindow.waitForFinished(30000));
+        QCOMPARE(noWindow.exitCode(), 2);
+        expectText(QString::fromUtf8(noWindow.readAllStandardError()), {QStringLiteral("flotilla worker --join TOKEN")});
+        // ...and with one it refuses a damaged token before opening.
+        QProcess window;
+        env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
+        window.setProcessEnvironment(env);
+        window.start(test::flotillaBinary(), {QStringLiteral("--join"), QStringLiteral("flt1.x")});
+        QVERIFY(window.waitForFinished(30000));
+        QCOMPARE(window.exitCode(), 2);
+        expectText(QString::fromUtf8(window.readAllStandardError()), {QStringLiteral("join token is damaged")});
     }
 
     void version()

@@ -1,0 +1,368 @@
+#include "DesktopSession.h"
+
+#include "AppLog.h"
+#include "AtomicFile.h"
+#include "JobOptions.h"
+#include "Store.h"
+
+#include <QDateTime>
+#include <QDir>
+#include <QFile>
+#include <QtConcurrent>
+
+namespace flotilla {
+
+namespace {
+
+ui::EventRow toRow(const EventRecord &e)
+{
+    return ui::EventRow{e.atMs, e.kind, e.workerId, e.subtaskId, e.leaseId, e.detail};
+}
+
+ui::AssimilationPoint toPoint(const AssimilationRecord &a)
+{
+    return ui::AssimilationPoint{a.atMs, a.seq, a.version, a.staleness, a.loss, a.samples, a.trainSeconds, a.workerId};
+}
+
+ui::EvaluationPoint toPoint(const EvaluationRecord &e)
+{
+    return ui::EvaluationPoint{e.atMs, e.epoch, e.version, e.accuracy, e.loss};
+}
+
+// What the store holds of a job, read on a pool thread with its own connection.
+ui::History readHistory(const QString &db)
+{
+    ui::History h;
+    auto store = Store::open(db);
+    if (!store)
+        return h;
+    auto job = (*store)->latestJob();
+    if (!job || !job->has_value())
+        return h;
+    const qint64 id = (*job)->id;
+    if (auto rows = (*store)->assimilations(id))
+        for (const auto &a : *rows)
+            h.assimilations << toPoint(a);
+    if (auto rows = (*store)->evaluations(id))
+        for (const auto &e : *rows)
+            h.evaluations << toPoint(e);
+    if (auto rows = (*store)->events(id))
+        for (const auto &e : *rows)
+            h.events << toRow(e);
+    if (auto rows = (*store)->ledger(id)) {
+        ui::CostPoint sum;
+        for (const auto &l : *rows) {
+            sum.atMs = l.atMs;
+            sum.spot += l.costSpot;
+            sum.onDemand += l.costOnDemand;
+            sum.actual += l.costActual;
+            (l.kind == QLatin1String("wasted") ? sum.wastedSeconds : sum.usefulSeconds) += l.seconds;
+            h.costs << sum;
+        }
+    }
+    return h;
+}
+
+QList<ui::SubtaskRow> readSubtasks(const QString &db)
+{
+    QList<ui::SubtaskRow> out;
+    auto store = Store::open(db);
+    if (!store)
+        return out;
+    auto job = (*store)->latestJob();
+    if (!job || !job->has_value())
+        return out;
+    auto subtasks = (*store)->subtasks((*job)->id);
+    auto leases = (*store)->leases((*job)->id);
+    if (!subtasks || !leases)
+        return out;
+    std::map<qint64, QString> names;
+    if (auto workers = (*store)->workers((*job)->id))
+        for (const auto &w : *workers)
+            names[w.id] = w.name;
+    std::map<qint64, QStringList> history;
+    std::map<qint64, int> attempts;
+    for (const auto &l : *leases) {
+        history[l.subtaskId] << QStringLiteral("lease %1 (%2): %3").arg(l.id).arg(names[l.workerId]).arg(toString(l.state));
+        ++attempts[l.subtaskId];
+    }
+    for (const auto &s : *subtasks)
+        out << ui::SubtaskRow{s.id, s.epoch, s.shard, s.begin, s.end, toString(s.state), attempts[s.id],
+                              s.assimilatedSeq, history[s.id].join(QStringLiteral("; "))};
+    return out;
+}
+
+} // namespace
+
+DesktopSession::DesktopSession(Options options, QObject *parent) : ControlSession(parent), m_options(std::move(options))
+{
+    qRegisterMetaType<ui::JobState>();
+    qRegisterMetaType<ui::Snapshot>();
+    qRegisterMetaType<ui::History>();
+    m_network.setObjectName(QStringLiteral("network"));
+    m_networkContext = new QObject;
+    m_networkContext->moveToThread(&m_network);
+    m_network.start();
+}
+
+DesktopSession::~DesktopSession()
+{
+    stopNetwork();
+    if (m_fleet)
+        m_fleet->stop();
+    QMetaObject::invokeMethod(m_networkContext, [this] { delete m_networkContext; }, Qt::BlockingQueuedConnection);
+    m_network.quit();
+    m_network.wait();
+}
+
+void DesktopSession::setState(ui::JobState state, const QString &message)
+{
+    m_state = state;
+    Q_EMIT stateChanged(state, message);
+}
+
+void DesktopSession::start(const JobSpec &job, const QString &runDir)
+{
+    if (m_state == ui::JobState::Loading || m_state == ui::JobState::Running || m_state == ui::JobState::Paused)
+        return;
+    if (m_fleet) {
+        stopNetwork();
+        m_fleet->stop();
+        m_fleet.reset();
+    }
+    m_job = job;
+    m_runDir = runDir.isEmpty() ? defaultRunDir(job) : runDir;
+    QDir().mkpath(m_runDir);
+    setLogFile(QDir(m_runDir).filePath(QStringLiteral("flotilla.log")));
+    setState(ui::JobState::Loading, tr("loading the data and the model"));
+    const int generation = ++m_generation;
+    // Loading Fashion-MNIST and building the model take a second: not on this thread.
+    auto *watcher = new QFutureWatcher<std::shared_ptr<Result<std::unique_ptr<LocalFleet>>>>(this);
+    QThread *ui = thread();
+    const JobSpec spec = m_job;
+    const QString dir = m_runDir;
+    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, generation] {
+        watcher->deleteLater();
+        if (generation == m_generation)
+            started(watcher->result());
+    });
+    watcher->setFuture(QtConcurrent::run([spec, dir, ui] {
+        auto created = LocalFleet::create(spec, dir, 0);
+        if (created)
+            (*created)->moveToThread(ui);
+        return std::make_shared<Result<std::unique_ptr<LocalFleet>>>(std::move(created));
+    }));
+}
+
+void DesktopSession::started(std::shared_ptr<Result<std::unique_ptr<LocalFleet>>> created)
+{
+    if (!*created) {
+        setState(ui::JobState::Failed, created->error());
+        return;
+    }
+    m_fleet = std::move(*created).value();
+    m_job = m_fleet->spec();
+    CoordinatorService *service = m_fleet->service();
+    connect(service, &CoordinatorService::snapshot, this,
+            [this](const JobProgress &p, const std::vector<WorkerStatus> &workers) {
+                ui::Snapshot s;
+                s.job = p.name;
+                s.epochsDone = p.epochsDone;
+                s.epochs = p.epochs;
+                s.version = p.version;
+                s.lossEma = p.lossEma;
+                s.testAccuracy = p.testAccuracy;
+                s.workersOnline = p.workersOnline;
+                s.staleness = p.recentStaleness;
+                s.savingsPercent = p.cost.savingsPercent();
+                s.elapsedMs = p.elapsedMs;
+                s.paused = p.paused;
+                s.finished = p.finished;
+                s.atMs = QDateTime::currentMSecsSinceEpoch();
+                for (const auto &w : workers) {
+                    ui::WorkerRow r;
+                    r.id = w.id;
+                    r.name = w.name;
+                    r.address = w.name.startsWith(QStringLiteral("local-"))
+                                    ? QStringLiteral("this machine")
+                                    : (m_server ? m_server->addressOf(w.id) : QString());
+                    r.device = w.device;
+                    r.threads = w.threads;
+                    r.online = w.online;
+                    r.samplesPerSecond = w.samplesPerSecond;
+                    if (w.leaseId != 0) {
+                        r.subtask = tr("epoch %1, shard %2, %3–%4").arg(w.epoch + 1).arg(w.shard).arg(w.begin).arg(w.end);
+                        r.progress = w.planned > 0 ? double(w.done) / double(w.planned) : 0.0;
+                    }
+                    r.leasesCompleted = w.leasesCompleted;
+                    r.leasesLost = w.leasesLost;
+                    r.preemptions = w.preemptions;
+                    r.instanceType = w.instanceType;
+                    r.priceClass = w.priceClass;
+                    r.cost = w.costActual;
+                    r.costOnDemand = w.costOnDemand;
+                    s.workers << r;
+                }
+                Q_EMIT snapshot(s);
+                Q_EMIT costUpdated(ui::CostPoint{s.atMs, p.cost.costSpot, p.cost.costOnDemand, p.cost.costActual,
+                                                 p.cost.usefulSeconds, p.cost.wastedSeconds});
+            });
+    connect(service, &CoordinatorService::assimilated, this,
+            [this](const AssimilationRecord &a) { Q_EMIT assimilated(toPoint(a)); });
+    connect(service, &CoordinatorService::evaluated, this,
+            [this](const EvaluationRecord &e) { Q_EMIT evaluated(toPoint(e)); });
+    connect(service, &CoordinatorService::eventRecorded, this, [this](const EventRecord &e) { Q_EMIT eventAdded(toRow(e)); });
+    connect(m_fleet.get(), &LocalFleet::finished, this, [this](bool ok, const QString &message) {
+        setState(ok ? ui::JobState::Finished : ui::JobState::Failed,
+                 ok ? tr("the model is in %1").arg(QDir(m_runDir).filePath(QStringLiteral("model.pt"))) : message);
+    });
+    loadHistory();
+    m_fleet->start();
+    m_fleet->setLocalWorkers(m_contributing ? 1 : 0, m_threads);
+    startNetwork();
+    setState(ui::JobState::Running, m_fleet->resumed() ? tr("resumed from %1").arg(m_runDir) : QString());
+}
+
+void DesktopSession::loadHistory()
+{
+    const QString db = QDir(m_runDir).filePath(QStringLiteral("flotilla.db"));
+    auto *watcher = new QFutureWatcher<ui::History>(this);
+    const int generation = m_generation;
+    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, generation] {
+        watcher->deleteLater();
+        if (generation == m_generation)
+            Q_EMIT historyLoaded(watcher->result());
+    });
+    watcher->setFuture(QtConcurrent::run([db] { return readHistory(db); }));
+}
+
+void DesktopSession::startNetwork()
+{
+    net::CoordinatorEndpoint::Options options;
+    options.identityDir = m_options.identityDir;
+    options.hostNames = m_options.hostNames;
+    CoordinatorService *service = m_fleet->service();
+    QString error;
+    QMetaObject::invokeMethod(m_networkContext, [&] {
+        for (const quint16 port : {m_options.port, quint16(0)}) {
+            options.port = port;
+            auto created = CoordinatorServer::create(service, options);
+            if (!created) {
+                error = created.error();
+                return;
+            }
+            if ((*created)->listen()) {
+                m_server = std::move(created).value();
+                return;
+            }
+        }
+        error = tr("no port to listen on");
+    }, Qt::BlockingQueuedConnection);
+    if (!m_server) {
+        qCWarning(lcApp).noquote() << "remote workers cannot join:" << error;
+        m_endpoint.clear();
+        return;
+    }
+    m_port = m_server->port();
+    m_caFingerprint = m_server->caFingerprint();
+    m_endpoint = QStringLiteral("%1:%2").arg(m_options.hostNames.value(0, QStringLiteral("127.0.0.1"))).arg(m_port);
+}
+
+void DesktopSession::stopNetwork()
+{
+    if (!m_server)
+        return;
+    QMetaObject::invokeMethod(m_networkContext, [this] { m_server.reset(); }, Qt::BlockingQueuedConnection);
+    m_endpoint.clear();
+}
+
+void DesktopSession::setPaused(bool paused)
+{
+    if (!m_fleet || (m_state != ui::JobState::Running && m_state != ui::JobState::Paused))
+        return;
+    m_fleet->service()->setPausedAsync(paused);
+    setState(paused ? ui::JobState::Paused : ui::JobState::Running);
+}
+
+void DesktopSession::stop()
+{
+    if (!m_fleet)
+        return;
+    ++m_generation;
+    stopNetwork();
+    m_fleet->stop();
+    m_fleet.reset();
+    setState(ui::JobState::Stopped, tr("start it again to resume from %1").arg(m_runDir));
+}
+
+void DesktopSession::setContributing(bool on, int threads)
+{
+    m_contributing = on;
+    m_threads = std::max(1, threads);
+    if (m_fleet && (m_state == ui::JobState::Running || m_state == ui::JobState::Paused))
+        m_fleet->setLocalWorkers(on ? 1 : 0, m_threads);
+}
+
+Result<QString> DesktopSession::issueToken(int uses, qint64 validSeconds)
+{
+    if (!m_server)
+        return fail(tr("start a job first: tokens name the coordinator's address"));
+    net::TrustStore trust(m_options.identityDir);
+    auto token = trust.issueToken(m_options.hostNames.value(0, QStringLiteral("127.0.0.1")), m_port, m_caFingerprint,
+                                  validSeconds, uses, QDateTime::currentMSecsSinceEpoch());
+    if (!token)
+        return token.takeError();
+    return token->encode();
+}
+
+Result<int> DesktopSession::revoke(const QString &workerName)
+{
+    if (workerName.startsWith(QStringLiteral("local-")))
+        return fail(tr("'%1' is this app's own worker: switch off \"Contribute this machine\" instead").arg(workerName));
+    net::TrustStore trust(m_options.identityDir);
+    return trust.revoke(workerName, tr("revoked from the control center"), QDateTime::currentMSecsSinceEpoch());
+}
+
+void DesktopSession::refreshSubtasks()
+{
+    if (m_runDir.isEmpty())
+        return;
+    const QString db = QDir(m_runDir).filePath(QStringLiteral("flotilla.db"));
+    auto *watcher = new QFutureWatcher<QList<ui::SubtaskRow>>(this);
+    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher] {
+        watcher->deleteLater();
+        Q_EMIT subtasksLoaded(watcher->result());
+    });
+    watcher->setFuture(QtConcurrent::run([db] { return readSubtasks(db); }));
+}
+
+Result<void> DesktopSession::exportMetrics(const QString &path)
+{
+    if (m_runDir.isEmpty())
+        return fail(tr("there is no job to export the metrics of"));
+    const ui::History h = readHistory(QDir(m_runDir).filePath(QStringLiteral("flotilla.db")));
+    QByteArray csv = "seq,version,at_ms,staleness,train_loss,samples,train_seconds,worker\n";
+    for (const auto &a : h.assimilations)
+        csv += QStringLiteral("%1,%2,%3,%4,%5,%6,%7,%8\n")
+                   .arg(a.seq).arg(a.version).arg(a.atMs).arg(a.staleness).arg(a.loss, 0, 'f', 5).arg(a.samples)
+                   .arg(a.seconds, 0, 'f', 3).arg(a.workerId)
+                   .toUtf8();
+    csv += "\nepoch,version,at_ms,test_accuracy,test_loss\n";
+    for (const auto &e : h.evaluations)
+        csv += QStringLiteral("%1,%2,%3,%4,%5\n").arg(e.epoch + 1).arg(e.version).arg(e.atMs)
+                   .arg(e.accuracy, 0, 'f', 5).arg(e.loss, 0, 'f', 5).toUtf8();
+    return writeFileAtomically(path, csv);
+}
+
+Result<void> DesktopSession::exportModel(const QString &path)
+{
+    const QString model = QDir(m_runDir).filePath(QStringLiteral("model.pt"));
+    if (m_runDir.isEmpty() || !QFile::exists(model))
+        return fail(tr("the trained model is written when the job finishes"));
+    QFile::remove(path);
+    if (!QFile::copy(model, path))
+        return fail(tr("cannot copy the model to '%1'").arg(path));
+    return {};
+}
+
+} // namespace flotilla

@@ -1,0 +1,59 @@
+#pragma once
+// The facade the control center works through: it starts, pauses and stops a job, runs this
+// machine's embedded worker, hands out join tokens, and reports what happens as plain values.
+// The application implements it with the engine and the network layer.
+//
+// Threads: lives on the UI thread. No method blocks on training, hashing, disk-heavy work
+// or the network; long work (loading data, reading history) happens elsewhere and comes
+// back as signals.
+
+#include "JobSpec.h"
+#include "Result.h"
+#include "SessionTypes.h"
+
+#include <QObject>
+
+namespace flotilla::ui {
+
+class ControlSession : public QObject
+{
+    Q_OBJECT
+
+public:
+    using QObject::QObject;
+
+    virtual JobState state() const = 0;
+    virtual JobSpec job() const = 0;
+    virtual QString runDir() const = 0;
+    // Where workers reach this coordinator ("host:port"), empty before a job runs.
+    virtual QString endpoint() const = 0;
+
+    // Opens (or resumes, if runDir holds an unfinished job) and starts a job; the answer
+    // comes as stateChanged (Loading, then Running or Failed with the reason).
+    virtual void start(const JobSpec &job, const QString &runDir) = 0;
+    virtual void setPaused(bool paused) = 0;
+    // Stops the job; it can be resumed later from its run directory.
+    virtual void stop() = 0;
+
+    // This machine's own worker: on or off, and how many LibTorch threads it may use.
+    virtual void setContributing(bool on, int threads) = 0;
+    virtual bool contributing() const = 0;
+
+    virtual Result<QString> issueToken(int uses, qint64 validSeconds) = 0;
+    virtual Result<int> revoke(const QString &workerName) = 0;
+    virtual void refreshSubtasks() = 0; // answer: subtasksLoaded
+    virtual Result<void> exportMetrics(const QString &path) = 0;
+    virtual Result<void> exportModel(const QString &path) = 0;
+
+Q_SIGNALS:
+    void stateChanged(flotilla::ui::JobState state, const QString &message);
+    void historyLoaded(const flotilla::ui::History &history);
+    void snapshot(const flotilla::ui::Snapshot &snapshot);
+    void assimilated(const flotilla::ui::AssimilationPoint &point);
+    void evaluated(const flotilla::ui::EvaluationPoint &point);
+    void costUpdated(const flotilla::ui::CostPoint &point);
+    void eventAdded(const flotilla::ui::EventRow &event);
+    void subtasksLoaded(const QList<flotilla::ui::SubtaskRow> &subtasks);
+};
+
+} // namespace flotilla::ui

@@ -1,0 +1,401 @@
+#include "Dashboard.h"
+
+#include <QBarCategoryAxis>
+#include <QBarSeries>
+#include <QBarSet>
+#include <QChart>
+#include <QChartView>
+#include <QComboBox>
+#include <QGridLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineSeries>
+#include <QScatterSeries>
+#include <QValueAxis>
+#include <QVBoxLayout>
+
+namespace flotilla::ui {
+
+namespace {
+
+constexpr int kHistogramBuckets = 9; // 0..7 and 8+
+constexpr int kMaxWorkerLines = 6;
+
+QValueAxis *axis(QChart *chart, Qt::Alignment where, const QString &title, const QString &format = QStringLiteral("%g"))
+{
+    auto *a = new QValueAxis;
+    a->setTitleText(title);
+    a->setLabelFormat(format);
+    a->setRange(0, 1);
+    chart->addAxis(a, where);
+    return a;
+}
+
+template <typename Series>
+Series *series(QChart *chart, const QString &name, QValueAxis *x, QValueAxis *y)
+{
+    auto *s = new Series;
+    s->setName(name);
+    chart->addSeries(s);
+    s->attachAxis(x);
+    s->attachAxis(y);
+    return s;
+}
+
+QChart *chart(const QString &title)
+{
+    auto *c = new QChart;
+    c->setTitle(title);
+    c->legend()->setAlignment(Qt::AlignBottom);
+    c->setMargins(QMargins(4, 4, 4, 4));
+    return c;
+}
+
+} // namespace
+
+QString describe(JobState state)
+{
+    switch (state) {
+    case JobState::NoJob: return QStringLiteral("No job");
+    case JobState::Loading: return QStringLiteral("Loading");
+    case JobState::Running: return QStringLiteral("Running");
+    case JobState::Paused: return QStringLiteral("Paused");
+    case JobState::Finished: return QStringLiteral("Finished");
+    case JobState::Failed: return QStringLiteral("Failed");
+    case JobState::Stopped: return QStringLiteral("Stopped");
+    }
+    return {};
+}
+
+Dashboard::Dashboard(QWidget *parent) : QWidget(parent)
+{
+    auto *grid = new QGridLayout(this);
+
+    // Loss and test accuracy.
+    QChart *loss = chart(tr("Training loss and test accuracy"));
+    m_lossX = axis(loss, Qt::AlignBottom, tr("minutes since the job started"));
+    m_lossY = axis(loss, Qt::AlignLeft, tr("training loss"), QStringLiteral("%.2f"));
+    m_accuracyY = axis(loss, Qt::AlignRight, tr("test accuracy (%)"), QStringLiteral("%.0f"));
+    m_accuracyY->setRange(0, 100);
+    m_loss = series<QLineSeries>(loss, tr("training loss (average)"), m_lossX, m_lossY);
+    m_accuracy = series<QLineSeries>(loss, tr("test accuracy"), m_lossX, m_accuracyY);
+    m_accuracy->setPointsVisible(true);
+    auto *lossPanel = new QWidget;
+    auto *lossLayout = new QVBoxLayout(lossPanel);
+    lossLayout->setContentsMargins(0, 0, 0, 0);
+    auto *lossBar = new QHBoxLayout;
+    m_lossAxis = new QComboBox;
+    m_lossAxis->addItems({tr("against time"), tr("against version")});
+    lossBar->addWidget(new QLabel(tr("Plot")));
+    lossBar->addWidget(m_lossAxis);
+    lossBar->addStretch();
+    lossLayout->addLayout(lossBar);
+    lossLayout->addWidget(makeView(loss));
+    connect(m_lossAxis, &QComboBox::currentIndexChanged, this, [this] { rebuildLossChart(); });
+    grid->addWidget(lossPanel, 0, 0);
+
+    // Staleness of every assimilation.
+    QChart *stale = chart(tr("Staleness of each assimilation"));
+    m_stalenessX = axis(stale, Qt::AlignBottom, tr("global model version"), QStringLiteral("%d"));
+    m_stalenessY = axis(stale, Qt::AlignLeft, tr("staleness (versions)"), QStringLiteral("%d"));
+    m_staleness = series<QScatterSeries>(stale, tr("assimilation"), m_stalenessX, m_stalenessY);
+    m_staleness->setMarkerSize(6);
+    grid->addWidget(makeView(stale), 0, 1);
+
+    // Its histogram.
+    QChart *histogram = chart(tr("Staleness histogram"));
+    auto *bars = new QBarSeries;
+    m_histogram = new QBarSet(tr("assimilations"));
+    QStringList categories;
+    for (int i = 0; i < kHistogramBuckets; ++i) {
+        *m_histogram << 0;
+        m_histogramCounts << 0;
+        categories << (i + 1 == kHistogramBuckets ? QStringLiteral("%1+").arg(i) : QString::number(i));
+    }
+    bars->append(m_histogram);
+    histogram->addSeries(bars);
+    auto *categoryAxis = new QBarCategoryAxis;
+    categoryAxis->append(categories);
+    categoryAxis->setTitleText(tr("staleness (versions)"));
+    histogram->addAxis(categoryAxis, Qt::AlignBottom);
+    bars->attachAxis(categoryAxis);
+    m_histogramY = axis(histogram, Qt::AlignLeft, tr("assimilations"), QStringLiteral("%d"));
+    bars->attachAxis(m_histogramY);
+    grid->addWidget(makeView(histogram), 0, 2);
+
+    // Node churn.
+    QChart *churn = chart(tr("Workers online"));
+    m_churnX = axis(churn, Qt::AlignBottom, tr("minutes since the job started"));
+    m_churnY = axis(churn, Qt::AlignLeft, tr("workers"), QStringLiteral("%d"));
+    m_online = series<QLineSeries>(churn, tr("online"), m_churnX, m_churnY);
+    m_joins = series<QScatterSeries>(churn, tr("join"), m_churnX, m_churnY);
+    m_joins->setColor(QColor(0x2e, 0x9d, 0x3a));
+    m_joins->setMarkerSize(9);
+    m_preemptions = series<QScatterSeries>(churn, tr("preemption"), m_churnX, m_churnY);
+    m_preemptions->setColor(QColor(0xd6, 0x27, 0x28));
+    m_preemptions->setMarkerShape(QScatterSeries::MarkerShapeRectangle);
+    m_preemptions->setMarkerSize(9);
+    m_departures = series<QScatterSeries>(churn, tr("departure"), m_churnX, m_churnY);
+    m_departures->setColor(QColor(0x7f, 0x7f, 0x7f));
+    m_departures->setMarkerSize(9);
+    grid->addWidget(makeView(churn), 1, 0);
+
+    // Spot savings.
+    m_costChart = chart(tr("Cost"));
+    m_costX = axis(m_costChart, Qt::AlignBottom, tr("minutes since the job started"));
+    m_costY = axis(m_costChart, Qt::AlignLeft, tr("cumulative cost (USD)"), QStringLiteral("%.4f"));
+    m_onDemand = series<QLineSeries>(m_costChart, tr("on-demand"), m_costX, m_costY);
+    m_spot = series<QLineSeries>(m_costChart, tr("spot"), m_costX, m_costY);
+    m_paid = series<QLineSeries>(m_costChart, tr("paid"), m_costX, m_costY);
+    QPen dashed = m_paid->pen();
+    dashed.setStyle(Qt::DashLine);
+    dashed.setWidth(2);
+    m_paid->setPen(dashed); // spot workers pay spot prices: the two lines coincide
+    grid->addWidget(makeView(m_costChart), 1, 1);
+
+    // Throughput.
+    m_throughputChart = chart(tr("Throughput"));
+    m_throughputX = axis(m_throughputChart, Qt::AlignBottom, tr("minutes since the job started"));
+    m_throughputY = axis(m_throughputChart, Qt::AlignLeft, tr("samples per second"), QStringLiteral("%.0f"));
+    m_fleetThroughput = series<QLineSeries>(m_throughputChart, tr("fleet"), m_throughputX, m_throughputY);
+    grid->addWidget(makeView(m_throughputChart), 1, 2);
+}
+
+QChartView *Dashboard::makeView(QChart *c)
+{
+    auto *view = new QChartView(c);
+    view->setRenderHint(QPainter::Antialiasing);
+    view->setMinimumSize(360, 260);
+    m_views << view;
+    return view;
+}
+
+QStringList Dashboard::chartNames() const
+{
+    QStringList names;
+    for (auto *v : m_views)
+        names << v->chart()->title();
+    return names;
+}
+
+QChartView *Dashboard::chartView(int index) const
+{
+    return m_views.value(index);
+}
+
+bool Dashboard::everyChartHasData() const
+{
+    int histogramTotal = 0;
+    for (const int n : m_histogramCounts)
+        histogramTotal += n;
+    return m_loss->count() > 0 && m_accuracy->count() > 0 && m_staleness->count() > 0 && histogramTotal > 0
+           && m_online->count() > 0 && m_spot->count() > 0 && m_fleetThroughput->count() > 0;
+}
+
+Result<void> Dashboard::exportChart(int index, const QString &path) const
+{
+    QChartView *view = chartView(index);
+    if (!view)
+        return fail(tr("there is no chart %1").arg(index));
+    const QPixmap image = view->grab();
+    if (image.isNull() || !image.save(path, "PNG"))
+        return fail(tr("cannot write the chart to '%1'").arg(path));
+    return {};
+}
+
+void Dashboard::reset()
+{
+    m_originMs = 0;
+    m_assimilations.clear();
+    m_evaluations.clear();
+    m_lossEma = -1.0;
+    m_loss->clear();
+    m_accuracy->clear();
+    m_staleness->clear();
+    for (int i = 0; i < kHistogramBuckets; ++i) {
+        m_histogramCounts[i] = 0;
+        m_histogram->replace(i, 0);
+    }
+    m_online->clear();
+    m_joins->clear();
+    m_preemptions->clear();
+    m_departures->clear();
+    m_lastOnline = 0;
+    m_haveSnapshot = false;
+    m_spot->clear();
+    m_onDemand->clear();
+    m_paid->clear();
+    m_fleetThroughput->clear();
+    for (auto *s : std::as_const(m_workerThroughput)) {
+        m_throughputChart->removeSeries(s);
+        delete s;
+    }
+    m_workerThroughput.clear();
+    m_axisMax.clear();
+    for (QValueAxis *a : {m_lossX, m_lossY, m_stalenessX, m_stalenessY, m_histogramY, m_churnX, m_churnY, m_costX,
+                          m_costY, m_throughputX, m_throughputY})
+        a->setRange(0, 1);
+    m_costChart->setTitle(tr("Cost"));
+}
+
+double Dashboard::minutes(qint64 atMs)
+{
+    if (m_originMs == 0 || atMs < m_originMs)
+        m_originMs = atMs;
+    return double(atMs - m_originMs) / 60000.0;
+}
+
+void Dashboard::extend(QValueAxis *a, double value, bool integer)
+{
+    // Each axis spans from zero to just above the largest value seen, in round steps.
+    double &top = m_axisMax[a];
+    if (value <= top && top > 0)
+        return;
+    top = std::max(top, value);
+    if (integer) {
+        const int ceiling = std::max(1, int(std::ceil(top)));
+        const int step = std::max(1, (ceiling + 4) / 5);
+        a->setTickType(QValueAxis::TicksDynamic);
+        a->setTickAnchor(0);
+        a->setTickInterval(step);
+        a->setRange(0, ((ceiling + step - 1) / step) * step);
+        return;
+    }
+    a->setRange(0, top > 0 ? top * 1.05 : 1.0);
+    a->applyNiceNumbers();
+}
+
+void Dashboard::loadHistory(const History &history)
+{
+    reset();
+    for (const auto *list : {&history.events})
+        for (const auto &e : *list)
+            if (m_originMs == 0 || e.atMs < m_originMs)
+                m_originMs = e.atMs;
+    for (const auto &a : history.assimilations)
+        addAssimilation(a);
+    for (const auto &e : history.evaluations)
+        addEvaluation(e);
+    for (const auto &c : history.costs)
+        addCost(c);
+    m_replaying = true;
+    for (const auto &e : history.events)
+        addEvent(e);
+    m_replaying = false;
+}
+
+void Dashboard::rebuildLossChart()
+{
+    m_loss->clear();
+    m_accuracy->clear();
+    m_lossX->setRange(0, 1);
+    m_lossX->setTitleText(m_lossAxis->currentIndex() == 0 ? tr("minutes since the job started")
+                                                           : tr("global model version"));
+    const QList<AssimilationPoint> assimilations = m_assimilations;
+    const QList<EvaluationPoint> evaluations = m_evaluations;
+    m_assimilations.clear();
+    m_evaluations.clear();
+    m_lossEma = -1.0;
+    for (const auto &a : assimilations)
+        addAssimilation(a);
+    for (const auto &e : evaluations)
+        addEvaluation(e);
+}
+
+void Dashboard::addAssimilation(const AssimilationPoint &p)
+{
+    m_assimilations << p;
+    const bool byTime = m_lossAxis->currentIndex() == 0;
+    const double x = byTime ? minutes(p.atMs) : double(p.version);
+    if (!byTime)
+        minutes(p.atMs);
+    m_lossEma = m_lossEma < 0 ? p.loss : 0.9 * m_lossEma + 0.1 * p.loss;
+    m_loss->append(x, m_lossEma);
+    extend(m_lossX, x, !byTime);
+    extend(m_lossY, m_lossEma);
+
+    m_staleness->append(double(p.version), double(p.staleness));
+    extend(m_stalenessX, double(p.version), true);
+    extend(m_stalenessY, double(p.staleness) + 1, true);
+    const int bucket = int(std::min<qint64>(p.staleness, kHistogramBuckets - 1));
+    m_histogram->replace(bucket, ++m_histogramCounts[bucket]);
+    extend(m_histogramY, m_histogramCounts[bucket], true);
+}
+
+void Dashboard::addEvaluation(const EvaluationPoint &p)
+{
+    m_evaluations << p;
+    const bool byTime = m_lossAxis->currentIndex() == 0;
+    const double x = byTime ? minutes(p.atMs) : double(p.version);
+    m_accuracy->append(x, 100.0 * p.accuracy);
+    extend(m_lossX, x, !byTime);
+}
+
+void Dashboard::addCost(const CostPoint &p)
+{
+    const double x = minutes(p.atMs);
+    m_spot->append(x, p.spot);
+    m_onDemand->append(x, p.onDemand);
+    m_paid->append(x, p.actual);
+    extend(m_costX, x);
+    extend(m_costY, std::max({p.spot, p.onDemand, p.actual}));
+    const double total = p.usefulSeconds + p.wastedSeconds;
+    m_costChart->setTitle(tr("Cost: %1% saved vs on-demand, %2% of time wasted")
+                              .arg(p.onDemand > 0 ? 100.0 * (1.0 - p.actual / p.onDemand) : 0.0, 0, 'f', 0)
+                              .arg(total > 0 ? 100.0 * p.wastedSeconds / total : 0.0, 0, 'f', 1));
+}
+
+void Dashboard::addEvent(const EventRow &e)
+{
+    const double x = minutes(e.atMs);
+    // Live, the line follows the coordinator's count (snapshots); from history, or before
+    // the first snapshot, the events.
+    const bool counting = m_replaying || !m_haveSnapshot;
+    if (e.kind == QLatin1String("worker-joined")) {
+        if (counting)
+            ++m_lastOnline;
+        m_joins->append(x, m_lastOnline);
+    } else if (e.kind == QLatin1String("worker-preempted")) {
+        m_preemptions->append(x, m_lastOnline);
+    } else if (e.kind == QLatin1String("worker-left")) {
+        if (counting)
+            m_lastOnline = std::max(0, m_lastOnline - 1);
+        m_departures->append(x, m_lastOnline);
+    } else {
+        return;
+    }
+    if (counting)
+        m_online->append(x, m_lastOnline);
+    extend(m_churnX, x);
+    extend(m_churnY, m_lastOnline + 1, true);
+}
+
+void Dashboard::addSnapshot(const Snapshot &s)
+{
+    const double x = minutes(s.atMs);
+    // The coordinator's own count corrects the one drawn from events.
+    m_haveSnapshot = true;
+    m_lastOnline = s.workersOnline;
+    m_online->append(x, s.workersOnline);
+    extend(m_churnX, x);
+    extend(m_churnY, s.workersOnline + 1, true);
+
+    double fleet = 0;
+    for (const auto &w : s.workers) {
+        if (!w.online)
+            continue;
+        fleet += w.samplesPerSecond;
+        QLineSeries *line = m_workerThroughput.value(w.id);
+        if (!line && m_workerThroughput.size() < kMaxWorkerLines) {
+            line = series<QLineSeries>(m_throughputChart, w.name, m_throughputX, m_throughputY);
+            m_workerThroughput.insert(w.id, line);
+        }
+        if (line)
+            line->append(x, w.samplesPerSecond);
+    }
+    m_fleetThroughput->append(x, fleet);
+    extend(m_throughputX, x);
+    extend(m_throughputY, fleet);
+}
+
+} // namespace flotilla::ui

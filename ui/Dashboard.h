@@ -1,0 +1,100 @@
+#pragma once
+// The live dashboard: loss and test accuracy (against time or version), the staleness of
+// every assimilation and its histogram, workers online with joins, preemptions and
+// departures marked, cumulative cost at spot and on-demand prices, and throughput.
+//
+// Threads: UI thread only; fed by the session's signals.
+
+#include "SessionTypes.h"
+
+#include "Result.h"
+
+#include <QMap>
+#include <QWidget>
+
+class QChart;
+class QChartView;
+class QComboBox;
+class QLabel;
+class QLineSeries;
+class QScatterSeries;
+class QBarSet;
+class QBarCategoryAxis;
+class QValueAxis;
+
+namespace flotilla::ui {
+
+class Dashboard : public QWidget
+{
+    Q_OBJECT
+
+public:
+    explicit Dashboard(QWidget *parent = nullptr);
+
+    void reset();
+    void loadHistory(const History &history);
+    void addAssimilation(const AssimilationPoint &p);
+    void addEvaluation(const EvaluationPoint &p);
+    void addCost(const CostPoint &p);
+    void addEvent(const EventRow &e);
+    void addSnapshot(const Snapshot &s);
+
+    QStringList chartNames() const;
+    QChartView *chartView(int index) const;
+    // Whether every chart has at least one point (for tests and screenshots).
+    bool everyChartHasData() const;
+    Result<void> exportChart(int index, const QString &path) const;
+
+private:
+    QChartView *makeView(QChart *chart);
+    void rebuildLossChart();
+    void extend(QValueAxis *axis, double value, bool integer = false);
+    double minutes(qint64 atMs);
+
+    qint64 m_originMs = 0;
+    bool m_replaying = false;
+    bool m_haveSnapshot = false;
+    QMap<QValueAxis *, double> m_axisMax;
+    QList<QChartView *> m_views;
+    QComboBox *m_lossAxis = nullptr;
+
+    // Loss and accuracy, kept raw so the x axis can switch between time and version.
+    QList<AssimilationPoint> m_assimilations;
+    QList<EvaluationPoint> m_evaluations;
+    QLineSeries *m_loss = nullptr;
+    QLineSeries *m_accuracy = nullptr;
+    QValueAxis *m_lossX = nullptr;
+    QValueAxis *m_lossY = nullptr;
+    QValueAxis *m_accuracyY = nullptr;
+    double m_lossEma = -1.0;
+
+    QScatterSeries *m_staleness = nullptr;
+    QValueAxis *m_stalenessX = nullptr;
+    QValueAxis *m_stalenessY = nullptr;
+    QBarSet *m_histogram = nullptr;
+    QValueAxis *m_histogramY = nullptr;
+    QList<int> m_histogramCounts;
+
+    QLineSeries *m_online = nullptr;
+    QScatterSeries *m_joins = nullptr;
+    QScatterSeries *m_preemptions = nullptr;
+    QScatterSeries *m_departures = nullptr;
+    QValueAxis *m_churnX = nullptr;
+    QValueAxis *m_churnY = nullptr;
+    int m_lastOnline = 0;
+
+    QLineSeries *m_spot = nullptr;
+    QLineSeries *m_onDemand = nullptr;
+    QLineSeries *m_paid = nullptr;
+    QValueAxis *m_costX = nullptr;
+    QValueAxis *m_costY = nullptr;
+    QChart *m_costChart = nullptr;
+
+    QLineSeries *m_fleetThroughput = nullptr;
+    QMap<qint64, QLineSeries *> m_workerThroughput;
+    QChart *m_throughputChart = nullptr;
+    QValueAxis *m_throughputX = nullptr;
+    QValueAxis *m_throughputY = nullptr;
+};
+
+} // namespace flotilla::ui

@@ -1,0 +1,435 @@
+#include "JobWizard.h"
+
+#include "PriceTable.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDialogButtonBox>
+#include <QDoubleSpinBox>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QRegularExpression>
+#include <QSpinBox>
+#include <QTabWidget>
+#include <QVBoxLayout>
+
+namespace flotilla::ui {
+
+namespace {
+
+QSpinBox *spin(int lo, int hi)
+{
+    auto *s = new QSpinBox;
+    s->setRange(lo, hi);
+    return s;
+}
+
+QDoubleSpinBox *dspin(double lo, double hi, int decimals, double step)
+{
+    auto *s = new QDoubleSpinBox;
+    s->setRange(lo, hi);
+    s->setDecimals(decimals);
+    s->setSingleStep(step);
+    return s;
+}
+
+QComboBox *combo(const QStringList &items)
+{
+    auto *c = new QComboBox;
+    c->addItems(items);
+    return c;
+}
+
+} // namespace
+
+JobWizard::JobWizard(const JobSpec &job, int localWorkers, QWidget *parent) : QDialog(parent), m_base(job)
+{
+    setWindowTitle(tr("Job"));
+    setMinimumSize(640, 560);
+    build();
+    setJob(job);
+    m_localWorkers->setValue(localWorkers);
+    check();
+}
+
+QWidget *JobWizard::withBrowse(QLineEdit *edit, bool folder, const QString &filter)
+{
+    auto *box = new QWidget;
+    auto *row = new QHBoxLayout(box);
+    row->setContentsMargins(0, 0, 0, 0);
+    row->addWidget(edit);
+    auto *browse = new QPushButton(tr("Browse…"));
+    row->addWidget(browse);
+    connect(browse, &QPushButton::clicked, this, [this, edit, folder, filter] {
+        const QString path = folder ? QFileDialog::getExistingDirectory(this, tr("Choose a folder"), edit->text())
+                                    : QFileDialog::getOpenFileName(this, tr("Choose a file"), edit->text(), filter);
+        if (!path.isEmpty())
+            edit->setText(path);
+    });
+    return box;
+}
+
+QWidget *JobWizard::add(QFormLayout *form, const QString &fieldName, const QString &label, QWidget *editor,
+                        const QString &help)
+{
+    auto *cell = new QWidget;
+    auto *column = new QVBoxLayout(cell);
+    column->setContentsMargins(0, 0, 0, 0);
+    column->setSpacing(1);
+    column->addWidget(editor);
+    auto *error = new QLabel;
+    error->setStyleSheet(QStringLiteral("color: #c0392b;"));
+    error->setWordWrap(true);
+    error->hide();
+    column->addWidget(error);
+    if (!help.isEmpty())
+        editor->setToolTip(help);
+    form->addRow(label, cell);
+    m_fields.insert(fieldName, editor);
+    m_errors.insert(fieldName, error);
+    return editor;
+}
+
+void JobWizard::build()
+{
+    auto *layout = new QVBoxLayout(this);
+    m_tabs = new QTabWidget;
+    layout->addWidget(m_tabs);
+    auto page = [this](const QString &title) {
+        auto *w = new QWidget;
+        auto *form = new QFormLayout(w);
+        form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+        m_tabs->addTab(w, title);
+        return form;
+    };
+
+    QFormLayout *data = page(tr("Data"));
+    m_name = new QLineEdit;
+    add(data, QStringLiteral("name"), tr("Job name"), m_name);
+    m_datasetKind = combo({QStringLiteral("fashion-mnist"), QStringLiteral("idx"), QStringLiteral("csv")});
+    add(data, QStringLiteral("dataset.kind"), tr("Data set"), m_datasetKind,
+        tr("fashion-mnist: Debian's dataset-fashion-mnist; idx: a folder of IDX files; csv: a table"));
+    m_datasetPath = new QLineEdit;
+    m_datasetPath->setPlaceholderText(tr("folder of IDX files, or the CSV file"));
+    add(data, QStringLiteral("dataset.path"), tr("Location"), withBrowse(m_datasetPath, false, tr("All files (*)")));
+    m_fields.insert(QStringLiteral("dataset.path"), m_datasetPath);
+    m_labelColumn = new QLineEdit;
+    m_labelColumn->setPlaceholderText(tr("CSV: name or number of the label column (default: last)"));
+    add(data, QStringLiteral("dataset.label_column"), tr("Label column"), m_labelColumn);
+    m_testFraction = dspin(0.01, 0.9, 2, 0.05);
+    add(data, QStringLiteral("dataset.test_fraction"), tr("Held-out test share"), m_testFraction,
+        tr("Used when the data has no test split of its own"));
+    m_trainLimit = spin(0, 100000000);
+    m_trainLimit->setSpecialValueText(tr("all"));
+    add(data, QStringLiteral("dataset.train_limit"), tr("Training samples"), m_trainLimit);
+    m_testLimit = spin(0, 100000000);
+    m_testLimit->setSpecialValueText(tr("all"));
+    add(data, QStringLiteral("dataset.test_limit"), tr("Test samples"), m_testLimit);
+
+    QFormLayout *model = page(tr("Model"));
+    m_modelKind = combo({QStringLiteral("cnn"), QStringLiteral("mlp"), QStringLiteral("resnet"), QStringLiteral("torchscript")});
+    add(model, QStringLiteral("model.kind"), tr("Model"), m_modelKind);
+    m_modelPath = new QLineEdit;
+    m_modelPath->setPlaceholderText(tr("torch.jit.script(model).save(\"net.pt\") in Python"));
+    add(model, QStringLiteral("model.path"), tr("TorchScript file"), withBrowse(m_modelPath, false, tr("TorchScript (*.pt)")));
+    m_fields.insert(QStringLiteral("model.path"), m_modelPath);
+    m_dropout = dspin(0, 0.9, 2, 0.05);
+    add(model, QStringLiteral("model.dropout"), tr("Dropout"), m_dropout);
+    m_hidden = new QLineEdit;
+    m_hidden->setPlaceholderText(QStringLiteral("256, 128"));
+    add(model, QStringLiteral("model.hidden"), tr("MLP hidden layers"), m_hidden);
+
+    QFormLayout *training = page(tr("Training"));
+    m_epochs = spin(0, 100000);
+    add(training, QStringLiteral("training.epochs"), tr("Epochs"), m_epochs);
+    m_shards = spin(0, 1000000);
+    add(training, QStringLiteral("training.shards"), tr("Shards"), m_shards, tr("One subtask per shard per epoch"));
+    m_localEpochs = spin(0, 1000);
+    add(training, QStringLiteral("training.local_epochs"), tr("Local epochs per subtask"), m_localEpochs);
+    m_localSteps = spin(0, 10000000);
+    m_localSteps->setSpecialValueText(tr("off (use local epochs)"));
+    add(training, QStringLiteral("training.local_steps"), tr("Local steps per subtask"), m_localSteps);
+    m_batchSize = spin(0, 65536);
+    add(training, QStringLiteral("training.batch_size"), tr("Batch size"), m_batchSize);
+    m_optimizer = combo({QStringLiteral("sgd"), QStringLiteral("adam")});
+    add(training, QStringLiteral("training.optimizer"), tr("Optimizer"), m_optimizer);
+    m_learningRate = new QLineEdit;
+    add(training, QStringLiteral("training.learning_rate"), tr("Learning rate"), m_learningRate);
+    m_momentum = dspin(0, 0.999, 3, 0.05);
+    add(training, QStringLiteral("training.momentum"), tr("Momentum"), m_momentum);
+    m_schedule = combo({QStringLiteral("constant"), QStringLiteral("step"), QStringLiteral("cosine")});
+    add(training, QStringLiteral("training.lr_schedule"), tr("Schedule"), m_schedule);
+    m_seed = spin(0, 2000000000);
+    add(training, QStringLiteral("training.seed"), tr("Seed"), m_seed);
+    m_threads = spin(0, 1024);
+    add(training, QStringLiteral("training.threads"), tr("Threads per worker"), m_threads);
+
+    QFormLayout *aggregation = page(tr("Aggregation"));
+    m_rule = combo({QStringLiteral("vc-asgd"), QStringLiteral("staleness-aware"), QStringLiteral("async-delta"),
+                    QStringLiteral("sync-average")});
+    add(aggregation, QStringLiteral("aggregation.rule"), tr("Rule"), m_rule);
+    m_alpha = dspin(0, 0.999, 3, 0.05);
+    add(aggregation, QStringLiteral("aggregation.alpha"), tr("α (weight the global model keeps)"), m_alpha);
+    m_stalenessExponent = dspin(0, 10, 2, 0.1);
+    add(aggregation, QStringLiteral("aggregation.staleness_exponent"), tr("Staleness exponent"), m_stalenessExponent);
+    m_outerLearningRate = dspin(0, 10, 3, 0.1);
+    add(aggregation, QStringLiteral("aggregation.outer_learning_rate"), tr("Outer learning rate"), m_outerLearningRate);
+    m_outerMomentum = dspin(0, 0.999, 3, 0.05);
+    add(aggregation, QStringLiteral("aggregation.outer_momentum"), tr("Outer momentum"), m_outerMomentum);
+    m_nesterov = new QCheckBox(tr("Nesterov"));
+    add(aggregation, QStringLiteral("aggregation.nesterov"), QString(), m_nesterov);
+
+    QFormLayout *fleet = page(tr("Fleet"));
+    m_localWorkers = spin(0, 64);
+    add(fleet, QStringLiteral("fleet.workers"), tr("Workers in this app"), m_localWorkers,
+        tr("Workers that train inside the control center; remote workers join with a token"));
+    m_leaseTimeout = dspin(0, 7 * 24 * 3600, 0, 10);
+    m_leaseTimeout->setSuffix(tr(" s"));
+    add(fleet, QStringLiteral("fleet.lease_timeout_s"), tr("Lease deadline (at most)"), m_leaseTimeout);
+    m_targetSubtask = dspin(0, 7 * 24 * 3600, 0, 10);
+    m_targetSubtask->setSuffix(tr(" s"));
+    m_targetSubtask->setSpecialValueText(tr("whole shards"));
+    add(fleet, QStringLiteral("fleet.target_subtask_s"), tr("Target subtask duration"), m_targetSubtask);
+    m_heartbeatTimeout = dspin(0, 24 * 3600, 0, 5);
+    m_heartbeatTimeout->setSuffix(tr(" s"));
+    add(fleet, QStringLiteral("fleet.heartbeat_timeout_s"), tr("Worker gone after silence of"), m_heartbeatTimeout);
+    m_preemptMean = dspin(0, 1e6, 1, 5);
+    m_preemptMean->setSuffix(tr(" s"));
+    m_preemptMean->setSpecialValueText(tr("off"));
+    add(fleet, QStringLiteral("fleet.preemption.mean_interval_s"), tr("Simulated preemption every"), m_preemptMean,
+        tr("For demos: knock a worker of this app out at random, on average this often"));
+    m_noticeFraction = dspin(0, 1, 2, 0.1);
+    add(fleet, QStringLiteral("fleet.preemption.notice_fraction"), tr("Share with a notice"), m_noticeFraction);
+    m_rejoinDelay = dspin(0, 1e6, 1, 1);
+    m_rejoinDelay->setSuffix(tr(" s"));
+    add(fleet, QStringLiteral("fleet.preemption.rejoin_delay_s"), tr("Back after"), m_rejoinDelay);
+    m_instanceType = new QComboBox;
+    m_instanceType->setEditable(true);
+    if (auto prices = PriceTable::builtin())
+        for (const auto &p : prices->instances())
+            m_instanceType->addItem(p.name);
+    add(fleet, QStringLiteral("fleet.instance_type"), tr("Instance type (this app's workers)"), m_instanceType);
+    m_priceClass = combo({QStringLiteral("spot"), QStringLiteral("on-demand"), QStringLiteral("volunteer")});
+    add(fleet, QStringLiteral("fleet.price_class"), tr("Price class"), m_priceClass);
+    m_priceTable = new QLineEdit;
+    m_priceTable->setPlaceholderText(tr("built-in table (approximate, June 2024)"));
+    add(fleet, QStringLiteral("fleet.price_table"), tr("Price table"), withBrowse(m_priceTable, false, tr("JSON (*.json)")));
+    m_fields.insert(QStringLiteral("fleet.price_table"), m_priceTable);
+
+    m_buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
+    m_buttons->button(QDialogButtonBox::Ok)->setText(tr("Start"));
+    auto *open = m_buttons->addButton(tr("Open job file…"), QDialogButtonBox::ActionRole);
+    auto *save = m_buttons->addButton(tr("Save job file…"), QDialogButtonBox::ActionRole);
+    layout->addWidget(m_buttons);
+    connect(m_buttons, &QDialogButtonBox::accepted, this, &QDialog::accept);
+    connect(m_buttons, &QDialogButtonBox::rejected, this, &QDialog::reject);
+    connect(open, &QPushButton::clicked, this, [this] {
+        const QString path = QFileDialog::getOpenFileName(this, tr("Open job file"), {}, tr("Job files (*.json)"));
+        if (path.isEmpty())
+            return;
+        if (auto r = loadJobFile(path); !r) {
+            QLabel *error = m_errors.value(QStringLiteral("name"));
+            error->setText(r.error());
+            error->show();
+        }
+    });
+    connect(save, &QPushButton::clicked, this, [this] {
+        const QString path = QFileDialog::getSaveFileName(this, tr("Save job file"), m_name->text() + QStringLiteral(".json"),
+                                                          tr("Job files (*.json)"));
+        if (!path.isEmpty())
+            (void)saveJobFile(path);
+    });
+
+    // Every edit checks the whole job again.
+    for (QWidget *w : std::as_const(m_fields)) {
+        if (auto *e = qobject_cast<QLineEdit *>(w))
+            connect(e, &QLineEdit::textChanged, this, &JobWizard::check);
+        else if (auto *s = qobject_cast<QSpinBox *>(w))
+            connect(s, &QSpinBox::valueChanged, this, &JobWizard::check);
+        else if (auto *d = qobject_cast<QDoubleSpinBox *>(w))
+            connect(d, &QDoubleSpinBox::valueChanged, this, &JobWizard::check);
+        else if (auto *c = qobject_cast<QComboBox *>(w))
+            connect(c, &QComboBox::currentTextChanged, this, &JobWizard::check);
+        else if (auto *b = qobject_cast<QCheckBox *>(w))
+            connect(b, &QCheckBox::toggled, this, &JobWizard::check);
+    }
+}
+
+void JobWizard::setJob(const JobSpec &j)
+{
+    m_loading = true;
+    m_name->setText(j.name);
+    m_datasetKind->setCurrentText(j.dataset.kind);
+    m_datasetPath->setText(j.dataset.path);
+    m_labelColumn->setText(j.dataset.labelColumn);
+    m_testFraction->setValue(j.dataset.testFraction);
+    m_trainLimit->setValue(int(j.dataset.trainLimit));
+    m_testLimit->setValue(int(j.dataset.testLimit));
+    m_modelKind->setCurrentText(j.model.kind);
+    m_modelPath->setText(j.model.path);
+    m_dropout->setValue(j.model.dropout);
+    QStringList hidden;
+    for (const int h : j.model.hidden)
+        hidden << QString::number(h);
+    m_hidden->setText(hidden.join(QStringLiteral(", ")));
+    m_epochs->setValue(j.training.epochs);
+    m_shards->setValue(j.training.shards);
+    m_localEpochs->setValue(j.training.localEpochs);
+    m_localSteps->setValue(j.training.localSteps);
+    m_batchSize->setValue(j.training.batchSize);
+    m_optimizer->setCurrentText(j.training.optimizer);
+    m_learningRate->setText(QString::number(j.training.learningRate));
+    m_momentum->setValue(j.training.momentum);
+    m_schedule->setCurrentText(j.training.lrSchedule);
+    m_seed->setValue(int(j.training.seed));
+    m_threads->setValue(j.training.threads);
+    m_rule->setCurrentText(j.aggregation.rule);
+    m_alpha->setValue(j.aggregation.alpha);
+    m_stalenessExponent->setValue(j.aggregation.stalenessExponent);
+    m_outerLearningRate->setValue(j.aggregation.outerLearningRate);
+    m_outerMomentum->setValue(j.aggregation.outerMomentum);
+    m_nesterov->setChecked(j.aggregation.nesterov);
+    m_leaseTimeout->setValue(j.fleet.leaseTimeoutSeconds);
+    m_targetSubtask->setValue(j.fleet.targetSubtaskSeconds);
+    m_heartbeatTimeout->setValue(j.fleet.heartbeatTimeoutSeconds);
+    m_preemptMean->setValue(j.fleet.preemption.meanIntervalSeconds);
+    m_noticeFraction->setValue(j.fleet.preemption.noticeFraction);
+    m_rejoinDelay->setValue(j.fleet.preemption.rejoinDelaySeconds);
+    m_instanceType->setCurrentText(j.fleet.instanceType);
+    m_priceClass->setCurrentText(j.fleet.priceClass);
+    m_priceTable->setText(j.fleet.priceTable);
+    m_localWorkers->setValue(j.fleet.workers);
+    m_loading = false;
+    check();
+}
+
+JobSpec JobWizard::job() const
+{
+    JobSpec j = m_base;
+    j.name = m_name->text().trimmed();
+    j.dataset.kind = m_datasetKind->currentText();
+    j.dataset.path = m_datasetPath->text().trimmed();
+    j.dataset.labelColumn = m_labelColumn->text().trimmed();
+    j.dataset.testFraction = m_testFraction->value();
+    j.dataset.trainLimit = m_trainLimit->value();
+    j.dataset.testLimit = m_testLimit->value();
+    j.model.kind = m_modelKind->currentText();
+    j.model.path = m_modelPath->text().trimmed();
+    j.model.dropout = m_dropout->value();
+    j.model.hidden.clear();
+    for (const QString &part : m_hidden->text().split(u',', Qt::SkipEmptyParts)) {
+        bool ok = false;
+        const int h = part.trimmed().toInt(&ok);
+        j.model.hidden << (ok ? h : -1);
+    }
+    j.training.epochs = m_epochs->value();
+    j.training.shards = m_shards->value();
+    j.training.localEpochs = m_localEpochs->value();
+    j.training.localSteps = m_localSteps->value();
+    j.training.batchSize = m_batchSize->value();
+    j.training.optimizer = m_optimizer->currentText();
+    bool ok = false;
+    const double lr = m_learningRate->text().trimmed().toDouble(&ok);
+    j.training.learningRate = ok ? lr : -1.0;
+    j.training.momentum = m_momentum->value();
+    j.training.lrSchedule = m_schedule->currentText();
+    j.training.seed = quint64(m_seed->value());
+    j.training.threads = m_threads->value();
+    j.aggregation.rule = m_rule->currentText();
+    j.aggregation.alpha = m_alpha->value();
+    j.aggregation.stalenessExponent = m_stalenessExponent->value();
+    j.aggregation.outerLearningRate = m_outerLearningRate->value();
+    j.aggregation.outerMomentum = m_outerMomentum->value();
+    j.aggregation.nesterov = m_nesterov->isChecked();
+    j.fleet.workers = m_localWorkers->value();
+    j.fleet.leaseTimeoutSeconds = m_leaseTimeout->value();
+    j.fleet.targetSubtaskSeconds = m_targetSubtask->value();
+    j.fleet.heartbeatTimeoutSeconds = m_heartbeatTimeout->value();
+    j.fleet.preemption.meanIntervalSeconds = m_preemptMean->value();
+    j.fleet.preemption.noticeFraction = m_noticeFraction->value();
+    j.fleet.preemption.rejoinDelaySeconds = m_rejoinDelay->value();
+    j.fleet.instanceType = m_instanceType->currentText().trimmed();
+    j.fleet.priceClass = m_priceClass->currentText();
+    j.fleet.priceTable = m_priceTable->text().trimmed();
+    return j;
+}
+
+int JobWizard::localWorkers() const
+{
+    return m_localWorkers->value();
+}
+
+void JobWizard::check()
+{
+    if (m_loading)
+        return;
+    const JobSpec j = job();
+    m_problems.clear();
+    for (const QString &problem : j.problems())
+        m_problems.insert(JobSpec::fieldOf(problem), problem);
+    // What the job file's checks cannot know: whether the files are there.
+    auto missing = [this](const QString &f, const QString &path, bool folder, const QString &what) {
+        const QFileInfo info(path);
+        if (!path.isEmpty() && (!info.exists() || info.isDir() != folder))
+            m_problems.insert(f, tr("'%1': %2 '%3' does not exist").arg(f, what, path));
+    };
+    if (j.dataset.kind != QLatin1String("fashion-mnist"))
+        missing(QStringLiteral("dataset.path"), j.dataset.path, j.dataset.kind == QLatin1String("idx"),
+                j.dataset.kind == QLatin1String("idx") ? tr("the folder") : tr("the file"));
+    else if (!j.dataset.path.isEmpty())
+        missing(QStringLiteral("dataset.path"), j.dataset.path, true, tr("the folder"));
+    if (j.model.kind == QLatin1String("torchscript"))
+        missing(QStringLiteral("model.path"), j.model.path, false, tr("the file"));
+    missing(QStringLiteral("fleet.price_table"), j.fleet.priceTable, false, tr("the file"));
+    if (j.fleet.priceTable.isEmpty()) {
+        auto prices = PriceTable::builtin();
+        if (prices && !prices->find(j.fleet.instanceType))
+            m_problems.insert(QStringLiteral("fleet.instance_type"),
+                              tr("'fleet.instance_type': '%1' is not in the price table").arg(j.fleet.instanceType));
+    }
+    if (m_learningRate->text().trimmed().toDouble() <= 0)
+        m_problems.insert(QStringLiteral("training.learning_rate"),
+                          tr("'training.learning_rate' must be a positive number, like 0.03"));
+
+    for (auto it = m_errors.begin(); it != m_errors.end(); ++it) {
+        const QString text = m_problems.value(it.key());
+        // The message repeats the field's name for job files; next to the field it is clear.
+        it.value()->setText(QString(text).remove(QRegularExpression(QStringLiteral("^'[^']*':? ?"))));
+        it.value()->setVisible(!text.isEmpty());
+    }
+    for (int t = 0; t < m_tabs->count(); ++t) {
+        bool bad = false;
+        for (auto it = m_errors.begin(); it != m_errors.end(); ++it)
+            bad = bad || (m_tabs->widget(t)->isAncestorOf(it.value()) && !m_problems.value(it.key()).isEmpty());
+        m_tabs->setTabText(t, m_tabs->tabText(t).remove(QStringLiteral(" ⚠")) + (bad ? QStringLiteral(" ⚠") : QString()));
+    }
+    m_buttons->button(QDialogButtonBox::Ok)->setEnabled(m_problems.isEmpty());
+}
+
+QString JobWizard::problemText(const QString &f) const
+{
+    const QLabel *label = m_errors.value(f);
+    return label && label->isVisibleTo(const_cast<JobWizard *>(this)) ? label->text() : QString();
+}
+
+Result<void> JobWizard::loadJobFile(const QString &path)
+{
+    auto loaded = JobSpec::load(path);
+    if (!loaded)
+        return loaded.takeError();
+    m_base = *loaded;
+    setJob(*loaded);
+    return {};
+}
+
+Result<void> JobWizard::saveJobFile(const QString &path) const
+{
+    return job().save(path);
+}
+
+} // namespace flotilla::ui

@@ -1,0 +1,370 @@
+#include "MainWindow.h"
+
+#include "Dashboard.h"
+#include "JobWizard.h"
+#include "Views.h"
+
+#include <QAction>
+#include <QApplication>
+#include <QCheckBox>
+#include <QClipboard>
+#include <QDialog>
+#include <QDialogButtonBox>
+#include <QDateTime>
+#include <QDir>
+#include <QFile>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QInputDialog>
+#include <QLabel>
+#include <QMenu>
+#include <QMessageBox>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QSettings>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QTabWidget>
+#include <QThread>
+#include <QTimer>
+#include <QToolBar>
+#include <QVBoxLayout>
+
+namespace flotilla::ui {
+
+std::optional<bool> onBattery()
+{
+    const QDir supplies(QStringLiteral("/sys/class/power_supply"));
+    if (!supplies.exists())
+        return std::nullopt;
+    bool sawBattery = false;
+    for (const QString &name : supplies.entryList(QDir::Dirs | QDir::NoDotAndDotDot)) {
+        QFile type(supplies.filePath(name + QStringLiteral("/type")));
+        if (!type.open(QIODevice::ReadOnly) || type.readAll().trimmed() != "Battery")
+            continue;
+        sawBattery = true;
+        QFile status(supplies.filePath(name + QStringLiteral("/status")));
+        if (status.open(QIODevice::ReadOnly) && status.readAll().trimmed() == "Discharging")
+            return true;
+    }
+    return sawBattery ? std::optional<bool>(false) : std::nullopt;
+}
+
+MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QString &runDir, QWidget *parent)
+    : QMainWindow(parent), m_session(session), m_job(job), m_runDir(runDir)
+{
+    setWindowTitle(tr("Flotilla — control center"));
+    askConfirmation = [this](const QString &question) {
+        return QMessageBox::question(this, tr("Flotilla"), question) == QMessageBox::Yes;
+    };
+    askSavePath = [this](const QString &title, const QString &suggested, const QString &filter) {
+        return QFileDialog::getSaveFileName(this, title, suggested, filter);
+    };
+
+    m_dashboard = new Dashboard;
+    m_workers = new WorkersView;
+    m_subtasks = new SubtasksView;
+    m_events = new EventsView;
+    m_tabs = new QTabWidget;
+    m_tabs->addTab(m_dashboard, tr("Dashboard"));
+    m_tabs->addTab(m_workers, tr("Workers"));
+    m_tabs->addTab(m_subtasks, tr("Subtasks"));
+    m_tabs->addTab(m_events, tr("Events"));
+
+    auto *central = new QWidget;
+    auto *layout = new QHBoxLayout(central);
+    layout->addWidget(m_tabs, 1);
+    layout->addWidget(buildMachinePanel());
+    setCentralWidget(central);
+    m_status = new QLabel;
+    statusBar()->addWidget(m_status, 1);
+    buildActions();
+
+    connect(m_session, &ControlSession::stateChanged, this, &MainWindow::onState);
+    connect(m_session, &ControlSession::historyLoaded, this, [this](const History &h) {
+        m_dashboard->loadHistory(h);
+        m_events->clear();
+        for (const auto &e : h.events)
+            m_events->addEvent(e);
+    });
+    connect(m_session, &ControlSession::snapshot, this, &MainWindow::onSnapshot);
+    connect(m_session, &ControlSession::assimilated, m_dashboard, &Dashboard::addAssimilation);
+    connect(m_session, &ControlSession::evaluated, m_dashboard, &Dashboard::addEvaluation);
+    connect(m_session, &ControlSession::costUpdated, m_dashboard, &Dashboard::addCost);
+    connect(m_session, &ControlSession::eventAdded, this, [this](const EventRow &e) {
+        m_dashboard->addEvent(e);
+        m_events->addEvent(e);
+    });
+    connect(m_session, &ControlSession::subtasksLoaded, m_subtasks, &SubtasksView::setSubtasks);
+    connect(m_workers, &WorkersView::revokeRequested, this, [this](const QString &name) {
+        if (askConfirmation(tr("Revoke worker '%1'? Its certificate will be refused from now on.").arg(name)))
+            revokeWorker(name);
+    });
+    connect(m_workers, &WorkersView::tokenRequested, this, &MainWindow::showTokenDialog);
+    connect(m_subtasks, &SubtasksView::refreshRequested, m_session, &ControlSession::refreshSubtasks);
+    m_subtaskTimer = new QTimer(this);
+    m_subtaskTimer->setInterval(3000);
+    connect(m_subtaskTimer, &QTimer::timeout, this, [this] {
+        if (m_tabs->currentWidget() == m_subtasks && m_session->state() != JobState::NoJob)
+            m_session->refreshSubtasks();
+    });
+    m_subtaskTimer->start();
+
+    QSettings settings;
+    restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
+    onState(m_session->state(), QString());
+}
+
+MainWindow::~MainWindow()
+{
+    saveSettings();
+}
+
+void MainWindow::saveSettings() const
+{
+    QSettings settings;
+    settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
+    settings.setValue(QStringLiteral("machine/contribute"), m_contribute->isChecked());
+    settings.setValue(QStringLiteral("machine/threads"), m_threads->value());
+    settings.setValue(QStringLiteral("machine/pauseOnBattery"), m_pauseOnBattery->isChecked());
+    settings.setValue(QStringLiteral("job/runDir"), m_runDir);
+}
+
+void MainWindow::buildActions()
+{
+    QToolBar *bar = addToolBar(tr("Job"));
+    bar->setObjectName(QStringLiteral("jobToolBar"));
+    bar->setToolButtonStyle(Qt::ToolButtonTextOnly);
+    m_edit = bar->addAction(tr("New job…"), this, &MainWindow::editJob);
+    m_start = bar->addAction(tr("Start"), this, &MainWindow::startJob);
+    m_pause = bar->addAction(tr("Pause"), this, &MainWindow::togglePause);
+    m_stop = bar->addAction(tr("Stop"), this, &MainWindow::stopJob);
+    bar->addSeparator();
+    bar->addAction(tr("Join token…"), this, &MainWindow::showTokenDialog);
+    auto *exportMenu = new QMenu(this);
+    exportMenu->addAction(tr("Chart as PNG…"), this, &MainWindow::exportChart);
+    exportMenu->addAction(tr("Metrics as CSV…"), this, &MainWindow::exportMetrics);
+    exportMenu->addAction(tr("Trained model…"), this, &MainWindow::exportModel);
+    QAction *exportAction = bar->addAction(tr("Export"));
+    exportAction->setMenu(exportMenu);
+    connect(exportAction, &QAction::triggered, this, &MainWindow::exportChart);
+}
+
+QWidget *MainWindow::buildMachinePanel()
+{
+    auto *box = new QGroupBox(tr("This machine"));
+    box->setMaximumWidth(260);
+    auto *form = new QVBoxLayout(box);
+    QSettings settings;
+    m_contribute = new QCheckBox(tr("Contribute this machine"));
+    m_contribute->setChecked(settings.value(QStringLiteral("machine/contribute"), true).toBool());
+    m_threads = new QSpinBox;
+    m_threads->setRange(1, std::max(1, QThread::idealThreadCount()));
+    m_threads->setValue(std::clamp(settings.value(QStringLiteral("machine/threads"), 1).toInt(), 1, m_threads->maximum()));
+    m_pauseOnBattery = new QCheckBox(tr("Pause while on battery"));
+    m_pauseOnBattery->setChecked(settings.value(QStringLiteral("machine/pauseOnBattery"), true).toBool());
+    m_pauseOnBattery->setEnabled(onBattery().has_value());
+    if (!onBattery().has_value())
+        m_pauseOnBattery->setToolTip(tr("This machine does not report a battery"));
+    m_machineStatus = new QLabel(tr("idle"));
+    m_machineStatus->setWordWrap(true);
+    auto *threadsRow = new QHBoxLayout;
+    threadsRow->addWidget(new QLabel(tr("CPU threads")));
+    threadsRow->addWidget(m_threads);
+    form->addWidget(m_contribute);
+    form->addLayout(threadsRow);
+    form->addWidget(m_pauseOnBattery);
+    form->addWidget(m_machineStatus);
+    form->addStretch();
+    auto apply = [this] {
+        const bool on = m_contribute->isChecked() && !m_pausedForBattery;
+        m_session->setContributing(on, m_threads->value());
+    };
+    connect(m_contribute, &QCheckBox::toggled, this, apply);
+    connect(m_threads, &QSpinBox::valueChanged, this, apply);
+    m_powerTimer = new QTimer(this);
+    m_powerTimer->setInterval(10000);
+    connect(m_powerTimer, &QTimer::timeout, this, &MainWindow::checkPower);
+    m_powerTimer->start();
+    return box;
+}
+
+void MainWindow::checkPower()
+{
+    const bool battery = m_pauseOnBattery->isChecked() && onBattery().value_or(false);
+    if (battery == m_pausedForBattery)
+        return;
+    m_pausedForBattery = battery;
+    m_session->setContributing(m_contribute->isChecked() && !battery, m_threads->value());
+}
+
+void MainWindow::startJob()
+{
+    const JobState s = m_session->state();
+    if (s == JobState::Running || s == JobState::Paused || s == JobState::Loading)
+        return;
+    if (s == JobState::Finished || m_runDir.isEmpty())
+        m_runDir.clear(); // a new run
+    m_dashboard->reset();
+    m_events->clear();
+    m_session->start(m_job, m_runDir);
+    m_session->setContributing(m_contribute->isChecked() && !m_pausedForBattery, m_threads->value());
+    m_runDir = m_session->runDir();
+    saveSettings();
+}
+
+void MainWindow::editJob()
+{
+    JobWizard wizard(m_job, m_job.fleet.workers, this);
+    if (wizard.exec() != QDialog::Accepted)
+        return;
+    m_job = wizard.job();
+    m_runDir.clear();
+    startJob();
+}
+
+void MainWindow::togglePause()
+{
+    m_session->setPaused(m_session->state() == JobState::Running);
+}
+
+void MainWindow::stopJob()
+{
+    m_session->stop();
+}
+
+void MainWindow::revokeWorker(const QString &name)
+{
+    auto revoked = m_session->revoke(name);
+    if (!revoked)
+        statusBar()->showMessage(revoked.error(), 8000);
+    else
+        statusBar()->showMessage(tr("Revoked worker '%1'").arg(name), 8000);
+}
+
+void MainWindow::showTokenDialog()
+{
+    QDialog dialog(this);
+    dialog.setWindowTitle(tr("Join token"));
+    auto *layout = new QVBoxLayout(&dialog);
+    auto *form = new QFormLayout;
+    auto *uses = new QSpinBox;
+    uses->setRange(1, 100000);
+    uses->setValue(1);
+    auto *hours = new QSpinBox;
+    hours->setRange(1, 24 * 365);
+    hours->setValue(24);
+    hours->setSuffix(tr(" h"));
+    form->addRow(tr("Workers that may join with it"), uses);
+    form->addRow(tr("Valid for"), hours);
+    layout->addLayout(form);
+    auto *text = new QPlainTextEdit;
+    text->setReadOnly(true);
+    text->setMinimumWidth(520);
+    auto *info = new QLabel;
+    info->setWordWrap(true);
+    layout->addWidget(text);
+    layout->addWidget(info);
+    auto *buttons = new QDialogButtonBox(QDialogButtonBox::Close);
+    auto *issue = buttons->addButton(tr("Issue"), QDialogButtonBox::ActionRole);
+    auto *copy = buttons->addButton(tr("Copy"), QDialogButtonBox::ActionRole);
+    copy->setEnabled(false);
+    layout->addWidget(buttons);
+    connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+    connect(issue, &QPushButton::clicked, &dialog, [&] {
+        auto token = m_session->issueToken(uses->value(), qint64(hours->value()) * 3600);
+        if (!token) {
+            info->setText(token.error());
+            return;
+        }
+        text->setPlainText(*token);
+        info->setText(tr("On the worker machine: flotilla worker --join TOKEN. %1 use(s), valid until %2; the worker "
+                         "checks it reaches this coordinator (%3) by the CA fingerprint inside.")
+                          .arg(uses->value())
+                          .arg(QDateTime::currentDateTime().addSecs(qint64(hours->value()) * 3600).toString(Qt::ISODate),
+                               m_session->endpoint()));
+        copy->setEnabled(true);
+    });
+    connect(copy, &QPushButton::clicked, &dialog, [&] { QApplication::clipboard()->setText(text->toPlainText()); });
+    dialog.exec();
+}
+
+void MainWindow::exportChart()
+{
+    bool ok = false;
+    const QString name = QInputDialog::getItem(this, tr("Export a chart"), tr("Chart"), m_dashboard->chartNames(), 0,
+                                               false, &ok);
+    if (!ok)
+        return;
+    const QString path = askSavePath(tr("Save chart"), name + QStringLiteral(".png"), tr("PNG image (*.png)"));
+    if (path.isEmpty())
+        return;
+    auto r = m_dashboard->exportChart(int(m_dashboard->chartNames().indexOf(name)), path);
+    statusBar()->showMessage(r ? tr("Saved %1").arg(path) : r.error(), 8000);
+}
+
+void MainWindow::exportMetrics()
+{
+    const QString path = askSavePath(tr("Save metrics"), QStringLiteral("metrics.csv"), tr("CSV (*.csv)"));
+    if (path.isEmpty())
+        return;
+    auto r = m_session->exportMetrics(path);
+    statusBar()->showMessage(r ? tr("Saved %1").arg(path) : r.error(), 8000);
+}
+
+void MainWindow::exportModel()
+{
+    const QString path = askSavePath(tr("Save the trained model"), QStringLiteral("model.pt"), tr("Model (*.pt)"));
+    if (path.isEmpty())
+        return;
+    auto r = m_session->exportModel(path);
+    statusBar()->showMessage(r ? tr("Saved %1").arg(path) : r.error(), 8000);
+}
+
+void MainWindow::onState(JobState state, const QString &message)
+{
+    const bool active = state == JobState::Running || state == JobState::Paused;
+    m_start->setEnabled(state != JobState::Loading && !active);
+    m_start->setText(state == JobState::Stopped ? tr("Resume job") : tr("Start"));
+    m_pause->setEnabled(active);
+    m_pause->setText(state == JobState::Paused ? tr("Resume") : tr("Pause"));
+    m_stop->setEnabled(active);
+    m_edit->setEnabled(state != JobState::Loading && !active);
+    QString text = describe(state) + (m_session->job().name.isEmpty() ? QString() : QStringLiteral(" — ") + m_session->job().name);
+    if (!message.isEmpty())
+        text += QStringLiteral(": ") + message;
+    m_status->setText(text);
+    if (state == JobState::Failed)
+        statusBar()->showMessage(message, 30000);
+}
+
+void MainWindow::onSnapshot(const Snapshot &s)
+{
+    m_dashboard->addSnapshot(s);
+    m_workers->setWorkers(s.workers);
+    m_lastLine = tr("epoch %1/%2 · version %3 · loss %4 · test accuracy %5 · %6 worker(s) online · staleness %7 · "
+                    "savings %8%")
+                     .arg(s.epochsDone).arg(s.epochs).arg(s.version)
+                     .arg(s.lossEma < 0 ? QStringLiteral("–") : QString::number(s.lossEma, 'f', 3))
+                     .arg(s.testAccuracy < 0 ? QStringLiteral("–") : QStringLiteral("%1%").arg(100 * s.testAccuracy, 0, 'f', 2))
+                     .arg(s.workersOnline).arg(s.staleness, 0, 'f', 1).arg(s.savingsPercent, 0, 'f', 0);
+    m_status->setText(describe(m_session->state()) + QStringLiteral(" — ") + s.job + QStringLiteral(" · ") + m_lastLine);
+    QString mine = m_contribute->isChecked() ? tr("contributing") : tr("not contributing");
+    if (m_pausedForBattery)
+        mine = tr("paused: on battery");
+    for (const auto &w : s.workers)
+        if (w.address == QLatin1String("this machine") && w.online)
+            mine = w.subtask.isEmpty() ? tr("%1: idle").arg(w.name)
+                                       : tr("%1: %2 — %3%").arg(w.name, w.subtask).arg(int(100 * std::max(0.0, w.progress)));
+    m_machineStatus->setText(mine);
+}
+
+QString MainWindow::statusText() const
+{
+    return m_status->text();
+}
+
+} // namespace flotilla::ui

@@ -1,0 +1,95 @@
+#pragma once
+// The control center's window: the job's controls, the dashboard, workers, subtasks and
+// events, and this machine's own worker. Everything it shows comes from a ControlSession.
+//
+// Threads: UI thread. Dialogs that ask the user something go through seams that tests
+// replace (askConfirmation, askSavePath).
+
+#include "ControlSession.h"
+
+#include <QMainWindow>
+
+#include <functional>
+#include <optional>
+
+class QAction;
+class QCheckBox;
+class QLabel;
+class QSpinBox;
+class QTabWidget;
+class QTimer;
+
+namespace flotilla::ui {
+
+class Dashboard;
+class EventsView;
+class SubtasksView;
+class WorkersView;
+
+class MainWindow : public QMainWindow
+{
+    Q_OBJECT
+
+public:
+    // job: the job the Start button starts; runDir: where (an unfinished job there resumes).
+    MainWindow(ControlSession *session, const JobSpec &job, const QString &runDir, QWidget *parent = nullptr);
+    ~MainWindow() override;
+
+    Dashboard *dashboard() const { return m_dashboard; }
+    WorkersView *workers() const { return m_workers; }
+    SubtasksView *subtasks() const { return m_subtasks; }
+    EventsView *events() const { return m_events; }
+    QTabWidget *tabs() const { return m_tabs; }
+    QString statusText() const;
+
+    // Seams for tests: what a dialog would answer.
+    std::function<bool(const QString &question)> askConfirmation;
+    std::function<QString(const QString &title, const QString &suggested, const QString &filter)> askSavePath;
+
+public Q_SLOTS:
+    void startJob();
+    void editJob();
+    void togglePause();
+    void stopJob();
+    void revokeWorker(const QString &name);
+    void showTokenDialog();
+    void exportChart();
+    void exportMetrics();
+    void exportModel();
+
+private:
+    void buildActions();
+    QWidget *buildMachinePanel();
+    void onState(JobState state, const QString &message);
+    void onSnapshot(const Snapshot &s);
+    void checkPower();
+    void saveSettings() const;
+
+    ControlSession *m_session;
+    JobSpec m_job;
+    QString m_runDir;
+    Dashboard *m_dashboard = nullptr;
+    WorkersView *m_workers = nullptr;
+    SubtasksView *m_subtasks = nullptr;
+    EventsView *m_events = nullptr;
+    QTabWidget *m_tabs = nullptr;
+    QLabel *m_status = nullptr;
+    QLabel *m_machineStatus = nullptr;
+    QCheckBox *m_contribute = nullptr;
+    QSpinBox *m_threads = nullptr;
+    QCheckBox *m_pauseOnBattery = nullptr;
+    QAction *m_start = nullptr;
+    QAction *m_pause = nullptr;
+    QAction *m_stop = nullptr;
+    QAction *m_edit = nullptr;
+    QTimer *m_powerTimer = nullptr;
+    QTimer *m_subtaskTimer = nullptr;
+    bool m_pausedForBattery = false;
+    QString m_lastLine;
+};
+
+// Whether this machine runs on battery, where the platform says (Linux: /sys/class/
+// power_supply); nullopt where it does not tell.
+std::optional<bool> onBattery();
+
+} // namespace flotilla::ui

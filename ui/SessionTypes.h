@@ -1,0 +1,124 @@
+#pragma once
+// What the control center shows, as plain values: the facade (ControlSession) fills them
+// from the engine and the network; the widgets know nothing else of either.
+
+#include <QList>
+#include <QMetaType>
+#include <QString>
+
+namespace flotilla::ui {
+
+enum class JobState { NoJob, Loading, Running, Paused, Finished, Failed, Stopped };
+QString describe(JobState state);
+
+struct WorkerRow
+{
+    qint64 id = 0;
+    QString name;
+    QString address; // where a remote worker connects from; "this process" for local ones
+    QString device;
+    int threads = 0;
+    bool online = false;
+    double samplesPerSecond = 0.0;
+    QString subtask;        // "epoch 3, shard 7, 0–2000", empty when idle
+    double progress = -1.0; // of the current subtask, 0..1; -1 when idle
+    int leasesCompleted = 0;
+    int leasesLost = 0;
+    int preemptions = 0;
+    QString instanceType;
+    QString priceClass;
+    double cost = 0.0;         // what it costs at its price class
+    double costOnDemand = 0.0; // what it would cost on demand
+};
+
+struct Snapshot
+{
+    QString job;
+    int epochsDone = 0;
+    int epochs = 0;
+    qint64 version = 0;
+    double lossEma = -1.0;
+    double testAccuracy = -1.0;
+    int workersOnline = 0;
+    double staleness = 0.0;
+    double savingsPercent = 0.0;
+    qint64 elapsedMs = 0;
+    bool paused = false;
+    bool finished = false;
+    qint64 atMs = 0;
+    QList<WorkerRow> workers;
+};
+
+struct AssimilationPoint
+{
+    qint64 atMs = 0;
+    qint64 seq = 0;
+    qint64 version = 0;
+    qint64 staleness = 0;
+    double loss = 0.0;
+    qint64 samples = 0;
+    double seconds = 0.0;
+    qint64 workerId = 0;
+};
+
+struct EvaluationPoint
+{
+    qint64 atMs = 0;
+    int epoch = 0;
+    qint64 version = 0;
+    double accuracy = 0.0;
+    double loss = 0.0;
+};
+
+// Cumulative cost up to a moment.
+struct CostPoint
+{
+    qint64 atMs = 0;
+    double spot = 0.0;
+    double onDemand = 0.0;
+    double actual = 0.0;
+    double usefulSeconds = 0.0;
+    double wastedSeconds = 0.0;
+};
+
+struct EventRow
+{
+    qint64 atMs = 0;
+    QString kind;
+    qint64 workerId = 0;
+    qint64 subtaskId = 0;
+    qint64 leaseId = 0;
+    QString detail;
+};
+
+struct SubtaskRow
+{
+    qint64 id = 0;
+    int epoch = 0;
+    int shard = 0;
+    qint64 begin = 0;
+    qint64 end = 0;
+    QString state;
+    int attempts = 0;
+    qint64 assimilatedSeq = 0;
+    QString history; // "lease 12 (worker 3): expired; lease 19 (worker 1): completed"
+};
+
+// Everything recorded so far, for a job opened again after the app restarted.
+struct History
+{
+    QList<AssimilationPoint> assimilations;
+    QList<EvaluationPoint> evaluations;
+    QList<CostPoint> costs;
+    QList<EventRow> events;
+};
+
+} // namespace flotilla::ui
+
+Q_DECLARE_METATYPE(flotilla::ui::JobState)
+Q_DECLARE_METATYPE(flotilla::ui::Snapshot)
+Q_DECLARE_METATYPE(flotilla::ui::AssimilationPoint)
+Q_DECLARE_METATYPE(flotilla::ui::EvaluationPoint)
+Q_DECLARE_METATYPE(flotilla::ui::CostPoint)
+Q_DECLARE_METATYPE(flotilla::ui::EventRow)
+Q_DECLARE_METATYPE(flotilla::ui::History)
