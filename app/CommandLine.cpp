@@ -35,16 +35,20 @@ QString usage()
     QTextStream out(&text);
     out << "Flotilla " << FLOTILLA_VERSION
         << " trains deep-learning models on fleets of unreliable machines (VC-ASGD).\n\n"
-        << "Usage: flotilla <command> [options]\n"
+        << "Usage: flotilla [<command>] [options]\n"
         << "       flotilla <command> --help    options of one command\n\n"
         << "Commands:\n";
     for (const auto &c : kCommands)
         out << "  " << QString::fromLatin1(c.name).leftJustified(10) << c.summary << '\n';
+    out << "  " << QStringLiteral("gui").leftJustified(10) << "The control center window (what flotilla without a command opens).\n";
     out << "\nOptions:\n"
         << "  -h, --help      Show this help.\n"
         << "  -v, --version   Show the version.\n\n"
-        << "Run 'flotilla train' without options to train the default job: a small CNN on\n"
-        << "Fashion-MNIST with four local workers and simulated preemptions.\n";
+        << "Without a command, flotilla opens the control center (where there is a display; else it\n"
+        << "trains the default job headless). 'flotilla gui --help' lists the window's options;\n"
+        << "'flotilla --join TOKEN' opens the worker-only window.\n"
+        << "'flotilla train' without options trains the default job: a small CNN on Fashion-MNIST\n"
+        << "with four local workers and simulated preemptions.\n";
     return text;
 }
 

@@ -91,7 +91,7 @@ private Q_SLOTS:
         const Run r = expectExit({QStringLiteral("--help")}, 0);
         QVERIFY(r.finished);
         QCOMPARE(r.exitCode, 0);
-        expectText(r.out, {QStringLiteral("Usage: flotilla <command> [options]"), QStringLiteral("Commands:"),
+        expectText(r.out, {QStringLiteral("Usage: flotilla [<command>] [options]"), QStringLiteral("Commands:"),
                            QStringLiteral("  train "), QStringLiteral("Train a job"), QStringLiteral("--version")});
     }
 

@@ -338,7 +338,11 @@ void Dashboard::addCost(const CostPoint &p)
     m_onDemand->append(x, p.onDemand);
     m_paid->append(x, p.actual);
     extend(m_costX, x);
-    extend(m_costY, std::max({p.spot, p.onDemand, p.actual}));
+    const double top = std::max({p.spot, p.onDemand, p.actual});
+    extend(m_costY, top);
+    // Enough decimals that neighbouring ticks never read the same.
+    m_costY->setLabelFormat(top < 0.001 ? QStringLiteral("%.6f") : top < 0.1 ? QStringLiteral("%.4f")
+                                                                              : QStringLiteral("%.2f"));
     const double total = p.usefulSeconds + p.wastedSeconds;
     m_costChart->setTitle(tr("Cost: %1% saved vs on-demand, %2% of time wasted")
                               .arg(p.onDemand > 0 ? 100.0 * (1.0 - p.actual / p.onDemand) : 0.0, 0, 'f', 0)

@@ -414,7 +414,7 @@ void JobWizard::check()
 QString JobWizard::problemText(const QString &f) const
 {
     const QLabel *label = m_errors.value(f);
-    return label && label->isVisibleTo(const_cast<JobWizard *>(this)) ? label->text() : QString();
+    return label && m_problems.contains(f) ? label->text() : QString();
 }
 
 Result<void> JobWizard::loadJobFile(const QString &path)

@@ -1,0 +1,219 @@
+// The control center, offscreen: the wizard's messages, a short job with the embedded worker
+// until every chart has points, pause and resume, a remote worker revoked, a chart exported,
+// and a job reopened after the app "restarted" continuing its charts from the store.
+#include "Dashboard.h"
+#include "DesktopSession.h"
+#include "JobWizard.h"
+#include "MainWindow.h"
+#include "TestSupport.h"
+#include "Views.h"
+#include "WorkerAgent.h"
+
+#include <QChartView>
+#include <QComboBox>
+#include <QDialogButtonBox>
+#include <QImage>
+#include <QLineEdit>
+#include <QLineSeries>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QTableWidget>
+#include <QtTest>
+
+using namespace flotilla;
+
+namespace {
+
+JobSpec shortJob()
+{
+    JobSpec job = JobSpec::defaultJob();
+    job.dataset.trainLimit = 4000;
+    job.dataset.testLimit = 500;
+    job.training.epochs = 40; // long enough not to finish during the test
+    job.training.shards = 8;
+    job.fleet.preemption.meanIntervalSeconds = 0;
+    return job;
+}
+
+bool hasName(QTableWidget *t, const QString &name, const QString &status = {})
+{
+    for (int r = 0; r < t->rowCount(); ++r)
+        if (t->item(r, 0) && t->item(r, 0)->text() == name
+            && (status.isEmpty() || (t->item(r, 13) && t->item(r, 13)->text() == status)))
+            return true;
+    return false;
+}
+
+} // namespace
+
+class TestGui : public QObject
+{
+    Q_OBJECT
+
+private:
+    QTemporaryDir m_dir;
+    std::unique_ptr<DesktopSession> m_session;
+    std::unique_ptr<ui::MainWindow> m_window;
+    QString m_runDir;
+
+    DesktopSession::Options options() const
+    {
+        return DesktopSession::Options{m_dir.filePath(QStringLiteral("identity")), 0,
+                                       {QStringLiteral("127.0.0.1"), QStringLiteral("localhost")}};
+    }
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        QStandardPaths::setTestModeEnabled(true);
+        QVERIFY2(QFileInfo::exists(test::fashionMnistDir()), "Debian's dataset-fashion-mnist is needed");
+        m_runDir = m_dir.filePath(QStringLiteral("run"));
+    }
+
+    void wizardShowsEachProblemNextToItsField()
+    {
+        ui::JobWizard wizard(JobSpec::defaultJob(), 1);
+        QPushButton *start = wizard.findChild<QDialogButtonBox *>()->button(QDialogButtonBox::Ok);
+        QVERIFY(wizard.problems().isEmpty());
+        QVERIFY(start->isEnabled());
+
+        qobject_cast<QSpinBox *>(wizard.field(QStringLiteral("training.epochs")))->setValue(0);
+        QVERIFY2(wizard.problemText(QStringLiteral("training.epochs")).contains(QStringLiteral("between 1 and")),
+                 qPrintable(wizard.problemText(QStringLiteral("training.epochs"))));
+        QVERIFY(!start->isEnabled());
+
+        qobject_cast<QComboBox *>(wizard.field(QStringLiteral("dataset.kind")))->setCurrentText(QStringLiteral("csv"));
+        QVERIFY(wizard.problemText(QStringLiteral("dataset.path")).contains(QStringLiteral("required")));
+        qobject_cast<QLineEdit *>(wizard.field(QStringLiteral("dataset.path")))->setText(QStringLiteral("/no/such.csv"));
+        QVERIFY(wizard.problemText(QStringLiteral("dataset.path")).contains(QStringLiteral("does not exist")));
+
+        qobject_cast<QComboBox *>(wizard.field(QStringLiteral("model.kind")))->setCurrentText(QStringLiteral("torchscript"));
+        qobject_cast<QLineEdit *>(wizard.field(QStringLiteral("model.path")))->setText(QStringLiteral("/no/net.pt"));
+        QVERIFY(wizard.problemText(QStringLiteral("model.path")).contains(QStringLiteral("does not exist")));
+
+        qobject_cast<QLineEdit *>(wizard.field(QStringLiteral("training.learning_rate")))->setText(QStringLiteral("fast"));
+        QVERIFY(wizard.problemText(QStringLiteral("training.learning_rate")).contains(QStringLiteral("positive number")));
+        qobject_cast<QComboBox *>(wizard.field(QStringLiteral("fleet.instance_type")))->setCurrentText(QStringLiteral("aws/x9.mega"));
+        QVERIFY(wizard.problemText(QStringLiteral("fleet.instance_type")).contains(QStringLiteral("not in the price table")));
+        QVERIFY(wizard.problems().size() >= 5);
+
+        // Put it right: every message goes, Start comes back.
+        qobject_cast<QSpinBox *>(wizard.field(QStringLiteral("training.epochs")))->setValue(4);
+        qobject_cast<QComboBox *>(wizard.field(QStringLiteral("dataset.kind")))->setCurrentText(QStringLiteral("fashion-mnist"));
+        qobject_cast<QLineEdit *>(wizard.field(QStringLiteral("dataset.path")))->clear();
+        qobject_cast<QComboBox *>(wizard.field(QStringLiteral("model.kind")))->setCurrentText(QStringLiteral("mlp"));
+        qobject_cast<QLineEdit *>(wizard.field(QStringLiteral("training.learning_rate")))->setText(QStringLiteral("0.05"));
+        qobject_cast<QComboBox *>(wizard.field(QStringLiteral("fleet.instance_type")))->setCurrentText(QStringLiteral("gcp/n2-standard-4"));
+        QVERIFY2(wizard.problems().isEmpty(), qPrintable(QStringList(wizard.problems().values()).join(u'|')));
+        QVERIFY(start->isEnabled());
+        QCOMPARE(wizard.problemText(QStringLiteral("training.epochs")), QString());
+
+        // A job file round trip.
+        const QString file = m_dir.filePath(QStringLiteral("job.json"));
+        QVERIFY(wizard.saveJobFile(file));
+        ui::JobWizard other(JobSpec::defaultJob(), 1);
+        QVERIFY(other.loadJobFile(file));
+        QCOMPARE(other.job().toJson(), wizard.job().toJson());
+        QCOMPARE(other.job().training.epochs, 4);
+        QCOMPARE(other.job().model.kind, QStringLiteral("mlp"));
+        QFile broken(m_dir.filePath(QStringLiteral("broken.json")));
+        QVERIFY(broken.open(QIODevice::WriteOnly));
+        broken.write("{\"training\": {\"epochs\": \"many\"}}");
+        broken.close();
+        auto refused = other.loadJobFile(broken.fileName());
+        QVERIFY(!refused);
+        QVERIFY(refused.error().contains(QStringLiteral("training.epochs")));
+    }
+
+    void jobRunsAndEveryChartGetsPoints()
+    {
+        m_session = std::make_unique<DesktopSession>(options());
+        m_window = std::make_unique<ui::MainWindow>(m_session.get(), shortJob(), m_runDir);
+        m_window->resize(1400, 900);
+        m_window->show();
+        QSignalSpy states(m_session.get(), &ui::ControlSession::stateChanged);
+        m_window->startJob();
+        QTRY_VERIFY_WITH_TIMEOUT(m_session->state() == ui::JobState::Running, 60000);
+        // The embedded worker trains; the UI thread keeps turning meanwhile.
+        QTRY_VERIFY_WITH_TIMEOUT(m_window->dashboard()->everyChartHasData(), 120000);
+        QVERIFY(m_window->statusText().contains(QStringLiteral("epoch")));
+        QVERIFY(hasName(m_window->workers()->table(), QStringLiteral("local-1")));
+
+        const QString png = m_dir.filePath(QStringLiteral("loss.png"));
+        QVERIFY(m_window->dashboard()->exportChart(0, png));
+        const QImage image(png);
+        QVERIFY(!image.isNull());
+        QVERIFY(image.width() > 300 && image.height() > 200);
+        const QString metrics = m_dir.filePath(QStringLiteral("metrics.csv"));
+        m_window->askSavePath = [&](const QString &, const QString &, const QString &) { return metrics; };
+        m_window->exportMetrics();
+        QFile csv(metrics);
+        QVERIFY(csv.open(QIODevice::ReadOnly));
+        QVERIFY(csv.readAll().count('\n') > 3);
+    }
+
+    void pauseStopsNewWorkAndResumeRestartsIt()
+    {
+        QSignalSpy assimilated(m_session.get(), &ui::ControlSession::assimilated);
+        m_window->togglePause();
+        QCOMPARE(m_session->state(), ui::JobState::Paused);
+        QTest::qWait(1500); // the subtask in flight finishes
+        const int before = int(assimilated.size());
+        QTest::qWait(1500);
+        QCOMPARE(int(assimilated.size()), before);
+        m_window->togglePause();
+        QCOMPARE(m_session->state(), ui::JobState::Running);
+        QTRY_VERIFY_WITH_TIMEOUT(assimilated.size() > before, 30000);
+    }
+
+    void remoteWorkerIsRevoked()
+    {
+        auto token = m_session->issueToken(1, 600);
+        QVERIFY2(token, qPrintable(token.error()));
+        WorkerAgent::Options o;
+        o.stateDir = m_dir.filePath(QStringLiteral("remote"));
+        o.name = QStringLiteral("lab-7");
+        WorkerAgent agent(o);
+        QSignalSpy finished(&agent, &WorkerAgent::finished);
+        QVERIFY(agent.start(net::JoinToken::decode(*token).value()));
+        m_window->tabs()->setCurrentWidget(m_window->workers());
+        QTRY_VERIFY_WITH_TIMEOUT(hasName(m_window->workers()->table(), QStringLiteral("lab-7"), QStringLiteral("online")),
+                                 60000);
+        m_window->askConfirmation = [](const QString &) { return true; };
+        m_window->revokeWorker(QStringLiteral("lab-7"));
+        QTRY_VERIFY_WITH_TIMEOUT(!finished.isEmpty(), 30000);
+        QCOMPARE(finished.first().at(0).toInt(), 1);
+        QVERIFY2(finished.first().at(1).toString().contains(QStringLiteral("revoked")),
+                 qPrintable(finished.first().at(1).toString()));
+        QTRY_VERIFY_WITH_TIMEOUT(hasName(m_window->workers()->table(), QStringLiteral("lab-7"), QStringLiteral("offline")),
+                                 60000);
+        // A local worker cannot be revoked; it is switched off instead.
+        QVERIFY(!m_session->revoke(QStringLiteral("local-1")));
+    }
+
+    void reopenedJobContinuesItsCharts()
+    {
+        m_session->stop();
+        QCOMPARE(m_session->state(), ui::JobState::Stopped);
+        m_window.reset();
+        m_session.reset();
+        // As after a restart of the app: a new session on the same run directory.
+        m_session = std::make_unique<DesktopSession>(options());
+        m_window = std::make_unique<ui::MainWindow>(m_session.get(), shortJob(), m_runDir);
+        m_window->show();
+        QSignalSpy history(m_session.get(), &ui::ControlSession::historyLoaded);
+        m_session->setContributing(false, 1); // no new points: what shows comes from the store
+        m_window->startJob();
+        QTRY_VERIFY_WITH_TIMEOUT(!history.isEmpty(), 60000);
+        const auto h = history.first().at(0).value<ui::History>();
+        QVERIFY(!h.assimilations.isEmpty());
+        QVERIFY(!h.evaluations.isEmpty());
+        auto *loss = qobject_cast<QLineSeries *>(m_window->dashboard()->chartView(0)->chart()->series().at(0));
+        QCOMPARE(loss->count(), int(h.assimilations.size()));
+        QVERIFY(m_window->events()->table()->rowCount() >= int(h.events.size()));
+        m_session->stop();
+    }
+};
+
+QTEST_MAIN(TestGui)
+#include "tst_gui.moc"
