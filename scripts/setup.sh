@@ -13,6 +13,7 @@ packages=(
     dataset-fashion-mnist        # the default data set
     python3-torch python3-numpy  # TorchScript interop tests
     xvfb xauth                   # screenshots of the windows (scripts/screenshots.sh)
+    openssl                      # flotilla bench transfer compares with openssl speed
 )
 missing=()
 for p in "${packages[@]}"; do
