@@ -139,7 +139,7 @@ private Q_SLOTS:
         JobSpec job = JobSpec::defaultJob();
         job.dataset.trainLimit = 6000;
         job.dataset.testLimit = 1000;
-        job.training.epochs = 4;
+        job.training.epochs = 6; // long enough to be killed twice before it ends
         job.training.shards = 12;
         job.fleet.workers = 0;
         job.fleet.preemption.meanIntervalSeconds = 0;
@@ -168,7 +168,7 @@ private Q_SLOTS:
         const qint64 atCoordinatorKill = assimilations(f.db());
         qInfo("worker killed at %lld assimilations, coordinator at %lld", static_cast<long long>(atWorkerKill),
               static_cast<long long>(atCoordinatorKill));
-        QVERIFY2(atCoordinatorKill < 48, "the job finished before the coordinator could be killed");
+        QVERIFY2(atCoordinatorKill < 72, "the job finished before the coordinator could be killed");
         serve = f.serve(jobFlags);
 
         // The surviving workers reconnect by themselves; the job finishes; they leave.
@@ -181,7 +181,7 @@ private Q_SLOTS:
 
         auto store = Store::open(f.db());
         QVERIFY(store);
-        const QString wrong = test::verifyExactlyOnce(**store, std::vector<qint64>(12, 500), 4);
+        const QString wrong = test::verifyExactlyOnce(**store, std::vector<qint64>(12, 500), 6);
         QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
         QCOMPARE(int((*store)->events(1, QStringLiteral("job-resumed"))->size()), 1);
         auto evaluations = (*store)->evaluations(1);
@@ -193,12 +193,13 @@ private Q_SLOTS:
     void preemptionNoticeHandsInAPartialResult()
     {
         Fleet f;
-        // Two shards of 3000 samples and 3 local epochs: a subtask takes seconds, long enough
-        // to be interrupted in the middle.
-        auto serve = f.serve({QStringLiteral("--train-limit"), QStringLiteral("6000"), QStringLiteral("--test-limit"),
+        // Two shards of 12000 samples and one local pass: a subtask takes seconds, so the notice
+        // lands inside the pass and a remainder of the shard is left to queue again (a notice
+        // in a later local pass would count the whole range as covered).
+        auto serve = f.serve({QStringLiteral("--train-limit"), QStringLiteral("24000"), QStringLiteral("--test-limit"),
                               QStringLiteral("500"), QStringLiteral("--epochs"), QStringLiteral("1"),
                               QStringLiteral("--shards"), QStringLiteral("2"), QStringLiteral("--local-epochs"),
-                              QStringLiteral("3"), QStringLiteral("--preempt-mean"), QStringLiteral("0")});
+                              QStringLiteral("1"), QStringLiteral("--preempt-mean"), QStringLiteral("0")});
         QTRY_VERIFY_WITH_TIMEOUT(!f.token().isEmpty(), 60000);
         auto worker = f.worker(QStringLiteral("spot"));
         QTRY_VERIFY_WITH_TIMEOUT(f.log(QStringLiteral("spot")).contains(QStringLiteral("first subtask running")), 60000);
@@ -219,7 +220,7 @@ private Q_SLOTS:
         QVERIFY2(rows->front().credit > 0 && rows->front().credit < 1,
                  qPrintable(QString::number(rows->front().credit)));
         QVERIFY(rows->front().coveredEnd > 0);
-        QVERIFY(rows->front().coveredEnd <= 3000);
+        QVERIFY2(rows->front().coveredEnd < 12000, "the notice came after the whole shard was trained");
         // The rest of the shard is queued again: the same machine comes back (same state
         // folder, no token needed), reads the shard from its cache and finishes the job.
         auto second = std::make_unique<QProcess>();
@@ -235,7 +236,7 @@ private Q_SLOTS:
         QVERIFY2(back.contains(QStringLiteral("read from the cache")), qPrintable(QString(back).replace(u'\n', u' ')));
         QVERIFY2(back.contains(QStringLiteral("first subtask running")), qPrintable(back));
         auto after = Store::open(f.db());
-        const QString wrong = test::verifyExactlyOnce(**after, {3000, 3000}, 1);
+        const QString wrong = test::verifyExactlyOnce(**after, {12000, 12000}, 1);
         QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
     }
 
