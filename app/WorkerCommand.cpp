@@ -3,6 +3,7 @@
 #include "CommandLine.h"
 #include "JobOptions.h"
 #include "NetworkCommands.h"
+#include "PreemptionWatcher.h"
 #include "WorkerAgent.h"
 
 #include <QCoreApplication>
@@ -45,6 +46,15 @@ int runWorkerCommand(const QStringList &arguments)
          QStringLiteral("file")},
         {QStringLiteral("grace"), QStringLiteral("Seconds to hand in the partial result after a preemption notice."),
          QStringLiteral("seconds"), QStringLiteral("20")},
+        {QStringLiteral("preemption-watch"),
+         QStringLiteral("Watch this cloud's instance metadata for a preemption notice: gce, aws or azure. On a notice the "
+                        "worker hands in its partial result and leaves, as on SIGTERM."),
+         QStringLiteral("cloud")},
+        {QStringLiteral("metadata-url"),
+         QStringLiteral("Base address of the metadata service (default: the cloud's own, e.g. http://169.254.169.254)."),
+         QStringLiteral("url")},
+        {QStringLiteral("preemption-poll"), QStringLiteral("Seconds between two looks at the metadata service."),
+         QStringLiteral("seconds"), QStringLiteral("5")},
         {QStringLiteral("verbose"), QStringLiteral("Print connection and subtask events to standard error.")},
     });
     if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("worker")))
@@ -83,7 +93,35 @@ int runWorkerCommand(const QStringList &arguments)
     options.modelFile = parser.value(QStringLiteral("model-file"));
     options.graceMs = std::max(1, parser.value(QStringLiteral("grace")).toInt()) * 1000;
 
+    std::unique_ptr<net::PreemptionWatcher> watcher;
+    if (parser.isSet(QStringLiteral("preemption-watch"))) {
+        const auto cloud = net::PreemptionWatcher::cloudFromName(parser.value(QStringLiteral("preemption-watch")));
+        if (!cloud) {
+            std::fprintf(stderr, "flotilla worker: --preemption-watch must be gce, aws or azure\n");
+            return ExitUsage;
+        }
+        const QUrl base = parser.isSet(QStringLiteral("metadata-url")) ? QUrl(parser.value(QStringLiteral("metadata-url")))
+                                                                        : net::PreemptionWatcher::defaultBase(*cloud);
+        if (!base.isValid() || base.scheme() != QLatin1String("http")) {
+            std::fprintf(stderr, "flotilla worker: --metadata-url must be an http:// address\n");
+            return ExitUsage;
+        }
+        const double poll = parser.value(QStringLiteral("preemption-poll")).toDouble();
+        watcher = std::make_unique<net::PreemptionWatcher>(*cloud, base, int(std::clamp(poll, 0.05, 600.0) * 1000));
+    }
+
     WorkerAgent agent(options);
+    if (watcher) {
+        QObject::connect(watcher.get(), &net::PreemptionWatcher::noticed, &agent, [&agent](const QString &what) {
+            std::printf("preemption notice from the cloud: %s\n", what.toUtf8().constData());
+            std::fflush(stdout);
+            agent.preemptionNotice();
+        });
+        QObject::connect(watcher.get(), &net::PreemptionWatcher::unreachable, &agent, [](const QString &why) {
+            qCWarning(lcApp).noquote() << "cannot watch for preemption notices:" << why;
+        });
+        watcher->start();
+    }
     int exitCode = ExitOk;
     QObject::connect(&agent, &WorkerAgent::finished, &agent, [&](int code, const QString &message) {
         if (code == 0)
