@@ -6,6 +6,7 @@
 #include "JobOptions.h"
 #include "WorkerAgent.h"
 
+#include "AppIcon.h"
 #include "Dashboard.h"
 #include "JobWizard.h"
 #include "MainWindow.h"
@@ -166,6 +167,7 @@ int runControlCenter(const QStringList &arguments)
     QApplication::setApplicationName(QStringLiteral("flotilla"));
     QApplication::setOrganizationName(QStringLiteral("Flotilla"));
     QApplication::setApplicationVersion(QStringLiteral(FLOTILLA_VERSION));
+    QApplication::setWindowIcon(appIcon());
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral(
         "The control center: start and watch jobs, hand out join tokens, contribute this machine."));
@@ -323,6 +325,7 @@ int runWorkerWindow(const QStringList &arguments)
 {
     QApplication::setApplicationName(QStringLiteral("flotilla"));
     QApplication::setOrganizationName(QStringLiteral("Flotilla"));
+    QApplication::setWindowIcon(appIcon());
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral("Contribute this machine to a coordinator, in a window."));
     parser.addHelpOption();

@@ -11,6 +11,10 @@
 
 namespace flotilla {
 
+namespace {
+constexpr double kPi = 3.14159265358979323846; // M_PI is not standard C++ (MSVC lacks it by default)
+} // namespace
+
 double scheduledLearningRate(const TrainingSpec &training, int epoch)
 {
     const double base = training.learningRate;
@@ -19,7 +23,7 @@ double scheduledLearningRate(const TrainingSpec &training, int epoch)
     if (training.lrSchedule == QLatin1String("cosine") && training.epochs > 1) {
         // Cosine from base down to 5% of base over the job's epochs.
         const double t = double(epoch) / double(training.epochs - 1);
-        return base * (0.05 + 0.95 * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, t))));
+        return base * (0.05 + 0.95 * 0.5 * (1.0 + std::cos(kPi * std::min(1.0, t))));
     }
     return base;
 }

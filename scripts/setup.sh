@@ -14,6 +14,8 @@ packages=(
     python3-torch python3-numpy  # TorchScript interop tests
     xvfb xauth                   # screenshots of the windows (scripts/screenshots.sh)
     openssl                      # flotilla bench transfer compares with openssl speed
+    rpm file                     # building and checking the .rpm (cpack -G RPM, rpm -qpl)
+    python3-yaml systemd appstream desktop-file-utils  # checking manifests, unit, metadata
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,5 +1,7 @@
 #include "WorkerDesk.h"
 
+#include "AppIcon.h"
+
 #include <QApplication>
 #include <QFormLayout>
 #include <QLabel>
@@ -44,7 +46,7 @@ WorkerWindow::WorkerWindow(WorkerDesk *desk, QWidget *parent) : QWidget(parent),
     connect(m_desk, &WorkerDesk::statusChanged, this, &WorkerWindow::refresh);
 
     if (QSystemTrayIcon::isSystemTrayAvailable()) {
-        m_tray = new QSystemTrayIcon(style()->standardIcon(QStyle::SP_ComputerIcon), this);
+        m_tray = new QSystemTrayIcon(appIcon(), this);
         auto *menu = new QMenu(this);
         menu->addAction(tr("Show"), this, [this] {
             show();

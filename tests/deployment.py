@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+"""Checks the headless-worker deployment files as far as the tools here allow.
+
+  deployment.py SOURCE_DIR FLOTILLA_BINARY
+
+- Kubernetes manifests: valid YAML; a Deployment whose pods go to the cloud's spot/preemptible
+  node pool (node selector and toleration), whose grace period leaves the worker time to hand
+  in its partial result (terminationGracePeriodSeconds > the worker's --grace), and whose
+  worker options are ones `flotilla worker` accepts.
+- The systemd unit: `systemd-analyze verify` has no complaint about it, and the hardening it
+  promises is there.
+- The SLURM script: `bash -n`, --requeue and a SIGTERM ahead of the end.
+- The container recipe: two stages, the worker as entry point behind an init that passes
+  SIGTERM on, not root.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+SPOT_POOLS = {
+    "gke-spot-workers.yaml": ("cloud.google.com/gke-spot", "true"),
+    "eks-spot-workers.yaml": ("eks.amazonaws.com/capacityType", "SPOT"),
+    "aks-spot-workers.yaml": ("kubernetes.azure.com/scalesetpriority", "spot"),
+}
+
+failures = []
+
+
+def fail(what):
+    failures.append(what)
+    print("FAIL:", what)
+
+
+def worker_options(binary):
+    """The long options `flotilla worker --help` lists."""
+    text = subprocess.run([binary, "worker", "--help"], capture_output=True, text=True, check=True).stdout
+    return set(re.findall(r"--([a-z][a-z-]+)", text))
+
+
+def check_manifest(path, accepted):
+    name = os.path.basename(path)
+    with open(path, encoding="utf-8") as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    deployments = [d for d in docs if d.get("kind") == "Deployment"]
+    if len(deployments) != 1:
+        fail(f"{name}: expected one Deployment, found {len(deployments)}")
+        return
+    pod = deployments[0]["spec"]["template"]["spec"]
+    key, value = SPOT_POOLS[name]
+    if pod.get("nodeSelector", {}).get(key) != value:
+        fail(f"{name}: nodeSelector does not pick {key}={value}")
+    tolerations = pod.get("tolerations", [])
+    if not any(t.get("key") == key or t.get("key") == "spot" for t in tolerations):
+        fail(f"{name}: no toleration for the spot pool's taint")
+    containers = pod.get("containers", [])
+    if len(containers) != 1:
+        fail(f"{name}: expected one container")
+        return
+    args = containers[0].get("args", [])
+    grace = None
+    for arg in args:
+        m = re.match(r"--([a-z-]+)(=(.*))?$", arg)
+        if not m:
+            fail(f"{name}: argument {arg!r} is not --option=value")
+            continue
+        if m.group(1) not in accepted:
+            fail(f"{name}: flotilla worker has no option --{m.group(1)}")
+        if m.group(1) == "grace":
+            grace = int(m.group(3))
+    period = pod.get("terminationGracePeriodSeconds")
+    if grace is None or period is None or not period > grace:
+        fail(f"{name}: terminationGracePeriodSeconds ({period}) must exceed the worker's --grace ({grace})")
+    security = containers[0].get("securityContext", {})
+    if security.get("allowPrivilegeEscalation") is not False or not pod.get("securityContext", {}).get("runAsNonRoot"):
+        fail(f"{name}: the worker must run as non-root without privilege escalation")
+    mounts = {m["mountPath"] for m in containers[0].get("volumeMounts", [])}
+    if "/var/lib/flotilla" not in mounts or "/run/secrets" not in mounts:
+        fail(f"{name}: the state folder and the token secret must be mounted")
+    print(f"ok   {name}: spot pool {key}={value}, grace {grace} s < {period} s")
+
+
+def check_systemd(path, binary):
+    text = open(path, encoding="utf-8").read()
+    for line in ("DynamicUser=yes", "ProtectSystem=strict", "Restart=on-failure", "LoadCredential=token:",
+                 "NoNewPrivileges=yes", "MemoryMax=", "CPUQuota=", "KillSignal=SIGTERM"):
+        if line not in text:
+            fail(f"systemd unit lacks {line}")
+    if shutil.which("systemd-analyze") is None:
+        print("skip systemd-analyze verify: not installed")
+        return
+    # Verify an instance of the template, pointing at the binary that was built.
+    with tempfile.TemporaryDirectory() as tmp:
+        unit = os.path.join(tmp, "flotilla-worker@lab.service")
+        with open(unit, "w", encoding="utf-8") as f:
+            f.write(text.replace("/usr/bin/flotilla", os.path.abspath(binary)))
+        run = subprocess.run(["systemd-analyze", "verify", "--man=no", unit], capture_output=True, text=True)
+        own = [l for l in (run.stdout + run.stderr).splitlines() if "flotilla-worker" in l]
+        if own:
+            fail("systemd-analyze verify: " + " / ".join(own))
+        else:
+            print("ok   flotilla-worker@.service: systemd-analyze verify has no complaint")
+
+
+def check_slurm(path):
+    run = subprocess.run(["bash", "-n", path], capture_output=True, text=True)
+    if run.returncode != 0:
+        fail(f"bash -n {path}: {run.stderr.strip()}")
+    text = open(path, encoding="utf-8").read()
+    for line in ("#SBATCH --requeue", "#SBATCH --signal=B:TERM@", "exec flotilla worker"):
+        if line not in text:
+            fail(f"slurm script lacks {line}")
+    print("ok   flotilla-worker.sbatch: bash -n, --requeue, SIGTERM ahead of the end")
+
+
+def check_container(path):
+    text = open(path, encoding="utf-8").read()
+    if len(re.findall(r"^FROM debian:12", text, re.M)) != 2:
+        fail("Containerfile: expected a Debian 12 build stage and a Debian 12 runtime stage")
+    if not re.search(r'^ENTRYPOINT \["/usr/bin/tini", "--", "/usr/bin/flotilla", "worker"', text, re.M):
+        fail("Containerfile: the entry point must be the worker behind tini")
+    if not re.search(r"^USER flotilla$", text, re.M):
+        fail("Containerfile: the worker must not run as root")
+    print("ok   Containerfile: two stages, worker behind tini, not root")
+
+
+def main():
+    source, binary = sys.argv[1], sys.argv[2]
+    accepted = worker_options(binary)
+    for name in SPOT_POOLS:
+        check_manifest(os.path.join(source, "packaging/kubernetes", name), accepted)
+    check_systemd(os.path.join(source, "packaging/systemd/flotilla-worker@.service"), binary)
+    check_slurm(os.path.join(source, "packaging/slurm/flotilla-worker.sbatch"))
+    check_container(os.path.join(source, "packaging/container/Containerfile"))
+    if failures:
+        print(f"{len(failures)} problem(s)")
+        return 1
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
