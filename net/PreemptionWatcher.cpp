@@ -1,6 +1,5 @@
 #include "PreemptionWatcher.h"
 
-#include "NetLog.h"
 
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -162,8 +161,7 @@ void PreemptionWatcher::answered(QNetworkReply *reply)
     if (!notice.isEmpty() && !m_noticed) {
         m_noticed = true;
         m_timer.stop();
-        qCWarning(lcNet).noquote() << "preemption notice:" << notice;
-        Q_EMIT noticed(notice);
+        Q_EMIT noticed(notice); // the worker reports it
     }
 }
 

@@ -3,6 +3,7 @@
 // the coordinator is SIGKILLed once and started again; the job must still finish with every
 // shard of every epoch assimilated exactly once. And a worker that gets SIGTERM (a
 // preemption notice) hands in a partial result that is credited.
+#include "FakeMetadata.h"
 #include "TestSupport.h"
 
 #include <QRandomGenerator>
@@ -48,16 +49,17 @@ struct Fleet
         return p;
     }
 
-    std::unique_ptr<QProcess> worker(const QString &name)
+    std::unique_ptr<QProcess> worker(const QString &name, const QStringList &extra = {})
     {
         auto p = std::make_unique<QProcess>();
         p->setProcessChannelMode(QProcess::MergedChannels);
         p->setStandardOutputFile(dir.filePath(name + QStringLiteral(".out")));
         p->start(test::flotillaBinary(),
-                 {QStringLiteral("worker"), QStringLiteral("--join"), token(), QStringLiteral("--state-dir"),
+                 QStringList{QStringLiteral("worker"), QStringLiteral("--join"), token(), QStringLiteral("--state-dir"),
                   dir.filePath(QStringLiteral("workers/") + name), QStringLiteral("--name"), name,
                   QStringLiteral("--instance-type"), QStringLiteral("aws/c5.large"), QStringLiteral("--price-class"),
-                  QStringLiteral("spot"), QStringLiteral("--grace"), QStringLiteral("20")});
+                  QStringLiteral("spot"), QStringLiteral("--grace"), QStringLiteral("20")}
+                     + extra);
         return p;
     }
 
@@ -238,6 +240,48 @@ private Q_SLOTS:
         auto after = Store::open(f.db());
         const QString wrong = test::verifyExactlyOnce(**after, {12000, 12000}, 1);
         QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
+    }
+
+    void cloudNoticeHandsInAPartialResult()
+    {
+        // A worker on a "GCE spot VM" watches a fake metadata service; when it announces the
+        // preemption mid-subtask, the worker hands in what it trained and leaves, as on SIGTERM.
+        test::FakeMetadata gce;
+        bool preempted = false;
+        gce.handler = [&preempted](const test::Request &r) -> std::pair<int, QByteArray> {
+            if (r.target != "/computeMetadata/v1/instance/preempted" || r.headers.value("metadata-flavor") != "Google")
+                return {403, "wrong request"};
+            return {200, preempted ? "TRUE" : "FALSE"};
+        };
+        Fleet f;
+        auto serve = f.serve({QStringLiteral("--train-limit"), QStringLiteral("24000"), QStringLiteral("--test-limit"),
+                              QStringLiteral("500"), QStringLiteral("--epochs"), QStringLiteral("1"),
+                              QStringLiteral("--shards"), QStringLiteral("2"), QStringLiteral("--local-epochs"),
+                              QStringLiteral("1"), QStringLiteral("--preempt-mean"), QStringLiteral("0")});
+        QTRY_VERIFY_WITH_TIMEOUT(!f.token().isEmpty(), 60000);
+        auto worker = f.worker(QStringLiteral("gce"),
+                               {QStringLiteral("--preemption-watch"), QStringLiteral("gce"), QStringLiteral("--metadata-url"),
+                                gce.base().toString(), QStringLiteral("--preemption-poll"), QStringLiteral("0.1")});
+        QTRY_VERIFY_WITH_TIMEOUT(f.log(QStringLiteral("gce")).contains(QStringLiteral("first subtask running")), 60000);
+        QTRY_VERIFY_WITH_TIMEOUT(gce.requests.size() >= 2, 10000); // it is watching
+        QTest::qWait(1000); // into the pass: some samples trained, most not
+        QCOMPARE(worker->state(), QProcess::Running);
+        preempted = true;
+        // Not waitForFinished(): the fake service must go on answering while we wait.
+        QTRY_VERIFY_WITH_TIMEOUT(worker->state() == QProcess::NotRunning, 25000);
+        const QString log = f.log(QStringLiteral("gce"));
+        QCOMPARE(worker->exitCode(), 0);
+        QVERIFY2(log.contains(QStringLiteral("preemption notice from the cloud: GCE")), qPrintable(log));
+        QVERIFY2(log.contains(QStringLiteral("partial result")), qPrintable(log));
+        serve->terminate();
+        QVERIFY(serve->waitForFinished(30000));
+
+        auto store = Store::open(f.db());
+        QCOMPARE((*store)->events(1, QStringLiteral("result-partial"))->size(), std::size_t(1));
+        QCOMPARE((*store)->events(1, QStringLiteral("worker-preempted"))->size(), std::size_t(1));
+        auto rows = (*store)->assimilations(1);
+        QCOMPARE(rows->size(), std::size_t(1));
+        QVERIFY2(rows->front().credit > 0 && rows->front().credit < 1, qPrintable(QString::number(rows->front().credit)));
     }
 
     void demoRunsAFleetWithChaos()
