@@ -1,6 +1,5 @@
 #include "PreemptionWatcher.h"
 
-
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
