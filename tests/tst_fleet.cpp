@@ -305,20 +305,6 @@ private Q_SLOTS:
         const QString wrong = test::verifyExactlyOnce(**store, std::vector<qint64>(8, 500), 2);
         QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
     }
-
-    void transferBenchmarkRuns()
-    {
-        QProcess bench;
-        bench.setProcessChannelMode(QProcess::MergedChannels);
-        bench.start(test::flotillaBinary(), {QStringLiteral("bench"), QStringLiteral("transfer"),
-                                             QStringLiteral("--megabytes"), QStringLiteral("4"),
-                                             QStringLiteral("--repeats"), QStringLiteral("2")});
-        QVERIFY(bench.waitForFinished(120000));
-        const QString out = QString::fromUtf8(bench.readAll());
-        QVERIFY2(bench.exitCode() == 0, qPrintable(out));
-        QVERIFY2(out.contains(QRegularExpression(QStringLiteral("median \\d+"))), qPrintable(out));
-        QVERIFY2(out.contains(QStringLiteral("ratio (median)")), qPrintable(out));
-    }
 };
 
 QTEST_GUILESS_MAIN(TestFleet)

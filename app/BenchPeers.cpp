@@ -1,0 +1,376 @@
+// `flotilla bench trainer|aggregation|accuracy`: Flotilla against the peers a user would pick
+// instead, each pair run in the same invocation, alternating, with min/median/max over
+// repeats.
+//   trainer      the local trainer vs a bare LibTorch loop (samples/s; target ratio >= 0.97)
+//   aggregation  one VC-ASGD assimilation vs a memcpy of the same bytes (time; target <= 1.5)
+//   accuracy     time to a test accuracy on Fashion-MNIST: Flotilla with 2 worker processes vs
+//                PyTorch DDP with 2 processes (gloo) vs a single-process LibTorch loop; with
+//                --preemption-every, also Flotilla with a worker SIGKILLed that often and DDP
+//                with one rank SIGKILLed once.
+#include "BenchPeers.h"
+
+#include "Benchmarks.h"
+#include "CommandLine.h"
+#include "Store.h"
+
+#include <QCoreApplication>
+#include <QDir>
+#include <QElapsedTimer>
+#include <QFileInfo>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QThread>
+
+#include <algorithm>
+#include <cstdio>
+
+#ifdef Q_OS_UNIX
+#include <csignal>
+#include <unistd.h>
+#endif
+
+namespace flotilla {
+
+namespace {
+
+struct Spread
+{
+    double min = 0, median = 0, max = 0;
+};
+
+Spread spread(std::vector<double> v)
+{
+    if (v.empty())
+        return {};
+    std::sort(v.begin(), v.end());
+    return {v.front(), v[v.size() / 2], v.back()};
+}
+
+// A child in a process group of its own, so that the whole tree (DDP's ranks, the demo's
+// coordinator and workers) can be stopped at once.
+class Contender
+{
+public:
+    Contender(const QString &program, const QStringList &arguments, const QString &logFile)
+    {
+#ifdef Q_OS_UNIX
+        m_process.setChildProcessModifier([] { ::setsid(); });
+#endif
+        m_process.setProcessChannelMode(QProcess::MergedChannels);
+        if (!logFile.isEmpty())
+            m_process.setStandardOutputFile(logFile);
+        m_timer.start();
+        m_process.start(program, arguments);
+    }
+    ~Contender() { stop(); }
+
+    double seconds() const { return double(m_timer.nsecsElapsed()) / 1e9; }
+    bool running() const { return m_process.state() != QProcess::NotRunning; }
+    QProcess &process() { return m_process; }
+
+    void stop()
+    {
+        if (m_process.state() == QProcess::NotRunning)
+            return;
+#ifdef Q_OS_UNIX
+        ::kill(-static_cast<pid_t>(m_process.processId()), SIGKILL);
+#endif
+        m_process.kill();
+        m_process.waitForFinished(10000);
+    }
+
+private:
+    QProcess m_process;
+    QElapsedTimer m_timer;
+};
+
+struct Outcome
+{
+    double seconds = -1; // to the target; < 0: not reached
+    int epoch = 0;
+    QString note;
+};
+
+// A contender that prints one JSON line per epoch: {"epoch", "accuracy"} or {"failed"}.
+Outcome runLines(const QString &program, const QStringList &arguments, double target, double maxSeconds)
+{
+    Contender c(program, arguments, {});
+    Outcome out;
+    QByteArray pending;
+    QByteArray tail;
+    while (c.seconds() < maxSeconds) {
+        c.process().waitForReadyRead(200);
+        pending += c.process().readAll();
+        qsizetype newline;
+        while ((newline = pending.indexOf('\n')) >= 0) {
+            const QByteArray line = pending.left(newline).trimmed();
+            pending.remove(0, newline + 1);
+            tail = line;
+            const QJsonObject o = QJsonDocument::fromJson(line).object();
+            if (o.contains(QStringLiteral("failed"))) {
+                out.note = QStringLiteral("failed after %1 s: %2")
+                               .arg(o.value(QStringLiteral("seconds")).toDouble(), 0, 'f', 0)
+                               .arg(o.value(QStringLiteral("failed")).toString());
+                return out;
+            }
+            if (o.value(QStringLiteral("accuracy")).toDouble() >= target) {
+                out.seconds = c.seconds();
+                out.epoch = o.value(QStringLiteral("epoch")).toInt();
+                return out;
+            }
+            out.epoch = o.value(QStringLiteral("epoch")).toInt();
+        }
+        if (!c.running() && pending.isEmpty() && c.process().bytesAvailable() == 0) {
+            out.note = QStringLiteral("ended (exit %1) without reaching the target after %2 epochs; last output: %3")
+                           .arg(c.process().exitCode())
+                           .arg(out.epoch)
+                           .arg(QString::fromUtf8(tail.left(200)));
+            return out;
+        }
+    }
+    out.note = QStringLiteral("not reached in %1 s (%2 epochs)").arg(maxSeconds).arg(out.epoch);
+    return out;
+}
+
+// Flotilla: `flotilla demo` (a coordinator and worker processes on loopback, real TLS); the
+// store is read while it runs, as the dashboard does.
+Outcome runFlotilla(const QStringList &jobFlags, double chaosEvery, double target, double maxSeconds)
+{
+    QTemporaryDir dir;
+    QStringList arguments{QStringLiteral("demo"), QStringLiteral("--run-dir"), dir.filePath(QStringLiteral("demo"))};
+    arguments += jobFlags;
+    if (chaosEvery > 0)
+        arguments += {QStringLiteral("--chaos-every"), QString::number(chaosEvery)};
+    else
+        arguments += {QStringLiteral("--chaos-mean"), QStringLiteral("0")};
+    Contender c(QCoreApplication::applicationFilePath(), arguments, dir.filePath(QStringLiteral("demo.out")));
+    const QString db = dir.filePath(QStringLiteral("demo/coordinator/flotilla.db"));
+    Outcome out;
+    while (c.seconds() < maxSeconds) {
+        QThread::msleep(250);
+        if (QFileInfo::exists(db)) {
+            if (auto store = Store::open(db)) {
+                if (auto evaluations = (*store)->evaluations(1); evaluations) {
+                    for (const auto &e : *evaluations) {
+                        out.epoch = std::max(out.epoch, e.epoch + 1);
+                        if (e.accuracy >= target) {
+                            out.seconds = c.seconds();
+                            out.epoch = e.epoch + 1;
+                            return out;
+                        }
+                    }
+                }
+            }
+        }
+        if (!c.running()) {
+            QFile log(dir.filePath(QStringLiteral("demo.out")));
+            log.open(QIODevice::ReadOnly);
+            out.note = QStringLiteral("ended (exit %1) without reaching the target: %2")
+                           .arg(c.process().exitCode())
+                           .arg(QString::fromUtf8(log.readAll().right(300)).simplified());
+            return out;
+        }
+    }
+    out.note = QStringLiteral("not reached in %1 s (%2 epochs)").arg(maxSeconds).arg(out.epoch);
+    return out;
+}
+
+QString findDdpScript(const QString &given)
+{
+    if (!given.isEmpty())
+        return given;
+    const QString app = QCoreApplication::applicationDirPath();
+    const QStringList candidates{app + QStringLiteral("/../../../bench/ddp_fashion.py"),
+                                 QDir::currentPath() + QStringLiteral("/bench/ddp_fashion.py")};
+    for (const QString &candidate : candidates)
+        if (QFileInfo::exists(candidate))
+            return QFileInfo(candidate).canonicalFilePath();
+    return {};
+}
+
+void printSpread(const char *label, const std::vector<double> &v, const char *unit, double scale)
+{
+    const Spread s = spread(v);
+    std::printf("  %-34s min %9.3f  median %9.3f  max %9.3f %s\n", label, s.min * scale, s.median * scale,
+                s.max * scale, unit);
+}
+
+} // namespace
+
+int benchTrainerPeers(const QCommandLineParser &parser)
+{
+    TrainerBenchConfig config;
+    config.dataDir = parser.value(QStringLiteral("data"));
+    config.samples = std::max(64, parser.value(QStringLiteral("samples")).toInt());
+    config.threads = std::max(1, parser.value(QStringLiteral("threads")).toInt());
+    config.repeats = std::max(1, parser.value(QStringLiteral("repeats")).toInt());
+    std::printf("Trainer: the cnn on %d Fashion-MNIST samples, batch %d, %d thread(s), %d repeats, alternating\n",
+                config.samples, config.batchSize, config.threads, config.repeats);
+    std::fflush(stdout);
+    auto rates = benchTrainer(config);
+    if (!rates) {
+        std::fprintf(stderr, "flotilla bench trainer: %s\n", rates.error().toUtf8().constData());
+        return ExitFailure;
+    }
+    printSpread("Flotilla trainer (samples/s)", rates->flotilla, "", 1);
+    printSpread("bare LibTorch loop (samples/s)", rates->peer, "", 1);
+    std::vector<double> ratios;
+    for (std::size_t i = 0; i < rates->flotilla.size(); ++i)
+        ratios.push_back(rates->flotilla[i] / rates->peer[i]);
+    printSpread("ratio Flotilla / bare", ratios, "(target >= 0.97)", 1);
+    return ExitOk;
+}
+
+int benchAggregationPeers(const QCommandLineParser &parser)
+{
+    const qint64 parameters = std::max<qint64>(1000, parser.value(QStringLiteral("parameters")).toLongLong());
+    const int repeats = std::max(1, parser.value(QStringLiteral("repeats")).toInt());
+    std::printf("Aggregation: %lld float32 parameters (%.1f MB), one thread, best of 5 per repeat, %d repeats\n",
+                static_cast<long long>(parameters), double(parameters) * 4 / 1e6, repeats);
+    std::fflush(stdout);
+    const PairedRates times = benchAggregation(parameters, repeats, 5);
+    if (times.peer.empty()) {
+        std::fprintf(stderr, "flotilla bench aggregation: the copy did not copy\n");
+        return ExitFailure;
+    }
+    printSpread("VC-ASGD assimilation (ms)", times.flotilla, "", 1000);
+    printSpread("memcpy (ms)", times.peer, "", 1000);
+    std::vector<double> ratios;
+    for (std::size_t i = 0; i < times.flotilla.size(); ++i)
+        ratios.push_back(times.flotilla[i] / times.peer[i]);
+    printSpread("ratio assimilation / memcpy", ratios, "(target <= 1.5)", 1);
+    return ExitOk;
+}
+
+int benchBareLoop(const QCommandLineParser &parser)
+{
+    BareLoopConfig config;
+    config.dataDir = parser.value(QStringLiteral("data"));
+    config.epochs = std::max(1, parser.value(QStringLiteral("epochs")).toInt());
+    config.threads = std::max(1, parser.value(QStringLiteral("threads")).toInt());
+    config.trainLimit = std::max(0, parser.value(QStringLiteral("train-limit")).toInt());
+    QElapsedTimer timer;
+    timer.start();
+    auto done = runBareLoop(config, [&](int epoch, double accuracy) {
+        std::printf("{\"epoch\": %d, \"accuracy\": %.4f, \"seconds\": %.2f}\n", epoch, accuracy,
+                    double(timer.elapsed()) / 1000.0);
+        std::fflush(stdout);
+        return true;
+    });
+    if (!done) {
+        std::printf("{\"failed\": \"%s\"}\n", done.error().toUtf8().constData());
+        return ExitFailure;
+    }
+    return ExitOk;
+}
+
+int benchAccuracyPeers(const QCommandLineParser &parser)
+{
+    const double target = parser.value(QStringLiteral("target")).toDouble();
+    const int repeats = std::max(1, parser.value(QStringLiteral("repeats")).toInt());
+    const int epochs = std::max(1, parser.value(QStringLiteral("epochs")).toInt());
+    const double maxSeconds = std::max(10.0, parser.value(QStringLiteral("max-seconds")).toDouble());
+    const double preemptEvery = parser.value(QStringLiteral("preemption-every")).toDouble();
+    const int trainLimit = std::max(0, parser.value(QStringLiteral("train-limit")).toInt());
+    const QString python = parser.value(QStringLiteral("python"));
+    const QString script = findDdpScript(parser.value(QStringLiteral("ddp-script")));
+    if (script.isEmpty()) {
+        std::fprintf(stderr, "flotilla bench accuracy: cannot find bench/ddp_fashion.py; give --ddp-script\n");
+        return ExitUsage;
+    }
+    // The same model, batch, learning rate (constant) and data for everyone; 2 processes of
+    // one thread each on the workers' side; the single-process loop gets both threads.
+    const QString lr = QStringLiteral("0.03");
+    const QString batch = QStringLiteral("32");
+    const QStringList flotillaFlags{QStringLiteral("--workers"), QStringLiteral("2"), QStringLiteral("--threads"),
+                                    QStringLiteral("1"), QStringLiteral("--epochs"), QString::number(epochs),
+                                    QStringLiteral("--lr"), lr, QStringLiteral("--lr-schedule"),
+                                    QStringLiteral("constant"), QStringLiteral("--batch-size"), batch,
+                                    QStringLiteral("--model"), QStringLiteral("cnn"), QStringLiteral("--train-limit"),
+                                    QString::number(trainLimit), QStringLiteral("--rejoin-delay"), QStringLiteral("3")};
+    const QStringList ddpFlags{script, QStringLiteral("--processes"), QStringLiteral("2"), QStringLiteral("--threads"),
+                               QStringLiteral("1"), QStringLiteral("--epochs"), QString::number(epochs),
+                               QStringLiteral("--lr"), lr, QStringLiteral("--batch-size"), batch,
+                               QStringLiteral("--train-limit"), QString::number(trainLimit)};
+    const QStringList bareFlags{QStringLiteral("bench"), QStringLiteral("bare-loop"), QStringLiteral("--epochs"),
+                                QString::number(epochs), QStringLiteral("--threads"), QStringLiteral("2"),
+                                QStringLiteral("--train-limit"), QString::number(trainLimit)};
+
+    struct Entry
+    {
+        QString name;
+        std::function<Outcome(int)> run;
+        std::vector<double> seconds;
+        QStringList notes;
+    };
+    std::vector<Entry> entries;
+    entries.push_back({QStringLiteral("Flotilla, 2 worker processes"),
+                       [&](int) { return runFlotilla(flotillaFlags, 0, target, maxSeconds); }, {}, {}});
+    entries.push_back({QStringLiteral("PyTorch DDP, 2 processes (gloo)"),
+                       [&](int r) {
+                           return runLines(python, ddpFlags + QStringList{QStringLiteral("--port"),
+                                                                          QString::number(29600 + r * 7)},
+                                           target, maxSeconds);
+                       },
+                       {}, {}});
+    entries.push_back({QStringLiteral("LibTorch loop, 1 process"),
+                       [&](int) { return runLines(QCoreApplication::applicationFilePath(), bareFlags, target, maxSeconds); },
+                       {}, {}});
+    if (preemptEvery > 0) {
+        entries.push_back({QStringLiteral("Flotilla, SIGKILL every %1 s").arg(preemptEvery),
+                           [&](int) { return runFlotilla(flotillaFlags, preemptEvery, target, maxSeconds); }, {}, {}});
+        entries.push_back({QStringLiteral("PyTorch DDP, a rank SIGKILLed at %1 s").arg(preemptEvery),
+                           [&](int r) {
+                               return runLines(python,
+                                               ddpFlags + QStringList{QStringLiteral("--port"),
+                                                                      QString::number(29700 + r * 7),
+                                                                      QStringLiteral("--kill-rank-after"),
+                                                                      QString::number(preemptEvery)},
+                                               target, maxSeconds);
+                           },
+                           {}, {}});
+    }
+
+    std::printf("Time to %.1f%% test accuracy on Fashion-MNIST (%s training samples), the cnn, batch %s, lr %s "
+                "constant, SGD momentum 0.9; %d repeats, the contenders alternating\n",
+                target * 100, trainLimit > 0 ? QByteArray::number(trainLimit).constData() : "60000",
+                batch.toUtf8().constData(), lr.toUtf8().constData(), repeats);
+    std::fflush(stdout);
+    for (int r = 0; r < repeats; ++r) {
+        for (std::size_t k = 0; k < entries.size(); ++k) {
+            Entry &e = entries[(k + std::size_t(r)) % entries.size()]; // a different one goes first each round
+            const Outcome o = e.run(r);
+            if (o.seconds >= 0) {
+                e.seconds.push_back(o.seconds);
+                std::printf("  [%d] %-40s %6.1f s (epoch %d)\n", r + 1, e.name.toUtf8().constData(), o.seconds, o.epoch);
+            } else {
+                e.notes << o.note;
+                std::printf("  [%d] %-40s %s\n", r + 1, e.name.toUtf8().constData(), o.note.toUtf8().constData());
+            }
+            std::fflush(stdout);
+        }
+    }
+    std::printf("\nSeconds to %.1f%%:\n", target * 100);
+    for (const Entry &e : entries) {
+        if (e.seconds.empty()) {
+            std::printf("  %-40s never reached it (%s)\n", e.name.toUtf8().constData(),
+                        e.notes.value(0).toUtf8().constData());
+            continue;
+        }
+        const Spread s = spread(e.seconds);
+        std::printf("  %-40s min %6.1f  median %6.1f  max %6.1f  (%zu of %d runs reached it)\n",
+                    e.name.toUtf8().constData(), s.min, s.median, s.max, e.seconds.size(), repeats);
+    }
+    const auto median = [&](std::size_t i) { return spread(entries[i].seconds).median; };
+    if (!entries[0].seconds.empty() && !entries[1].seconds.empty())
+        std::printf("  ratio Flotilla / DDP (medians)            %.2f  (target <= 0.8)\n", median(0) / median(1));
+    if (!entries[0].seconds.empty() && !entries[2].seconds.empty())
+        std::printf("  ratio Flotilla / single-process loop      %.2f\n", median(0) / median(2));
+    if (preemptEvery > 0 && !entries[0].seconds.empty() && !entries[3].seconds.empty())
+        std::printf("  ratio Flotilla with kills / without       %.2f  (target <= 1.25)\n", median(3) / median(0));
+    return ExitOk;
+}
+
+} // namespace flotilla

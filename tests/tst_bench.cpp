@@ -1,0 +1,111 @@
+// Every benchmark of `flotilla bench` runs on a tiny size and prints well-formed figures.
+// (The figures themselves are measured with the commands in docs/benchmarks.md, never here.)
+#include "TestSupport.h"
+
+#include <QRegularExpression>
+#include <QtTest>
+
+namespace {
+
+struct Run
+{
+    int exitCode = -1;
+    QString output;
+};
+
+Run bench(const QStringList &arguments, int timeoutMs = 240000)
+{
+    QProcess p;
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    p.start(flotilla::test::flotillaBinary(), QStringList{QStringLiteral("bench")} + arguments);
+    if (!p.waitForFinished(timeoutMs))
+        p.kill();
+    return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAll())};
+}
+
+// "label ... min A  median B  max C": the three numbers, which must be ordered and positive.
+QVector<double> spreadOf(const QString &output, const QString &label)
+{
+    const QRegularExpression row(QRegularExpression::escape(label)
+                                 + QStringLiteral(".*min\\s+([0-9.]+)\\s+median\\s+([0-9.]+)\\s+max\\s+([0-9.]+)"));
+    const auto m = row.match(output);
+    if (!m.hasMatch())
+        return {};
+    return {m.captured(1).toDouble(), m.captured(2).toDouble(), m.captured(3).toDouble()};
+}
+
+bool wellFormed(const QVector<double> &s)
+{
+    return s.size() == 3 && s[0] > 0 && s[0] <= s[1] && s[1] <= s[2];
+}
+
+} // namespace
+
+class TestBench : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void trainerAgainstABareLoop()
+    {
+        const Run r = bench({QStringLiteral("trainer"), QStringLiteral("--samples"), QStringLiteral("256"),
+                             QStringLiteral("--repeats"), QStringLiteral("2")});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.output));
+        QVERIFY2(wellFormed(spreadOf(r.output, QStringLiteral("Flotilla trainer"))), qPrintable(r.output));
+        QVERIFY2(wellFormed(spreadOf(r.output, QStringLiteral("bare LibTorch loop"))), qPrintable(r.output));
+        QVERIFY2(wellFormed(spreadOf(r.output, QStringLiteral("ratio Flotilla / bare"))), qPrintable(r.output));
+    }
+
+    void aggregationAgainstMemcpy()
+    {
+        const Run r = bench({QStringLiteral("aggregation"), QStringLiteral("--parameters"), QStringLiteral("200000"),
+                             QStringLiteral("--repeats"), QStringLiteral("3")});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.output));
+        QVERIFY2(r.output.contains(QStringLiteral("200000 float32 parameters")), qPrintable(r.output));
+        QVERIFY2(wellFormed(spreadOf(r.output, QStringLiteral("VC-ASGD assimilation"))), qPrintable(r.output));
+        QVERIFY2(wellFormed(spreadOf(r.output, QStringLiteral("memcpy"))), qPrintable(r.output));
+        QVERIFY2(wellFormed(spreadOf(r.output, QStringLiteral("ratio assimilation / memcpy"))), qPrintable(r.output));
+    }
+
+    void transferAgainstTheCipher()
+    {
+        const Run r = bench({QStringLiteral("transfer"), QStringLiteral("--megabytes"), QStringLiteral("4"),
+                             QStringLiteral("--repeats"), QStringLiteral("2")});
+        QVERIFY2(r.exitCode == 0, qPrintable(r.output));
+        QVERIFY2(r.output.contains(QRegularExpression(QStringLiteral("median \\d+"))), qPrintable(r.output));
+        QVERIFY2(r.output.contains(QStringLiteral("ratio (median)")), qPrintable(r.output));
+    }
+
+    void timeToAccuracyAgainstDdp()
+    {
+        // A low target on a small training set: every contender must reach it, with and
+        // without SIGKILLs; DDP's killed run must report that it failed.
+        const Run r = bench({QStringLiteral("accuracy"), QStringLiteral("--train-limit"), QStringLiteral("2000"),
+                             QStringLiteral("--target"), QStringLiteral("0.4"), QStringLiteral("--epochs"),
+                             QStringLiteral("4"), QStringLiteral("--repeats"), QStringLiteral("1"),
+                             QStringLiteral("--max-seconds"), QStringLiteral("120"), QStringLiteral("--preemption-every"),
+                             QStringLiteral("3"), QStringLiteral("--python"), QStringLiteral(FLOTILLA_PYTHON),
+                             QStringLiteral("--ddp-script"), QStringLiteral(FLOTILLA_SOURCE_DIR "/bench/ddp_fashion.py")},
+                            400000);
+        QVERIFY2(r.exitCode == 0, qPrintable(r.output));
+        for (const char *who : {"Flotilla, 2 worker processes", "PyTorch DDP, 2 processes (gloo)",
+                                "LibTorch loop, 1 process"})
+            QVERIFY2(wellFormed(spreadOf(r.output, QString::fromLatin1(who))), qPrintable(r.output));
+        QVERIFY2(r.output.contains(QRegularExpression(QStringLiteral("ratio Flotilla / DDP \\(medians\\)\\s+[0-9.]+"))),
+                 qPrintable(r.output));
+        // The killed DDP run either failed (a rank gone) or finished before the kill; both are
+        // reported, neither is silently counted.
+        QVERIFY2(r.output.contains(QRegularExpression(QStringLiteral("a rank SIGKILLed at 3 s\\s+(failed|never|min)"))),
+                 qPrintable(r.output));
+    }
+
+    void unknownBenchmarkIsAUsageError()
+    {
+        const Run r = bench({QStringLiteral("nonsense")});
+        QVERIFY(r.exitCode != 0);
+        QVERIFY2(r.output.contains(QStringLiteral("name one benchmark")), qPrintable(r.output));
+    }
+};
+
+QTEST_GUILESS_MAIN(TestBench)
+#include "tst_bench.moc"
