@@ -3,6 +3,7 @@
 // loopback and compares the rate with what `openssl speed` gets from the same cipher on this
 // machine; the others are in BenchPeers.cpp and BenchScale.cpp.
 #include "BenchPeers.h"
+#include "BenchScale.h"
 #include "CommandLine.h"
 #include "JobOptions.h"
 #include "NetworkCommands.h"
@@ -171,6 +172,8 @@ int benchTransfer(int megabytes, int repeats)
 
 int runBenchCommand(const QStringList &arguments)
 {
+    if (arguments.value(1) == QLatin1String("scale"))
+        return runBenchScale(arguments.mid(1));
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral(
         "Benchmarks against a peer run in the same invocation, alternating, with min/median/max over repeats.\n"
@@ -179,10 +182,11 @@ int runBenchCommand(const QStringList &arguments)
         "  transfer     weights over Flotilla's TLS connection vs openssl speed -evp aes-128-gcm (16 KiB blocks)\n"
         "  accuracy     time to a test accuracy on Fashion-MNIST: Flotilla (2 worker processes) vs PyTorch DDP\n"
         "               (2 processes, gloo) vs a single-process LibTorch loop; --preemption-every adds runs\n"
-        "               with workers SIGKILLed"));
+        "               with workers SIGKILLed\n"
+        "  scale        K simulated workers over TLS against one coordinator (flotilla bench scale --help)"));
     parser.addHelpOption();
     parser.addPositionalArgument(QStringLiteral("benchmark"),
-                                 QStringLiteral("trainer, aggregation, transfer or accuracy."));
+                                 QStringLiteral("trainer, aggregation, transfer, accuracy or scale."));
     parser.addOptions({
         {QStringLiteral("repeats"), QStringLiteral("Repetitions (min, median and max are reported)."),
          QStringLiteral("n"), QStringLiteral("5")},
@@ -228,7 +232,7 @@ int runBenchCommand(const QStringList &arguments)
         if (which == QLatin1String("bare-loop"))
             return benchBareLoop(parser);
     }
-    std::fprintf(stderr, "flotilla bench: name one benchmark: trainer, aggregation, transfer or accuracy\n");
+    std::fprintf(stderr, "flotilla bench: name one benchmark: trainer, aggregation, transfer, accuracy or scale\n");
     return ExitUsage;
 }
 
