@@ -27,6 +27,7 @@ const Command kCommands[] = {
     {"revoke", "Revoke a worker's certificate.", runRevokeCommand},
     {"demo", "A coordinator and worker processes on this machine, with random SIGKILLs.", runDemoCommand},
     {"bench", "Benchmarks against a peer run in the same invocation (transfer).", runBenchCommand},
+    {"simulate", "Simulate a fleet of up to 100,000 unreliable workers and compare the rules.", runSimulateCommand},
 };
 
 QString usage()

@@ -159,6 +159,10 @@ StartupMode startupMode(int argc, char **argv)
         return StartupMode::ControlCenter;
     if (std::strcmp(argv[1], "--join") == 0)
         return StartupMode::WorkerWindow;
+    if (std::strcmp(argv[1], "simulate") == 0)
+        for (int i = 2; i < argc; ++i)
+            if (std::strncmp(argv[i], "--charts", 8) == 0)
+                return StartupMode::CommandLineDrawing;
     return StartupMode::CommandLine;
 }
 

@@ -7,7 +7,9 @@
 
 namespace flotilla {
 
-enum class StartupMode { CommandLine, ControlCenter, WorkerWindow, HeadlessDefault };
+// CommandLineDrawing: a command that draws charts (simulate --charts) and so needs a
+// QApplication, offscreen where there is no display.
+enum class StartupMode { CommandLine, CommandLineDrawing, ControlCenter, WorkerWindow, HeadlessDefault };
 
 // What to run for these arguments: the window modes only when a display is there.
 StartupMode startupMode(int argc, char **argv);

@@ -14,5 +14,6 @@ int runTokenCommand(const QStringList &arguments);
 int runRevokeCommand(const QStringList &arguments);
 int runDemoCommand(const QStringList &arguments);
 int runBenchCommand(const QStringList &arguments);
+int runSimulateCommand(const QStringList &arguments);
 
 } // namespace flotilla

@@ -19,6 +19,12 @@ int main(int argc, char *argv[])
         QApplication app(argc, argv);
         return mode == StartupMode::ControlCenter ? runControlCenter(app.arguments()) : runWorkerWindow(app.arguments());
     }
+    if (mode == StartupMode::CommandLineDrawing) {
+        if (!displayAvailable())
+            qputenv("QT_QPA_PLATFORM", "offscreen");
+        QApplication app(argc, argv);
+        return runCommandLine(app.arguments());
+    }
     QCoreApplication app(argc, argv);
     if (mode == StartupMode::HeadlessDefault) {
         std::fprintf(stderr, "flotilla: no display: training the default job headless (flotilla --help for more)\n");

@@ -687,7 +687,11 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     const qint64 fullShardWork = m_spec.training.localSteps > 0
                                      ? qint64(m_spec.training.localSteps) * m_spec.training.batchSize
                                      : qint64(m_spec.training.localEpochs) * m_scheduler->shardSize(subtask.shard);
-    contribution.credit = std::clamp(double(result.sampleSteps) / double(fullShardWork), 1e-6, 1.0);
+    // A late result may have trained more positions than its subtask still names (the subtask
+    // was split when its lease expired): only the share it covers is credited.
+    const double countedShare = result.covered > covered ? double(covered) / double(result.covered) : 1.0;
+    contribution.credit =
+        std::clamp(double(result.sampleSteps) * countedShare / double(fullShardWork), 1e-6, 1.0);
     if (m_rule->needsBase()) {
         auto base = baseWeights(lease);
         if (!base) {

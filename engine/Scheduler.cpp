@@ -1,6 +1,7 @@
 #include "Scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace flotilla {
 
@@ -48,6 +49,10 @@ void Scheduler::restore(const std::vector<Subtask> &subtasks, const std::vector<
     m_leases.clear();
     m_queue.clear();
     m_openByEpoch.clear();
+    m_activeByDeadline.clear();
+    m_activeByWorker.clear();
+    m_activeBySubtask.clear();
+    m_activeBaseSeqs.clear();
     m_openedEpochs = 0;
     for (const auto &s : subtasks) {
         m_subtasks[s.id] = s;
@@ -61,6 +66,8 @@ void Scheduler::restore(const std::vector<Subtask> &subtasks, const std::vector<
     }
     for (const auto &l : leases) {
         m_leases[l.id] = l;
+        if (l.state == LeaseState::Active)
+            indexActive(l);
         m_nextLeaseId = std::max(m_nextLeaseId, l.id + 1);
         if (const auto it = m_subtasks.find(l.subtaskId); it != m_subtasks.end())
             ++it->second.attempts;
@@ -70,10 +77,8 @@ void Scheduler::restore(const std::vector<Subtask> &subtasks, const std::vector<
     for (auto &[id, s] : m_subtasks) {
         if (s.state != SubtaskState::Leased)
             continue;
-        const bool held = std::any_of(m_leases.begin(), m_leases.end(), [&](const auto &entry) {
-            return entry.second.subtaskId == id && entry.second.state == LeaseState::Active;
-        });
-        if (!held)
+        const auto held = m_activeBySubtask.find(id);
+        if (held == m_activeBySubtask.end() || held->second.empty())
             requeue(s);
     }
     m_epochsDone = 0;
@@ -147,9 +152,8 @@ SchedulerChanges Scheduler::openEpochs()
                 // One epoch ahead at most, and only once the latest one has nothing queued.
                 if (latest - m_epochsDone >= 1)
                     break;
-                const bool queued = std::any_of(m_queue.begin(), m_queue.end(),
-                                                [&](const auto &q) { return q.first == latest; });
-                if (queued)
+                const auto queued = m_queue.lower_bound({latest, std::numeric_limits<qint64>::min()});
+                if (queued != m_queue.end() && queued->first == latest)
                     break;
             }
         }
@@ -188,6 +192,7 @@ std::optional<Scheduler::Grant> Scheduler::grant(qint64 workerId, qint64 baseSeq
     lease.issuedMs = m_clock->nowMs();
     lease.deadlineMs = lease.issuedMs + durationMs;
     m_leases[lease.id] = lease;
+    indexActive(lease);
 
     g.lease = lease;
     g.subtask = s;
@@ -237,8 +242,35 @@ Scheduler::Check Scheduler::check(qint64 leaseId) const
     return c;
 }
 
+void Scheduler::indexActive(const Lease &lease)
+{
+    m_activeByDeadline.insert({lease.deadlineMs, lease.id});
+    m_activeByWorker[lease.workerId].insert(lease.id);
+    m_activeBySubtask[lease.subtaskId].insert(lease.id);
+    m_activeBaseSeqs.insert(lease.baseSeq);
+}
+
+void Scheduler::unindexActive(const Lease &lease)
+{
+    m_activeByDeadline.erase({lease.deadlineMs, lease.id});
+    const auto eraseFrom = [&](std::map<qint64, std::set<qint64>> &index, qint64 key) {
+        const auto it = index.find(key);
+        if (it == index.end())
+            return;
+        it->second.erase(lease.id);
+        if (it->second.empty())
+            index.erase(it);
+    };
+    eraseFrom(m_activeByWorker, lease.workerId);
+    eraseFrom(m_activeBySubtask, lease.subtaskId);
+    if (const auto it = m_activeBaseSeqs.find(lease.baseSeq); it != m_activeBaseSeqs.end())
+        m_activeBaseSeqs.erase(it);
+}
+
 void Scheduler::endLease(Lease &lease, LeaseState state, SchedulerChanges &changes)
 {
+    if (lease.state == LeaseState::Active && state != LeaseState::Active)
+        unindexActive(lease);
     lease.state = state;
     lease.endedMs = m_clock->nowMs();
     changes.add(lease);
@@ -259,9 +291,11 @@ SchedulerChanges Scheduler::complete(qint64 leaseId, qint64 covered, qint64 seq)
         lease.state = LeaseState::Completed;
         changes.add(lease);
     }
-    for (auto &[id, other] : m_leases)
-        if (other.subtaskId == s.id && other.state == LeaseState::Active)
-            endLease(other, LeaseState::Superseded, changes);
+    if (const auto others = m_activeBySubtask.find(s.id); others != m_activeBySubtask.end()) {
+        const std::set<qint64> ids = others->second; // endLease() edits the index
+        for (const qint64 id : ids)
+            endLease(m_leases.at(id), LeaseState::Superseded, changes);
+    }
 
     if (wasQueued)
         m_queue.erase({s.epoch, s.id});
@@ -303,9 +337,12 @@ SchedulerChanges Scheduler::expire()
 {
     SchedulerChanges changes;
     const qint64 now = m_clock->nowMs();
-    for (auto &[id, lease] : m_leases) {
-        if (lease.state != LeaseState::Active || lease.deadlineMs > now)
-            continue;
+    // In lease id order, as a scan of all leases would find them.
+    std::vector<qint64> due;
+    for (auto it = m_activeByDeadline.begin(); it != m_activeByDeadline.end() && it->first <= now; ++it)
+        due.push_back(it->second);
+    std::sort(due.begin(), due.end());
+    for (const qint64 id : due) {
         const SchedulerChanges one = drop(id, LeaseState::Expired);
         changes.subtasks.insert(changes.subtasks.end(), one.subtasks.begin(), one.subtasks.end());
         changes.leases.insert(changes.leases.end(), one.leases.begin(), one.leases.end());
@@ -316,9 +353,11 @@ SchedulerChanges Scheduler::expire()
 SchedulerChanges Scheduler::workerLost(qint64 workerId)
 {
     SchedulerChanges changes;
-    for (auto &[id, lease] : m_leases) {
-        if (lease.workerId != workerId || lease.state != LeaseState::Active)
-            continue;
+    const auto held = m_activeByWorker.find(workerId);
+    if (held == m_activeByWorker.end())
+        return changes;
+    const std::set<qint64> ids = held->second; // drop() edits the index
+    for (const qint64 id : ids) {
         const SchedulerChanges one = drop(id, LeaseState::Lost);
         changes.subtasks.insert(changes.subtasks.end(), one.subtasks.begin(), one.subtasks.end());
         changes.leases.insert(changes.leases.end(), one.leases.begin(), one.leases.end());
@@ -342,19 +381,24 @@ void Scheduler::advanceDoneEpochs()
 
 std::vector<Lease> Scheduler::activeLeases() const
 {
+    std::vector<qint64> ids;
+    ids.reserve(m_activeByDeadline.size());
+    for (const auto &[deadline, id] : m_activeByDeadline)
+        ids.push_back(id);
+    std::sort(ids.begin(), ids.end());
     std::vector<Lease> out;
-    for (const auto &[id, lease] : m_leases)
-        if (lease.state == LeaseState::Active)
-            out.push_back(lease);
+    out.reserve(ids.size());
+    for (const qint64 id : ids)
+        out.push_back(m_leases.at(id));
     return out;
 }
 
 std::optional<Lease> Scheduler::activeLeaseOf(qint64 workerId) const
 {
-    for (const auto &[id, lease] : m_leases)
-        if (lease.workerId == workerId && lease.state == LeaseState::Active)
-            return lease;
-    return std::nullopt;
+    const auto held = m_activeByWorker.find(workerId);
+    if (held == m_activeByWorker.end() || held->second.empty())
+        return std::nullopt;
+    return m_leases.at(*held->second.begin());
 }
 
 const Subtask *Scheduler::subtask(qint64 id) const
@@ -365,17 +409,12 @@ const Subtask *Scheduler::subtask(qint64 id) const
 
 int Scheduler::activeLeaseCount() const
 {
-    return static_cast<int>(std::count_if(m_leases.begin(), m_leases.end(),
-                                          [](const auto &e) { return e.second.state == LeaseState::Active; }));
+    return static_cast<int>(m_activeByDeadline.size());
 }
 
 qint64 Scheduler::oldestActiveBaseSeq() const
 {
-    qint64 oldest = -1;
-    for (const auto &[id, lease] : m_leases)
-        if (lease.state == LeaseState::Active && (oldest < 0 || lease.baseSeq < oldest))
-            oldest = lease.baseSeq;
-    return oldest;
+    return m_activeBaseSeqs.empty() ? -1 : *m_activeBaseSeqs.begin();
 }
 
 } // namespace flotilla
