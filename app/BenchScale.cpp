@@ -895,8 +895,8 @@ int runBenchScale(const QStringList &arguments)
         {QStringLiteral("join-timeout"), QStringLiteral("Seconds allowed for all workers to join."), QStringLiteral("s"),
          QStringLiteral("600")},
         {QStringLiteral("coordinator-nofile"),
-         QStringLiteral("Soft limit of open files for the coordinator (default: the one this command started with; "
-                        "this command raises its own to the hard limit)."),
+         QStringLiteral("Cap the coordinator's limit of open files (soft and hard) at n, to see what a low limit "
+                        "does (default: none; every flotilla process raises its soft limit to the hard one)."),
          QStringLiteral("n")},
         {QStringLiteral("json"), QStringLiteral("Also write the results as JSON to this file."), QStringLiteral("file")},
         {QStringLiteral("keep"), QStringLiteral("Keep the coordinator's run directory here (else a temporary one)."),
@@ -957,11 +957,15 @@ int runBenchScale(const QStringList &arguments)
     serve.setStandardOutputFile(serveLog, QIODevice::Append);
     const long coordinatorNofile = settings.coordinatorNofile > 0 ? settings.coordinatorNofile : startNofile;
 #ifdef Q_OS_UNIX
-    serve.setChildProcessModifier([coordinatorNofile] {
-        // What the coordinator would get from the shell that started this command.
+    const bool capHard = settings.coordinatorNofile > 0;
+    serve.setChildProcessModifier([coordinatorNofile, capHard] {
+        // What the coordinator would get from the shell that started this command (which it
+        // raises to the hard limit itself); --coordinator-nofile caps the hard limit too.
         rlimit l{};
         if (coordinatorNofile > 0 && getrlimit(RLIMIT_NOFILE, &l) == 0) {
             l.rlim_cur = std::min<rlim_t>(rlim_t(coordinatorNofile), l.rlim_max);
+            if (capHard)
+                l.rlim_max = l.rlim_cur;
             setrlimit(RLIMIT_NOFILE, &l);
         }
     });

@@ -1,5 +1,6 @@
 #include "CommandLine.h"
 #include "GuiCommand.h"
+#include "ProcessSetup.h"
 
 #include <QApplication>
 #include <QCoreApplication>
@@ -9,6 +10,10 @@
 int main(int argc, char *argv[])
 {
     using namespace flotilla;
+    keepLargeBuffersForReuse();
+    if (const char *why = raiseOpenFileLimit(); *why)
+        std::fprintf(stderr, "flotilla: cannot raise the limit on open files (%s); a coordinator may refuse workers "
+                             "beyond about a thousand\n", why);
     const StartupMode mode = startupMode(argc, argv);
     if (mode == StartupMode::ControlCenter || mode == StartupMode::WorkerWindow) {
         if (!displayAvailable()) {

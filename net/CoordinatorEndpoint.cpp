@@ -233,7 +233,9 @@ void CoordinatorEndpoint::onEncrypted(qint64 id)
     const QByteArray fingerprint = cert.digest(QCryptographicHash::Sha256);
     auto record = m_trust.certificate(fingerprint);
     if (!record) {
-        drop(id, record.error(), true);
+        // The trust list could not be read (out of file handles, a lock held too long): the
+        // coordinator's trouble, not the worker's; it tries again later.
+        drop(id, QStringLiteral("cannot check the certificate now: %1").arg(record.error()), false, true);
         return;
     }
     if (!record->has_value()) {

@@ -223,6 +223,32 @@ private Q_SLOTS:
         QCOMPARE(totals->wastedSeconds, 0.0);
     }
 
+    void lateResultOfASplitSubtaskIsCreditedForWhatStillCounts()
+    {
+        // w1's lease expires; the subtask is split for slow w2 (it gets a piece of it, the rest
+        // is queued); w1's late result trained the whole range but now covers only the piece.
+        Fixture f;
+        f.spec.fleet.leaseTimeoutSeconds = 10;
+        f.spec.fleet.targetSubtaskSeconds = 1;
+        auto c = f.open();
+        const qint64 w1 = c->workerJoined(worker(QStringLiteral("first"))).value();
+        const qint64 w2 = c->workerJoined(worker(QStringLiteral("slow"))).value();
+        auto a = c->requestSubtask(w1);
+        const qint64 size = a->end - a->begin;
+        f.clock.advance(10'000);
+        c->tick();
+        c->reportSpeed(w2, 5.0);
+        auto b = c->requestSubtask(w2);
+        QCOMPARE(b->subtaskId, a->subtaskId);
+        const qint64 piece = b->end - b->begin;
+        QVERIFY2(piece < size, qPrintable(QStringLiteral("not split: %1 of %2").arg(piece).arg(size)));
+        QCOMPARE(c->submitResult(w1, fakeResult(*a)).status, SubmitStatus::Assimilated);
+        auto rows = c->store().assimilations(1);
+        QCOMPARE(rows->size(), std::size_t(1));
+        QCOMPARE(rows->front().coveredEnd, a->begin + piece);
+        QCOMPARE(rows->front().credit, double(piece) / double(size));
+    }
+
     void partialResultIsCreditedAndTheRemainderReassigned()
     {
         Fixture f;

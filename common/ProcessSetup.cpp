@@ -1,0 +1,47 @@
+#include "ProcessSetup.h"
+
+#include <QtGlobal>
+
+#include <algorithm>
+#include <cstdlib> // defines __GLIBC__ where the C library is glibc
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+#ifdef Q_OS_UNIX
+#include <sys/resource.h>
+#endif
+#ifdef Q_OS_MACOS
+#include <climits>
+#endif
+
+namespace flotilla {
+
+void keepLargeBuffersForReuse()
+{
+#if defined(__GLIBC__)
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    mallopt(M_TOP_PAD, 64 << 20);
+#endif
+}
+
+const char *raiseOpenFileLimit()
+{
+#ifdef Q_OS_UNIX
+    rlimit files{};
+    if (getrlimit(RLIMIT_NOFILE, &files) != 0)
+        return "getrlimit(RLIMIT_NOFILE) failed";
+    if (files.rlim_cur >= files.rlim_max)
+        return "";
+    files.rlim_cur = files.rlim_max;
+#ifdef Q_OS_MACOS
+    files.rlim_cur = std::min<rlim_t>(files.rlim_cur, OPEN_MAX);
+#endif
+    if (setrlimit(RLIMIT_NOFILE, &files) != 0)
+        return "setrlimit(RLIMIT_NOFILE) failed";
+#endif
+    return "";
+}
+
+} // namespace flotilla
