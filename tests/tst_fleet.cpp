@@ -1,13 +1,12 @@
 // A fleet of real processes on loopback with real TLS: a coordinator (`flotilla serve`) and
 // three workers (`flotilla worker --join`). One worker is SIGKILLed while it holds a lease,
 // the coordinator is SIGKILLed once and started again; the job must still finish with every
-// shard of every epoch assimilated exactly once. And a worker that gets SIGTERM (a
-// preemption notice) hands in a partial result that is credited.
+// shard of every epoch assimilated exactly once. A worker that gets SIGTERM (a preemption
+// notice), or hears of its preemption from a (fake) cloud metadata service, hands in a
+// partial result that is credited.
 #include "FakeMetadata.h"
 #include "TestSupport.h"
 
-#include <QRandomGenerator>
-#include <QRegularExpression>
 #include <QTcpServer>
 #include <QtTest>
 
