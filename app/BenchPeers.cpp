@@ -298,6 +298,10 @@ int benchAccuracyPeers(const QCommandLineParser &parser)
                                 QString::number(epochs), QStringLiteral("--threads"), QStringLiteral("2"),
                                 QStringLiteral("--train-limit"), QString::number(trainLimit)};
 
+    // DDP's rendezvous ports: below the ephemeral range, different for each invocation so that
+    // two benchmarks (or two test runs) on one machine do not meet.
+    const int portBase = 10000 + int(QCoreApplication::applicationPid() % 20000);
+
     struct Entry
     {
         QString name;
@@ -311,7 +315,7 @@ int benchAccuracyPeers(const QCommandLineParser &parser)
     entries.push_back({QStringLiteral("PyTorch DDP, 2 processes (gloo)"),
                        [&](int r) {
                            return runLines(python, ddpFlags + QStringList{QStringLiteral("--port"),
-                                                                          QString::number(29600 + r * 7)},
+                                                                          QString::number(portBase + r * 7)},
                                            target, maxSeconds);
                        },
                        {}, {}});
@@ -325,7 +329,7 @@ int benchAccuracyPeers(const QCommandLineParser &parser)
                            [&](int r) {
                                return runLines(python,
                                                ddpFlags + QStringList{QStringLiteral("--port"),
-                                                                      QString::number(29700 + r * 7),
+                                                                      QString::number(portBase + 3 + r * 7),
                                                                       QStringLiteral("--kill-rank-after"),
                                                                       QString::number(preemptEvery)},
                                                target, maxSeconds);
