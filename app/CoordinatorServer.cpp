@@ -8,6 +8,7 @@
 #include <QCryptographicHash>
 #include <QFile>
 #include <QJsonDocument>
+#include <QRandomGenerator>
 
 namespace flotilla {
 
@@ -199,9 +200,11 @@ void CoordinatorServer::assign(qint64 connectionId, const Session &session, cons
     Q_UNUSED(request);
     std::optional<Assignment> a = m_service->callRequest(session.workerId);
     if (!a) {
-        const JobProgress p = m_service->callProgress();
+        // Jittered, so that idle workers at an epoch's end do not all ask again at once.
+        const int retryMs = 250 + int(QRandomGenerator::global()->bounded(500));
         m_endpoint->send(connectionId, MessageType::NoWork,
-                         QCborMap{{QStringLiteral("retry_ms"), 500}, {QStringLiteral("finished"), p.finished}});
+                         QCborMap{{QStringLiteral("retry_ms"), retryMs},
+                                  {QStringLiteral("finished"), m_service->callFinished()}});
         return;
     }
     const TrainConfig &c = a->config;

@@ -199,6 +199,11 @@ JobProgress CoordinatorService::callProgress()
     return blocking([&] { return m_coordinator ? m_coordinator->progress() : JobProgress{}; });
 }
 
+bool CoordinatorService::callFinished()
+{
+    return blocking([&] { return m_coordinator && m_coordinator->finished(); });
+}
+
 void CoordinatorService::withCoordinator(const std::function<void(Coordinator &)> &f)
 {
     blocking([&] {

@@ -37,6 +37,8 @@ public:
     void callRecordEvent(const QString &kind, qint64 workerId, const QString &detail);
     void callReportSpeed(qint64 workerId, double samplesPerSecond);
     JobProgress callProgress();
+    // Whether the job is over; cheap (progress() also sums the cost ledger in the store).
+    bool callFinished();
 
     // Runs f on the service's thread with the coordinator and waits for it.
     void withCoordinator(const std::function<void(Coordinator &)> &f);
