@@ -534,23 +534,12 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
     if (auto held = m_scheduler->activeLeaseOf(workerId))
         handleChanges(m_scheduler->handBack(held->id), QStringLiteral("the worker asked for new work instead"));
 
-    // Heterogeneous fleets: a worker whose speed is known gets about targetSubtaskSeconds of
-    // work and a deadline that follows its speed; an unknown one gets whole shards and the
-    // longest lease.
-    const FleetSpec &fleet = m_spec.fleet;
-    const TrainingSpec &training = m_spec.training;
-    const double speed = worker.samplesPerSecond;
-    qint64 maxPositions = 0;
-    if (speed > 0 && fleet.targetSubtaskSeconds > 0 && training.localSteps == 0)
-        maxPositions = std::max<qint64>(training.batchSize,
-                                        qint64(speed * fleet.targetSubtaskSeconds / training.localEpochs));
-    qint64 durationMs = static_cast<qint64>(fleet.leaseTimeoutSeconds * 1000.0);
-    if (speed > 0) {
-        const qint64 largest = maxPositions > 0 ? maxPositions : m_data->plan.shardSize(0) + 1;
-        const double expectedSeconds = double(largest) * training.localEpochs / speed;
-        durationMs = std::min<qint64>(durationMs, qint64((3.0 * expectedSeconds + 10.0) * 1000.0));
-    }
-    auto grant = m_scheduler->grant(workerId, m_seq, m_version, durationMs, maxPositions);
+    // Heterogeneous fleets: work and deadline follow the worker's measured speed (sizeLease).
+    const LeaseSizing sizing = sizeLease(worker.samplesPerSecond, m_spec.fleet.targetSubtaskSeconds,
+                                         m_spec.fleet.leaseTimeoutSeconds, m_spec.training.batchSize,
+                                         m_spec.training.localEpochs, m_spec.training.localSteps > 0,
+                                         m_data->plan.shardSize(0) + 1);
+    auto grant = m_scheduler->grant(workerId, m_seq, m_version, sizing.durationMs, sizing.maxPositions);
     if (!grant)
         return std::nullopt;
     if (auto r = persist(grant->changes); !r) {
@@ -687,11 +676,7 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     const qint64 fullShardWork = m_spec.training.localSteps > 0
                                      ? qint64(m_spec.training.localSteps) * m_spec.training.batchSize
                                      : qint64(m_spec.training.localEpochs) * m_scheduler->shardSize(subtask.shard);
-    // A late result may have trained more positions than its subtask still names (the subtask
-    // was split when its lease expired): only the share it covers is credited.
-    const double countedShare = result.covered > covered ? double(covered) / double(result.covered) : 1.0;
-    contribution.credit =
-        std::clamp(double(result.sampleSteps) * countedShare / double(fullShardWork), 1e-6, 1.0);
+    contribution.credit = resultCredit(result.sampleSteps, covered, result.covered, fullShardWork);
     if (m_rule->needsBase()) {
         auto base = baseWeights(lease);
         if (!base) {

@@ -417,4 +417,26 @@ qint64 Scheduler::oldestActiveBaseSeq() const
     return m_activeBaseSeqs.empty() ? -1 : *m_activeBaseSeqs.begin();
 }
 
+LeaseSizing sizeLease(double samplesPerSecond, double targetSubtaskSeconds, double leaseTimeoutSeconds,
+                      int batchSize, int localEpochs, bool byLocalSteps, qint64 largestSubtask)
+{
+    LeaseSizing sizing;
+    const double speed = samplesPerSecond;
+    if (speed > 0 && targetSubtaskSeconds > 0 && !byLocalSteps)
+        sizing.maxPositions = std::max<qint64>(batchSize, qint64(speed * targetSubtaskSeconds / localEpochs));
+    sizing.durationMs = qint64(leaseTimeoutSeconds * 1000.0);
+    if (speed > 0) {
+        const qint64 largest = sizing.maxPositions > 0 ? sizing.maxPositions : largestSubtask;
+        const double expectedSeconds = double(largest) * localEpochs / speed;
+        sizing.durationMs = std::min<qint64>(sizing.durationMs, qint64((3.0 * expectedSeconds + 10.0) * 1000.0));
+    }
+    return sizing;
+}
+
+double resultCredit(qint64 sampleSteps, qint64 covered, qint64 resultCovered, qint64 fullShardWork)
+{
+    const double countedShare = resultCovered > covered ? double(covered) / double(resultCovered) : 1.0;
+    return std::clamp(double(sampleSteps) * countedShare / double(std::max<qint64>(1, fullShardWork)), 1e-6, 1.0);
+}
+
 } // namespace flotilla

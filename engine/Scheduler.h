@@ -74,6 +74,23 @@ struct SchedulerChanges
     void add(const Lease &l) { leases.push_back(l); }
 };
 
+// The lease policy of heterogeneous fleets, shared by the coordinator and the simulator: a
+// worker whose speed is known gets about targetSubtaskSeconds of work (at least a batch) and
+// a deadline of three times its expected duration plus 10 s, capped by the lease timeout; an
+// unknown one (speed 0) gets whole subtasks and the lease timeout.
+struct LeaseSizing
+{
+    qint64 maxPositions = 0; // 0: no split
+    qint64 durationMs = 0;
+};
+LeaseSizing sizeLease(double samplesPerSecond, double targetSubtaskSeconds, double leaseTimeoutSeconds,
+                      int batchSize, int localEpochs, bool byLocalSteps, qint64 largestSubtask);
+
+// The credit of a result: the share of a full shard's work it did, counting only the
+// positions its subtask still names (a late result may have trained more, if the subtask was
+// split after its lease expired). Clamped to (0, 1].
+double resultCredit(qint64 sampleSteps, qint64 covered, qint64 resultCovered, qint64 fullShardWork);
+
 class Scheduler
 {
 public:

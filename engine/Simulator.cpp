@@ -487,20 +487,10 @@ private:
         Worker &worker = m_workers[std::size_t(w)];
         if (!worker.online || worker.warned || worker.leaseId || m_scheduler.finished())
             return;
-        // The coordinator's lease policy (Coordinator::requestSubtask): a worker whose speed
-        // is known gets about targetSubtaskSeconds of work and a deadline that follows it.
-        const double speed = worker.knownSpeed;
-        qint64 maxPositions = 0;
-        if (speed > 0 && m_config.targetSubtaskSeconds > 0)
-            maxPositions = std::max<qint64>(
-                m_config.batchSize, qint64(speed * m_config.targetSubtaskSeconds / m_config.localEpochs));
-        qint64 durationMs = qint64(m_config.leaseTimeoutSeconds * 1000.0);
-        if (speed > 0) {
-            const qint64 largest = maxPositions > 0 ? maxPositions : m_plan.shardSize(0) + 1;
-            const double expectedSeconds = double(largest) * m_config.localEpochs / speed;
-            durationMs = std::min<qint64>(durationMs, qint64((3.0 * expectedSeconds + 10.0) * 1000.0));
-        }
-        auto grant = m_scheduler.grant(w, m_seq, m_version, durationMs, maxPositions);
+        // The coordinator's lease policy.
+        const LeaseSizing sizing = sizeLease(worker.knownSpeed, m_config.targetSubtaskSeconds,
+            m_config.leaseTimeoutSeconds, m_config.batchSize, m_config.localEpochs, false, m_plan.shardSize(0) + 1);
+        auto grant = m_scheduler.grant(w, m_seq, m_version, sizing.durationMs, sizing.maxPositions);
         if (!grant) {
             if (!worker.idle) {
                 worker.idle = true;
@@ -658,12 +648,8 @@ private:
 
         Contribution c;
         c.staleness = m_version - check.lease.baseVersion;
-        // As the coordinator does: a late result whose subtask was split since is credited
-        // only for the share it still covers.
-        const double countedShare = worker.covered > covered ? double(covered) / double(worker.covered) : 1.0;
-        c.credit = std::clamp(double(worker.sampleSteps) * countedShare
-                                  / (double(m_config.localEpochs) * double(m_plan.shardSize(s.shard))),
-                              1e-6, 1.0);
+        c.credit = resultCredit(worker.sampleSteps, covered, worker.covered,
+            qint64(m_config.localEpochs) * m_plan.shardSize(s.shard));
         c.result = result;
         if (m_rule->needsBase())
             c.base = worker.base;

@@ -25,6 +25,39 @@ class TestScheduler : public QObject
     Q_OBJECT
 
 private Q_SLOTS:
+    void leasesFollowTheWorkersSpeed()
+    {
+        // Unknown speed: no split, the lease timeout.
+        LeaseSizing l = sizeLease(0, 60, 600, 32, 1, false, 2001);
+        QCOMPARE(l.maxPositions, qint64(0));
+        QCOMPARE(l.durationMs, qint64(600'000));
+        // 10 samples/s, 60 s wanted: 600 positions, 3 × 60 s + 10 s.
+        l = sizeLease(10, 60, 600, 32, 1, false, 2001);
+        QCOMPARE(l.maxPositions, qint64(600));
+        QCOMPARE(l.durationMs, qint64(190'000));
+        // Two local passes halve the positions; the deadline stays; a short timeout caps it.
+        l = sizeLease(10, 60, 120, 32, 2, false, 2001);
+        QCOMPARE(l.maxPositions, qint64(300));
+        QCOMPARE(l.durationMs, qint64(120'000));
+        // Never less than a batch; no split for jobs counted in local steps.
+        QCOMPARE(sizeLease(0.1, 60, 600, 32, 1, false, 2001).maxPositions, qint64(32));
+        l = sizeLease(10, 60, 600, 32, 1, true, 2001);
+        QCOMPARE(l.maxPositions, qint64(0));
+        QCOMPARE(l.durationMs, qint64(600'000)); // 2001 positions at 10/s: 3 × 200 s + 10 s > 600 s
+    }
+
+    void creditCountsOnlyWhatTheSubtaskStillNames()
+    {
+        QCOMPARE(resultCredit(40, 40, 40, 40), 1.0);
+        QCOMPARE(resultCredit(10, 10, 10, 40), 0.25);
+        // Trained 40 positions, but the subtask was cut to 10 after its lease expired.
+        QCOMPARE(resultCredit(40, 10, 40, 40), 0.25);
+        // Three local passes over 10 positions of a 40-sample shard.
+        QCOMPARE(resultCredit(30, 10, 10, 120), 0.25);
+        QCOMPARE(resultCredit(0, 0, 0, 40), 1e-6);
+        QCOMPARE(resultCredit(80, 40, 40, 40), 1.0);
+    }
+
     void grantsOneSubtaskPerShardInOrder()
     {
         FakeClock clock;
