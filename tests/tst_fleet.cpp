@@ -69,19 +69,15 @@ struct Fleet
     }
 };
 
-// Reads the coordinator's store while it runs (WAL lets a reader in beside the writer).
-qint64 assimilations(const QString &db)
+// Two shards of 12000 samples and one local pass: a subtask takes seconds, so a preemption
+// notice lands inside the pass and a remainder of the shard is left to queue again (a notice
+// in a later local pass would count the whole range as covered).
+QStringList onePassJob()
 {
-    if (!QFileInfo::exists(db))
-        return 0;
-    auto store = Store::open(db);
-    if (!store)
-        return 0;
-    auto job = (*store)->latestJob();
-    if (!job || !job->has_value())
-        return 0;
-    auto rows = (*store)->assimilations((*job)->id);
-    return rows ? qint64(rows->size()) : 0;
+    return {QStringLiteral("--train-limit"), QStringLiteral("24000"),  QStringLiteral("--test-limit"),
+            QStringLiteral("500"),           QStringLiteral("--epochs"), QStringLiteral("1"),
+            QStringLiteral("--shards"),      QStringLiteral("2"),      QStringLiteral("--local-epochs"),
+            QStringLiteral("1"),             QStringLiteral("--preempt-mean"), QStringLiteral("0")};
 }
 
 // Whether the coordinator has declared a worker gone for missed heartbeats.
@@ -158,15 +154,15 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(holdsLease(f.db(), QStringLiteral("w1")), 60000);
         workers[0]->kill();
         QVERIFY(workers[0]->waitForFinished(10000));
-        const qint64 atWorkerKill = assimilations(f.db());
+        const qint64 atWorkerKill = test::assimilations(f.db());
         // The coordinator notices by the missed heartbeats and hands the lease to another.
         QTRY_VERIFY_WITH_TIMEOUT(goneByHeartbeat(f.db()), 30000);
 
         // Kill the coordinator after some more progress, and start it again.
-        QTRY_VERIFY_WITH_TIMEOUT(assimilations(f.db()) >= atWorkerKill + 4, 120000);
+        QTRY_VERIFY_WITH_TIMEOUT(test::assimilations(f.db()) >= atWorkerKill + 4, 120000);
         serve->kill();
         QVERIFY(serve->waitForFinished(10000));
-        const qint64 atCoordinatorKill = assimilations(f.db());
+        const qint64 atCoordinatorKill = test::assimilations(f.db());
         qInfo("worker killed at %lld assimilations, coordinator at %lld", static_cast<long long>(atWorkerKill),
               static_cast<long long>(atCoordinatorKill));
         QVERIFY2(atCoordinatorKill < 72, "the job finished before the coordinator could be killed");
@@ -194,13 +190,7 @@ private Q_SLOTS:
     void preemptionNoticeHandsInAPartialResult()
     {
         Fleet f;
-        // Two shards of 12000 samples and one local pass: a subtask takes seconds, so the notice
-        // lands inside the pass and a remainder of the shard is left to queue again (a notice
-        // in a later local pass would count the whole range as covered).
-        auto serve = f.serve({QStringLiteral("--train-limit"), QStringLiteral("24000"), QStringLiteral("--test-limit"),
-                              QStringLiteral("500"), QStringLiteral("--epochs"), QStringLiteral("1"),
-                              QStringLiteral("--shards"), QStringLiteral("2"), QStringLiteral("--local-epochs"),
-                              QStringLiteral("1"), QStringLiteral("--preempt-mean"), QStringLiteral("0")});
+        auto serve = f.serve(onePassJob());
         QTRY_VERIFY_WITH_TIMEOUT(!f.token().isEmpty(), 60000);
         auto worker = f.worker(QStringLiteral("spot"));
         QTRY_VERIFY_WITH_TIMEOUT(f.log(QStringLiteral("spot")).contains(QStringLiteral("first subtask running")), 60000);
@@ -253,10 +243,7 @@ private Q_SLOTS:
             return {200, preempted ? "TRUE" : "FALSE"};
         };
         Fleet f;
-        auto serve = f.serve({QStringLiteral("--train-limit"), QStringLiteral("24000"), QStringLiteral("--test-limit"),
-                              QStringLiteral("500"), QStringLiteral("--epochs"), QStringLiteral("1"),
-                              QStringLiteral("--shards"), QStringLiteral("2"), QStringLiteral("--local-epochs"),
-                              QStringLiteral("1"), QStringLiteral("--preempt-mean"), QStringLiteral("0")});
+        auto serve = f.serve(onePassJob());
         QTRY_VERIFY_WITH_TIMEOUT(!f.token().isEmpty(), 60000);
         auto worker = f.worker(QStringLiteral("gce"),
                                {QStringLiteral("--preemption-watch"), QStringLiteral("gce"), QStringLiteral("--metadata-url"),

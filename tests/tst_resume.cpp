@@ -21,20 +21,6 @@ QStringList trainArguments(const QString &runDir)
             QStringLiteral("1"), QStringLiteral("--rejoin-delay"), QStringLiteral("0.3")};
 }
 
-qint64 assimilations(const QString &db)
-{
-    if (!QFileInfo::exists(db))
-        return 0;
-    auto store = Store::open(db);
-    if (!store)
-        return 0;
-    auto job = (*store)->latestJob();
-    if (!job || !job->has_value())
-        return 0;
-    auto rows = (*store)->assimilations((*job)->id);
-    return rows ? qint64(rows->size()) : 0;
-}
-
 } // namespace
 
 class TestResume : public QObject
@@ -59,21 +45,21 @@ private Q_SLOTS:
             p.setProcessChannelMode(QProcess::MergedChannels);
             p.start(test::flotillaBinary(), trainArguments(runDir));
             QVERIFY(p.waitForStarted());
-            const qint64 before = assimilations(db);
+            const qint64 before = test::assimilations(db);
             if (k == 0) {
                 QByteArray seen;
                 QTRY_VERIFY_WITH_TIMEOUT((seen += p.readAll()).contains("job '"), 60000);
                 QTest::qWait(int(random.bounded(200)));
             } else {
                 const qint64 target = before + 2 + qint64(random.bounded(6));
-                QTRY_VERIFY_WITH_TIMEOUT(assimilations(db) >= target || p.state() == QProcess::NotRunning, 60000);
+                QTRY_VERIFY_WITH_TIMEOUT(test::assimilations(db) >= target || p.state() == QProcess::NotRunning, 60000);
                 QTest::qWait(int(random.bounded(400)));
             }
             QVERIFY2(p.state() == QProcess::Running, "the job finished before it could be killed");
             p.kill(); // SIGKILL
             QVERIFY(p.waitForFinished(10000));
             QCOMPARE(p.exitStatus(), QProcess::CrashExit);
-            qInfo("kill %d at %lld assimilations", k + 1, static_cast<long long>(assimilations(db)));
+            qInfo("kill %d at %lld assimilations", k + 1, static_cast<long long>(test::assimilations(db)));
         }
 
         QProcess last;

@@ -128,6 +128,20 @@ QString verifyExactlyOnce(Store &store, const std::vector<qint64> &shardSizes, i
     return {};
 }
 
+qint64 assimilations(const QString &db)
+{
+    if (!QFileInfo::exists(db))
+        return 0;
+    auto store = Store::open(db);
+    if (!store)
+        return 0;
+    auto job = (*store)->latestJob();
+    if (!job || !job->has_value())
+        return 0;
+    auto rows = (*store)->assimilations((*job)->id);
+    return rows ? qint64(rows->size()) : 0;
+}
+
 QString flotillaBinary()
 {
     return QStringLiteral(FLOTILLA_BINARY);

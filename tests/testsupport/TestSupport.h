@@ -29,6 +29,10 @@ void writeFile(const QString &path, const QByteArray &bytes);
 // versions. Returns what is wrong, or an empty string.
 QString verifyExactlyOnce(Store &store, const std::vector<qint64> &shardSizes, int epochs);
 
+// Assimilations of the latest job in a store that may still be being written (WAL lets a
+// reader in beside the writer); 0 while there is no store or job yet.
+qint64 assimilations(const QString &db);
+
 QString flotillaBinary();
 QString python();
 // Fashion-MNIST's folder; tests that need it fail with a clear message when it is missing.
