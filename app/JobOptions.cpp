@@ -53,7 +53,7 @@ const Flag kFlags[] = {
     {"lr-schedule", "name", "Learning-rate schedule over epochs: constant, step or cosine."},
     {"seed", "n", "Seed of shards, sample orders, initial weights and simulated preemptions."},
     {"threads", "n", "LibTorch threads per worker."},
-    {"device", "name", "auto, cpu or cuda."},
+    {"device", "name", "auto, cpu, cuda or cuda:N (the N-th GPU)."},
     {"model", "kind", "Model: mlp, cnn, resnet, or torchscript (with --model-file)."},
     {"model-file", "file", "TorchScript model (.pt) made in Python with torch.jit.script(model).save(file)."},
     {"dropout", "p", "Dropout probability of the built-in models (0 = off)."},

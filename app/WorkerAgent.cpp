@@ -68,7 +68,7 @@ Result<void> WorkerAgent::start(const std::optional<net::JoinToken> &token)
         return device.takeError();
     m_client->start(QCborMap{{QStringLiteral("instance_type"), m_options.instanceType},
                              {QStringLiteral("price_class"), m_options.priceClass},
-                             {QStringLiteral("device"), device->is_cuda() ? QStringLiteral("cuda") : QStringLiteral("cpu")},
+                             {QStringLiteral("device"), deviceDescription(*device)},
                              {QStringLiteral("threads"), m_options.threads},
                              {QStringLiteral("samples_per_second"), m_speed}});
     m_heartbeat.start();

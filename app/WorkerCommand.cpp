@@ -34,7 +34,7 @@ int runWorkerCommand(const QStringList &arguments)
          QStringLiteral("dir"), defaultState},
         {QStringLiteral("name"), QStringLiteral("Name shown on the coordinator. Default: this machine's name."),
          QStringLiteral("name")},
-        {QStringLiteral("device"), QStringLiteral("auto, cpu or cuda."), QStringLiteral("name"), QStringLiteral("auto")},
+        {QStringLiteral("device"), QStringLiteral("auto, cpu, cuda or cuda:N (the N-th GPU)."), QStringLiteral("name"), QStringLiteral("auto")},
         {QStringLiteral("threads"), QStringLiteral("LibTorch threads for training."), QStringLiteral("n"),
          QStringLiteral("1")},
         {QStringLiteral("instance-type"), QStringLiteral("Instance type, for the coordinator's cost ledger."),

@@ -32,27 +32,73 @@ void mixInPlace(torch::Tensor &weights, const torch::Tensor &result, double m)
     weights.lerp_(result, m);
 }
 
+// The ranges of a flat buffer that hold parameters, buffers and counters.
+struct Ranges
+{
+    explicit Ranges(const WeightSegments &s) : m_segments(s) {}
+
+    bool onlyParameters() const { return m_segments.onlyParameters(); }
+    torch::Tensor parameters(const torch::Tensor &flat) const
+    {
+        return onlyParameters() ? flat : flat.narrow(0, 0, m_segments.parameterEnd);
+    }
+    torch::Tensor buffers(const torch::Tensor &flat) const
+    {
+        return flat.narrow(0, m_segments.parameterEnd, m_segments.bufferEnd - m_segments.parameterEnd);
+    }
+    // Parameters and buffers together: what convex rules treat alike.
+    torch::Tensor floating(const torch::Tensor &flat) const
+    {
+        return onlyParameters() ? flat : flat.narrow(0, 0, m_segments.bufferEnd);
+    }
+    torch::Tensor counters(const torch::Tensor &flat) const
+    {
+        return flat.narrow(0, m_segments.bufferEnd, m_segments.total - m_segments.bufferEnd);
+    }
+    bool hasBuffers() const { return !onlyParameters() && m_segments.bufferEnd > m_segments.parameterEnd; }
+    bool hasCounters() const { return !onlyParameters() && m_segments.total > m_segments.bufferEnd; }
+
+    // A counter counts what the longest line of training behind the global model has seen.
+    void foldCounters(torch::Tensor &weights, const torch::Tensor &result) const
+    {
+        if (!hasCounters())
+            return;
+        torch::Tensor global = counters(weights);
+        global.copy_(torch::maximum(global, counters(result)));
+    }
+
+private:
+    WeightSegments m_segments;
+};
+
 class VcAsgd : public AggregationRule
 {
 public:
-    explicit VcAsgd(double alpha) : m_alpha(alpha) {}
+    VcAsgd(double alpha, const WeightSegments &segments) : m_alpha(alpha), m_ranges(segments) {}
     QString name() const override { return QStringLiteral("vc-asgd"); }
     bool assimilate(AggregationState &state, const Contribution &c) override
     {
-        // W ← W + m·(W_c − W) = (1−m)·W + m·W_c, one fused pass.
-        mixInPlace(state.weights, c.result, mixingWeight(c));
+        // W ← W + m·(W_c − W) = (1−m)·W + m·W_c, one fused pass over parameters and buffers:
+        // a convex combination keeps running statistics valid too.
+        torch::Tensor floating = m_ranges.floating(state.weights);
+        mixInPlace(floating, m_ranges.floating(c.result), mixingWeight(c));
+        m_ranges.foldCounters(state.weights, c.result);
         return true;
     }
 
 protected:
     virtual double mixingWeight(const Contribution &c) const { return (1.0 - m_alpha) * c.credit; }
     double m_alpha;
+    Ranges m_ranges;
 };
 
 class StalenessAwareVcAsgd final : public VcAsgd
 {
 public:
-    StalenessAwareVcAsgd(double alpha, double exponent) : VcAsgd(alpha), m_exponent(exponent) {}
+    StalenessAwareVcAsgd(double alpha, double exponent, const WeightSegments &segments)
+        : VcAsgd(alpha, segments), m_exponent(exponent)
+    {
+    }
     QString name() const override { return QStringLiteral("staleness-aware"); }
 
 protected:
@@ -69,8 +115,8 @@ private:
 class AsyncDelta final : public AggregationRule
 {
 public:
-    AsyncDelta(double learningRate, double momentum, bool nesterov)
-        : m_lr(learningRate), m_momentum(momentum), m_nesterov(nesterov)
+    AsyncDelta(double learningRate, double momentum, bool nesterov, const WeightSegments &segments)
+        : m_lr(learningRate), m_momentum(momentum), m_nesterov(nesterov), m_ranges(segments)
     {
     }
     QString name() const override { return QStringLiteral("async-delta"); }
@@ -82,36 +128,55 @@ public:
     }
     bool assimilate(AggregationState &state, const Contribution &c) override
     {
-        // Δ = c·(W_c − W_base): the client's progress, a descent direction already.
-        if (!m_delta.defined() || m_delta.numel() != c.result.numel())
-            m_delta = torch::empty_like(c.result);
-        torch::sub_out(m_delta, c.result, c.base);
-        if (c.credit != 1.0)
-            m_delta.mul_(c.credit);
-        if (m_momentum <= 0) {
-            state.weights.add_(m_delta, m_lr);
-            return true;
+        foldParameters(state, c);
+        // Running statistics are estimates, not descent directions: adding their deltas (or
+        // momentum) can drive a variance below zero. They move toward the result's values
+        // instead, by the share of the result a full outer step would take.
+        if (m_ranges.hasBuffers()) {
+            torch::Tensor buffers = m_ranges.buffers(state.weights);
+            mixInPlace(buffers, m_ranges.buffers(c.result), std::min(1.0, m_lr) * c.credit);
         }
-        initialize(state);
-        // m ← μ·m + Δ;  W ← W + η·(μ·m + Δ) with Nesterov, W ← W + η·m without.
-        state.momentum.mul_(m_momentum).add_(m_delta);
-        if (m_nesterov)
-            state.weights.add_(m_delta, m_lr).add_(state.momentum, m_lr * m_momentum);
-        else
-            state.weights.add_(state.momentum, m_lr);
+        m_ranges.foldCounters(state.weights, c.result);
         return true;
     }
 
 private:
+    void foldParameters(AggregationState &state, const Contribution &c)
+    {
+        const torch::Tensor result = m_ranges.parameters(c.result);
+        torch::Tensor weights = m_ranges.parameters(state.weights);
+        // Δ = c·(W_c − W_base): the client's progress, a descent direction already.
+        if (!m_delta.defined() || m_delta.numel() != result.numel())
+            m_delta = torch::empty_like(result);
+        torch::sub_out(m_delta, result, m_ranges.parameters(c.base));
+        if (c.credit != 1.0)
+            m_delta.mul_(c.credit);
+        if (m_momentum <= 0) {
+            weights.add_(m_delta, m_lr);
+            return;
+        }
+        initialize(state);
+        // m ← μ·m + Δ;  W ← W + η·(μ·m + Δ) with Nesterov, W ← W + η·m without. The momentum
+        // buffer's entries past the parameters stay zero.
+        torch::Tensor momentum = m_ranges.parameters(state.momentum);
+        momentum.mul_(m_momentum).add_(m_delta);
+        if (m_nesterov)
+            weights.add_(m_delta, m_lr).add_(momentum, m_lr * m_momentum);
+        else
+            weights.add_(momentum, m_lr);
+    }
+
     double m_lr;
     double m_momentum;
     bool m_nesterov;
+    Ranges m_ranges;
     torch::Tensor m_delta; // scratch, reused between assimilations
 };
 
 class SyncAverage final : public AggregationRule
 {
 public:
+    explicit SyncAverage(const WeightSegments &segments) : m_ranges(segments) {}
     QString name() const override { return QStringLiteral("sync-average"); }
     bool synchronous() const override { return true; }
     void initialize(AggregationState &state) const override
@@ -122,7 +187,10 @@ public:
     bool assimilate(AggregationState &state, const Contribution &c) override
     {
         initialize(state);
-        state.roundSum.add_(c.result, c.credit);
+        // Parameters and buffers: a credit-weighted mean. Counters: the round's largest,
+        // kept in the round sum's counter range.
+        m_ranges.floating(state.roundSum).add_(m_ranges.floating(c.result), c.credit);
+        m_ranges.foldCounters(state.roundSum, c.result);
         state.roundCredit += c.credit;
         ++state.roundResults;
         return false;
@@ -131,27 +199,33 @@ public:
     {
         if (state.roundCredit <= 0.0)
             return false;
-        state.weights.copy_(state.roundSum).div_(state.roundCredit);
+        m_ranges.floating(state.weights).copy_(m_ranges.floating(state.roundSum)).div_(state.roundCredit);
+        m_ranges.foldCounters(state.weights, state.roundSum);
         state.roundSum.zero_();
         state.roundCredit = 0.0;
         state.roundResults = 0;
         return true;
     }
+
+private:
+    Ranges m_ranges;
 };
 
 } // namespace
 
-Result<std::unique_ptr<AggregationRule>> createAggregationRule(const AggregationSpec &spec)
+Result<std::unique_ptr<AggregationRule>> createAggregationRule(const AggregationSpec &spec,
+                                                               const WeightSegments &segments)
 {
     if (spec.rule == QLatin1String("vc-asgd"))
-        return std::unique_ptr<AggregationRule>(std::make_unique<VcAsgd>(spec.alpha));
+        return std::unique_ptr<AggregationRule>(std::make_unique<VcAsgd>(spec.alpha, segments));
     if (spec.rule == QLatin1String("staleness-aware"))
-        return std::unique_ptr<AggregationRule>(std::make_unique<StalenessAwareVcAsgd>(spec.alpha, spec.stalenessExponent));
+        return std::unique_ptr<AggregationRule>(
+            std::make_unique<StalenessAwareVcAsgd>(spec.alpha, spec.stalenessExponent, segments));
     if (spec.rule == QLatin1String("async-delta"))
         return std::unique_ptr<AggregationRule>(
-            std::make_unique<AsyncDelta>(spec.outerLearningRate, spec.outerMomentum, spec.nesterov));
+            std::make_unique<AsyncDelta>(spec.outerLearningRate, spec.outerMomentum, spec.nesterov, segments));
     if (spec.rule == QLatin1String("sync-average"))
-        return std::unique_ptr<AggregationRule>(std::make_unique<SyncAverage>());
+        return std::unique_ptr<AggregationRule>(std::make_unique<SyncAverage>(segments));
     return fail(QStringLiteral("unknown aggregation rule '%1' (vc-asgd, staleness-aware, async-delta, sync-average)")
                     .arg(spec.rule));
 }

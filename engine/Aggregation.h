@@ -7,9 +7,14 @@
 //   sync-average     results of a round are summed, W ← Σ c_i·W_i / Σ c_i when it closes
 // where c ∈ (0, 1] is the credit of a result (the fraction of a full shard's work it did;
 // for vc-asgd and staleness-aware the mixing weight is scaled by it: (1−α)·c) and s its
-// staleness. Used only by the coordinator's thread.
+// staleness. Those formulas are for parameters. A model's buffers (running statistics) are
+// never pushed by deltas or momentum: every rule folds them as a convex combination of the
+// global and the returned values (so a running variance stays positive), and counters
+// (integer buffers) take the larger of the two. docs/algorithms.md says why. Used only by
+// the coordinator's thread.
 
 #include "JobSpec.h"
+#include "Model.h"
 #include "Result.h"
 
 #include <torch/types.h>
@@ -53,6 +58,9 @@ public:
     virtual bool closeRound(AggregationState &state) { Q_UNUSED(state); return false; }
 };
 
-Result<std::unique_ptr<AggregationRule>> createAggregationRule(const AggregationSpec &spec);
+// segments: where the model's parameters, buffers and counters lie in the flat buffer (the
+// default: all parameters).
+Result<std::unique_ptr<AggregationRule>> createAggregationRule(const AggregationSpec &spec,
+                                                               const WeightSegments &segments = {});
 
 } // namespace flotilla

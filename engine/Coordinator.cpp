@@ -22,6 +22,8 @@ namespace flotilla {
 namespace {
 
 constexpr int kStalenessWindow = 50;
+constexpr int kEvaluationAttempts = 3;
+constexpr qint64 kEvaluationRetryMs = 2000; // times the attempt number
 constexpr double kNormFactor = 1000.0;
 const QString kStoreFile = QStringLiteral("flotilla.db");
 
@@ -98,11 +100,6 @@ Result<void> Coordinator::prepare()
     if (auto rates = m_prices.rates(m_spec.fleet.instanceType, m_spec.fleet.priceClass); !rates)
         return fail(QStringLiteral("'fleet.instance_type': %1").arg(rates.error()));
 
-    auto rule = createAggregationRule(m_spec.aggregation);
-    if (!rule)
-        return rule.takeError();
-    m_rule = std::move(rule).value();
-
     // The job seed fixes the initial weights; LibTorch's generator is process-wide.
     torch::manual_seed(m_spec.training.seed);
     auto model = createModel(m_spec.model, m_data->inputShape, m_data->numClasses);
@@ -112,6 +109,11 @@ Result<void> Coordinator::prepare()
     if (auto fits = checkModelFitsData(*m_evalModel, m_data->inputShape, m_data->numClasses); !fits)
         return fits;
     m_layout = m_evalModel->layout();
+
+    auto rule = createAggregationRule(m_spec.aggregation, m_layout.segments());
+    if (!rule)
+        return rule.takeError();
+    m_rule = std::move(rule).value();
 
     Scheduler::Config config;
     config.epochs = m_spec.training.epochs;
@@ -609,6 +611,41 @@ QString Coordinator::validate(const SubtaskResult &r) const
     return {};
 }
 
+namespace {
+
+bool isFinite(const torch::Tensor &t)
+{
+    if (!t.defined() || t.numel() == 0)
+        return true;
+    // A sum is one cheap pass and is NaN or infinite whenever an element is; only then is
+    // the exact (allocating) check run, since a sum can also overflow on finite values.
+    if (std::isfinite(t.sum().item<double>()))
+        return true;
+    return torch::isfinite(t).all().item<bool>();
+}
+
+} // namespace
+
+bool Coordinator::stateIsFinite() const
+{
+    return isFinite(m_state.weights) && isFinite(m_state.momentum) && isFinite(m_state.roundSum);
+}
+
+Result<void> Coordinator::restoreState()
+{
+    auto st = m_store->state(m_jobId, m_seq);
+    if (!st)
+        return st.takeError();
+    if (!st->has_value())
+        return fail(QStringLiteral("the store records no state at assimilation %1").arg(m_seq));
+    auto checkpoint = readCheckpoint(m_runDir + u'/' + (*st)->path, (*st)->sha256);
+    if (!checkpoint)
+        return checkpoint.takeError();
+    m_state = checkpoint->state;
+    m_rule->initialize(m_state);
+    return {};
+}
+
 Result<torch::Tensor> Coordinator::baseWeights(const Lease &lease)
 {
     if (const auto it = m_bases.find(lease.baseSeq); it != m_bases.end())
@@ -693,12 +730,42 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     // Fold in, then make it durable: checkpoint file first, then one store transaction.
     const qint64 seq = m_seq + 1;
     bool changed = m_rule->assimilate(m_state, contribution);
+    if (!stateIsFinite()) {
+        // Every result is finite when it arrives, but a fold can still overflow (a huge
+        // update through outer momentum). The global model goes back to the last
+        // checkpoint, which is exactly the state before this fold.
+        const QString why = QStringLiteral("folding it in would have made the global model non-finite (NaN or "
+                                           "infinity); the global model stays at version %1")
+                                .arg(m_version);
+        if (auto restored = restoreState(); !restored) {
+            setFatal(QStringLiteral("cannot restore the global model after a non-finite fold: %1").arg(restored.error()));
+            reply.reason = m_fatal;
+            return reply;
+        }
+        reply.reason = why;
+        ++m_rejected;
+        event(QStringLiteral("result-rejected"), workerId, subtask.id, lease.id, why);
+        handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost), QStringLiteral("its result was rejected: %1").arg(why));
+        return reply;
+    }
     const int epochsDoneBefore = m_scheduler->epochsDone();
     SchedulerChanges changes = m_scheduler->complete(lease.id, covered, seq);
     // Epochs close in order: this result closed one if the count of finished epochs grew.
     const bool epochClosed = m_scheduler->epochsDone() > epochsDoneBefore;
-    if (epochClosed && m_rule->synchronous())
-        changed = m_rule->closeRound(m_state) || changed;
+    if (epochClosed && m_rule->synchronous()) {
+        const torch::Tensor before = m_state.weights.clone();
+        bool closed = m_rule->closeRound(m_state);
+        if (!stateIsFinite()) {
+            // The round's mean overflowed: keep the model as it was before the round closed.
+            m_state.weights.copy_(before);
+            closed = false;
+            event(QStringLiteral("round-refused"), 0, 0, 0,
+                  QStringLiteral("the mean of epoch %1's results is not finite; the global model keeps its weights "
+                                 "from before the round")
+                      .arg(subtask.epoch + 1));
+        }
+        changed = changed || closed;
+    }
     const qint64 version = m_version + (changed ? 1 : 0);
     const qint64 now = m_clock->nowMs();
 
@@ -801,6 +868,17 @@ void Coordinator::tick()
         return;
     handleChanges(m_scheduler->expire(), QStringLiteral("the lease passed its deadline without a result"));
     const qint64 now = m_clock->nowMs();
+    std::vector<EvaluationRequest> due;
+    for (auto it = m_evaluationRetries.begin(); it != m_evaluationRetries.end();) {
+        if (it->first <= now) {
+            due.push_back(std::move(it->second));
+            it = m_evaluationRetries.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    for (auto &request : due)
+        dispatchEvaluation(std::move(request));
     const auto timeoutMs = static_cast<qint64>(m_spec.fleet.heartbeatTimeoutSeconds * 1000.0);
     std::vector<qint64> silent;
     for (const auto &[id, w] : m_workers)
@@ -816,23 +894,71 @@ void Coordinator::requestEvaluation(int epoch)
     if (epoch <= m_requestedEpoch)
         return;
     m_requestedEpoch = epoch;
-    EvaluationRequest request{epoch, m_version, m_seq, m_state.weights.clone()};
+    dispatchEvaluation(EvaluationRequest{epoch, m_version, m_seq, m_state.weights.clone()});
+}
+
+void Coordinator::dispatchEvaluation(EvaluationRequest request)
+{
     if (m_hooks.evaluate) {
         m_hooks.evaluate(std::move(request));
         return;
     }
-    auto device = selectDevice(m_spec.training.device);
-    auto ev = evaluate(*m_evalModel, request.weights, m_data->test.features, m_data->test.labels,
-                       device ? *device : torch::Device(torch::kCPU));
+    auto device = request.onCpu ? Result<torch::Device>(torch::Device(torch::kCPU)) : selectDevice(m_spec.training.device);
+    if (!device) {
+        evaluationFailed(request, device.error());
+        return;
+    }
+    auto ev = evaluate(*m_evalModel, request.weights, m_data->test.features, m_data->test.labels, *device);
     if (!ev) {
-        setFatal(ev.error());
+        evaluationFailed(request, ev.error());
         return;
     }
     recordEvaluation(request, *ev);
 }
 
+void Coordinator::evaluationFailed(const EvaluationRequest &request, const QString &error)
+{
+    if (m_finished || request.epoch <= m_evaluatedEpoch)
+        return;
+    const bool again = request.attempt < kEvaluationAttempts;
+    EvaluationRequest retry = request;
+    ++retry.attempt;
+    // The last attempt runs on the CPU: a GPU that ran out of memory or lost its driver
+    // should not cost the job its accuracy figure.
+    retry.onCpu = retry.attempt == kEvaluationAttempts && m_spec.training.device != QLatin1String("cpu");
+    const qint64 delayMs = kEvaluationRetryMs * request.attempt;
+    m_lastEvaluationError = error;
+    event(QStringLiteral("evaluation-failed"), 0, 0, 0,
+          QStringLiteral("epoch %1, version %2, attempt %3 of %4: %5; %6")
+              .arg(request.epoch + 1).arg(request.version).arg(request.attempt).arg(kEvaluationAttempts)
+              .arg(error,
+                   again ? QStringLiteral("trying again in %1 s%2")
+                               .arg(double(delayMs) / 1000.0)
+                               .arg(retry.onCpu ? QStringLiteral(" on the CPU") : QString())
+                         : QStringLiteral("giving up on this evaluation; training goes on")));
+    if (again) {
+        if (m_hooks.evaluate)
+            m_evaluationRetries.push_back({m_clock->nowMs() + delayMs, std::move(retry)});
+        else
+            dispatchEvaluation(std::move(retry));
+        return;
+    }
+    // Nothing waits for an evaluation that will not come: the last epoch's ends the job.
+    if (m_scheduler->finished() && request.epoch == m_spec.training.epochs - 1 && !m_finished) {
+        if (auto r = finalize(); !r)
+            setFatal(r.error());
+    }
+}
+
 void Coordinator::recordEvaluation(const EvaluationRequest &request, const Evaluation &evaluation)
 {
+    if (!std::isfinite(evaluation.loss) || !std::isfinite(evaluation.accuracy)) {
+        evaluationFailed(request, QStringLiteral("the test loss of the global model at version %1 is %2: its "
+                                                 "outputs on the test set are not finite")
+                                      .arg(request.version)
+                                      .arg(evaluation.loss));
+        return;
+    }
     EvaluationRecord record{request.epoch, request.version, request.seq, evaluation.accuracy, evaluation.loss,
                             m_clock->nowMs()};
     if (auto r = m_store->addEvaluation(m_jobId, record); !r) {
@@ -925,9 +1051,13 @@ Result<void> Coordinator::finalize()
     if (auto r = m_store->setJobState(m_jobId, QStringLiteral("finished"), now); !r)
         return r;
     m_finished = true;
+    const QString accuracy = m_evaluatedEpoch == m_spec.training.epochs - 1
+                                 ? QStringLiteral("test accuracy %1%").arg(100.0 * m_lastAccuracy, 0, 'f', 2)
+                                 : QStringLiteral("test accuracy unknown (the final evaluation failed: %1)")
+                                       .arg(m_lastEvaluationError);
     event(QStringLiteral("job-finished"), 0, 0, 0,
-          QStringLiteral("%1 epochs, version %2, test accuracy %3%; model saved to %4/model.pt")
-              .arg(m_spec.training.epochs).arg(m_version).arg(100.0 * m_lastAccuracy, 0, 'f', 2).arg(m_runDir));
+          QStringLiteral("%1 epochs, version %2, %3; model saved to %4/model.pt")
+              .arg(m_spec.training.epochs).arg(m_version).arg(accuracy, m_runDir));
     if (m_hooks.finished)
         m_hooks.finished();
     return {};

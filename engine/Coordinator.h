@@ -147,6 +147,8 @@ struct EvaluationRequest
     qint64 version = 0;
     qint64 seq = 0;
     torch::Tensor weights; // a private copy
+    int attempt = 1;       // failed evaluations are tried again, a few times
+    bool onCpu = false;    // evaluate on the CPU whatever the job's device
 };
 
 // Hooks for the coordinator's owner; all called on the coordinator's thread.
@@ -200,6 +202,9 @@ public:
     // are considered gone and their leases reassigned.
     void tick();
     void recordEvaluation(const EvaluationRequest &request, const Evaluation &evaluation);
+    // An evaluation could not be run: recorded as an event and tried again later (the last
+    // time on the CPU); after the last attempt the job goes on, and ends, without it.
+    void evaluationFailed(const EvaluationRequest &request, const QString &error);
 
     // Workers' throughput, as measured from their results (samples per second).
     double workerSpeed(qint64 workerId) const;
@@ -230,9 +235,13 @@ private:
     void handleChanges(const SchedulerChanges &changes, const QString &why);
     void setFatal(const QString &message);
     QString validate(const SubtaskResult &result) const;
+    bool stateIsFinite() const;
+    // Reloads the aggregation state of the latest committed assimilation from its checkpoint.
+    Result<void> restoreState();
     Result<torch::Tensor> baseWeights(const Lease &lease);
     void collectGarbage();
     void requestEvaluation(int epoch);
+    void dispatchEvaluation(EvaluationRequest request);
     Result<void> finalize();
     TrainConfig trainConfigFor(const Subtask &subtask) const;
 
@@ -285,6 +294,8 @@ private:
     std::map<qint64, double> m_wastedSeconds; // recorded as wasted, reversed if a late result lands
     int m_evaluatedEpoch = -1;
     int m_requestedEpoch = -1;
+    std::vector<std::pair<qint64, EvaluationRequest>> m_evaluationRetries; // (due time, request)
+    QString m_lastEvaluationError;
     double m_lossEma = -1.0;
     double m_lastAccuracy = -1.0;
     double m_lastTestLoss = -1.0;

@@ -57,16 +57,18 @@ void CoordinatorService::start()
         const JobSpec spec = m_coordinator->spec();
         m_evaluationPool.start([this, request = std::move(request), data, spec]() mutable {
             at::set_num_threads(spec.training.threads);
-            auto device = selectDevice(spec.training.device);
-            Result<Evaluation> ev = m_evaluationModel
-                                        ? evaluate(*m_evaluationModel, request.weights, data->test.features,
-                                                   data->test.labels, device ? *device : torch::Device(torch::kCPU))
-                                        : Result<Evaluation>(fail(QStringLiteral("no model to evaluate with")));
+            auto device = request.onCpu ? Result<torch::Device>(torch::Device(torch::kCPU))
+                                        : selectDevice(spec.training.device);
+            Result<Evaluation> ev = !m_evaluationModel ? Result<Evaluation>(fail(QStringLiteral("no model to evaluate with")))
+                                    : !device          ? Result<Evaluation>(device.takeError())
+                                                       : evaluate(*m_evaluationModel, request.weights, data->test.features,
+                                                                  data->test.labels, *device);
             QMetaObject::invokeMethod(this, [this, request, ev] {
                 if (!m_coordinator)
                     return;
                 if (!ev) {
                     qCWarning(lcEngine).noquote() << "evaluation failed:" << ev.error();
+                    m_coordinator->evaluationFailed(request, ev.error());
                     return;
                 }
                 m_coordinator->recordEvaluation(request, *ev);

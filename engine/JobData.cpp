@@ -6,6 +6,7 @@
 
 #include <QDir>
 #include <QFileInfo>
+#include <QProcess>
 
 #include <torch/torch.h>
 
@@ -128,16 +129,54 @@ Result<std::shared_ptr<const JobData>> loadJobData(const JobSpec &spec)
 
 Result<torch::Device> selectDevice(const QString &device)
 {
+    if (!isDeviceName(device))
+        return fail(QStringLiteral("unknown device '%1'; use auto, cpu, cuda or cuda:N").arg(device));
     const bool cuda = torch::cuda::is_available();
-    if (device == QLatin1String("cuda")) {
+    if (device.startsWith(QLatin1String("cuda"))) {
         if (!cuda)
-            return fail(QStringLiteral("device 'cuda' was asked for, but no CUDA GPU is usable here (this LibTorch "
-                                       "build or this machine has none); use 'cpu' or 'auto'"));
-        return torch::Device(torch::kCUDA);
+            return fail(QStringLiteral("device '%1' was asked for, but no CUDA GPU is usable here (this LibTorch "
+                                       "build or this machine has none); use 'cpu' or 'auto'")
+                            .arg(device));
+        const int index = device.size() > 4 ? device.mid(5).toInt() : 0;
+        const auto count = static_cast<int>(torch::cuda::device_count());
+        if (index >= count)
+            return fail(QStringLiteral("device '%1' was asked for, but this machine has %2 CUDA GPU(s), numbered "
+                                       "from 0")
+                            .arg(device)
+                            .arg(count));
+        return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
     }
     if (device == QLatin1String("auto") && cuda)
-        return torch::Device(torch::kCUDA);
+        return torch::Device(torch::kCUDA, 0);
     return torch::Device(torch::kCPU);
+}
+
+QString deviceName(const torch::Device &device)
+{
+    return device.is_cuda() ? QStringLiteral("cuda:%1").arg(device.has_index() ? int(device.index()) : 0)
+                            : QStringLiteral("cpu");
+}
+
+QString deviceDescription(const torch::Device &device)
+{
+    const QString name = deviceName(device);
+    if (!device.is_cuda())
+        return name;
+    // LibTorch's CPU headers cannot ask the CUDA runtime for a GPU's properties; the driver's
+    // own tool can, wherever a driver is installed.
+    QProcess smi;
+    smi.start(QStringLiteral("nvidia-smi"),
+              {QStringLiteral("--query-gpu=name,memory.total"), QStringLiteral("--format=csv,noheader,nounits"),
+               QStringLiteral("--id=%1").arg(device.has_index() ? int(device.index()) : 0)});
+    if (!smi.waitForFinished(5000) || smi.exitStatus() != QProcess::NormalExit || smi.exitCode() != 0)
+        return name;
+    const QStringList fields = QString::fromUtf8(smi.readAllStandardOutput()).trimmed().split(u',');
+    if (fields.size() != 2)
+        return name;
+    bool ok = false;
+    const double mib = fields[1].trimmed().toDouble(&ok);
+    return ok ? QStringLiteral("%1 (%2, %3 GiB)").arg(name, fields[0].trimmed()).arg(mib / 1024.0, 0, 'f', 0)
+              : QStringLiteral("%1 (%2)").arg(name, fields[0].trimmed());
 }
 
 } // namespace flotilla

@@ -29,7 +29,13 @@ QString defaultFashionMnistDir();
 
 Result<std::shared_ptr<const JobData>> loadJobData(const JobSpec &spec);
 
-// "auto" picks CUDA when LibTorch was built with it and a GPU is present.
+// "auto" picks the first CUDA GPU when LibTorch was built with CUDA and a GPU is present;
+// "cuda:N" the N-th. The error says why a GPU asked for cannot be used.
 Result<torch::Device> selectDevice(const QString &device);
+// "cpu" or "cuda:N".
+QString deviceName(const torch::Device &device);
+// deviceName() plus, for a GPU, its model and memory ("cuda:0 (NVIDIA H200, 140 GiB)") as
+// the driver reports them; what workers tell the coordinator.
+QString deviceDescription(const torch::Device &device);
 
 } // namespace flotilla

@@ -168,6 +168,21 @@ QString findUnknownKey(const QJsonObject &object, const QString &prefix, const Q
     return {};
 }
 
+} // namespace
+
+bool isDeviceName(const QString &device)
+{
+    if (device == QLatin1String("auto") || device == QLatin1String("cpu") || device == QLatin1String("cuda"))
+        return true;
+    if (!device.startsWith(QLatin1String("cuda:")))
+        return false;
+    bool ok = false;
+    const int index = device.mid(5).toInt(&ok);
+    return ok && index >= 0 && index < 256 && device.mid(5) == QString::number(index);
+}
+
+namespace {
+
 Result<void> oneOf(const QString &field, const QString &value, const QStringList &allowed)
 {
     if (allowed.contains(value))
@@ -309,8 +324,13 @@ QStringList JobSpec::problems() const
         inRange(QStringLiteral("training.lr_gamma"), training.lrGamma, 1e-6, 1.0),
         inRange(QStringLiteral("training.threads"), training.threads, 1, 1024),
         inRange<quint64>(QStringLiteral("training.seed"), training.seed, 0, (quint64(1) << 53) - 1),
-        oneOf(QStringLiteral("training.device"), training.device,
-              {QStringLiteral("auto"), QStringLiteral("cpu"), QStringLiteral("cuda")}),
+        [&]() -> Result<void> {
+            if (isDeviceName(training.device))
+                return {};
+            return fail(QStringLiteral("'training.device' is '%1'; it must be auto, cpu, cuda or cuda:N (N: the "
+                                       "GPU's index, from 0)")
+                            .arg(training.device));
+        }(),
         oneOf(QStringLiteral("aggregation.rule"), aggregation.rule,
               {QStringLiteral("vc-asgd"), QStringLiteral("staleness-aware"), QStringLiteral("async-delta"),
                QStringLiteral("sync-average")}),

@@ -46,7 +46,7 @@ struct TrainingSpec
     double lrGamma = 0.5;
     quint64 seed = 1;
     int threads = 1;        // torch intra-op threads per worker
-    QString device = QStringLiteral("auto"); // auto | cpu | cuda
+    QString device = QStringLiteral("auto"); // auto | cpu | cuda | cuda:N
 };
 
 struct AggregationSpec
@@ -108,5 +108,8 @@ struct JobSpec
     QStringList problems() const;
     static QString fieldOf(const QString &problem);
 };
+
+// auto, cpu, cuda (the first GPU) or cuda:N.
+bool isDeviceName(const QString &device);
 
 } // namespace flotilla

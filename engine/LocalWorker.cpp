@@ -84,7 +84,7 @@ void LocalWorker::run()
         qCWarning(lcEngine).noquote() << m_info.name << "cannot start:" << m_lastError;
         return;
     }
-    m_info.device = (*session)->device().is_cuda() ? QStringLiteral("cuda") : QStringLiteral("cpu");
+    m_info.device = deviceDescription((*session)->device());
     m_info.threads = m_spec.training.threads;
     auto joined = m_service->callJoin(m_info);
     if (!joined) {

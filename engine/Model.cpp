@@ -33,15 +33,30 @@ QString WeightLayout::digest() const
     return QString::fromLatin1(hash.result().toHex().left(16));
 }
 
+WeightSegments WeightLayout::segments() const
+{
+    WeightSegments s;
+    s.total = totalNumel;
+    s.parameterEnd = s.bufferEnd = 0;
+    for (const auto &e : entries) {
+        if (e.kind == TensorKind::Parameter)
+            s.parameterEnd = s.bufferEnd = e.offset + e.numel;
+        else if (e.kind == TensorKind::Buffer)
+            s.bufferEnd = e.offset + e.numel;
+    }
+    return s;
+}
+
 WeightLayout Model::layout()
 {
     WeightLayout l;
-    for (auto &[name, tensor] : state()) {
+    for (auto &t : state()) {
         WeightLayout::Entry e;
-        e.name = name;
-        e.shape = tensor.sizes().vec();
-        e.numel = tensor.numel();
+        e.name = t.name;
+        e.shape = t.tensor.sizes().vec();
+        e.numel = t.tensor.numel();
         e.offset = l.totalNumel;
+        e.kind = t.kind;
         l.totalNumel += e.numel;
         l.entries.push_back(std::move(e));
     }
@@ -52,8 +67,8 @@ torch::Tensor Model::flatWeights()
 {
     torch::NoGradGuard noGrad;
     std::vector<torch::Tensor> parts;
-    for (auto &entry : state())
-        parts.push_back(entry.second.detach().to(torch::kCPU, torch::kFloat32).reshape({-1}));
+    for (auto &t : state())
+        parts.push_back(t.tensor.detach().to(torch::kCPU, torch::kFloat32).reshape({-1}));
     if (parts.empty())
         return torch::empty({0}, torch::kFloat32);
     return torch::cat(parts).contiguous();
@@ -65,14 +80,16 @@ Result<void> Model::loadFlatWeights(const torch::Tensor &flat)
     auto entries = state();
     std::int64_t total = 0;
     for (const auto &e : entries)
-        total += e.second.numel();
+        total += e.tensor.numel();
     if (flat.dim() != 1 || flat.numel() != total || flat.scalar_type() != torch::kFloat32)
         return fail(QStringLiteral("weights have %1 float32 values but the %2 model has %3")
                         .arg(flat.numel()).arg(kind()).arg(total));
     std::int64_t offset = 0;
-    for (auto &[name, tensor] : entries) {
-        const std::int64_t n = tensor.numel();
-        tensor.copy_(flat.narrow(0, offset, n).view(tensor.sizes()));
+    for (auto &e : entries) {
+        const std::int64_t n = e.tensor.numel();
+        const torch::Tensor part = flat.narrow(0, offset, n).view(e.tensor.sizes());
+        // Counters travel as float32; rounding makes the conversion back exact.
+        e.tensor.copy_(e.kind == TensorKind::Counter ? part.round() : part);
         offset += n;
     }
     return {};
@@ -80,9 +97,20 @@ Result<void> Model::loadFlatWeights(const torch::Tensor &flat)
 
 namespace {
 
-bool isFloating(const torch::Tensor &t)
+// Parameters, then floating-point buffers, then integer buffers: the layout's order.
+template <typename Params, typename Buffers, typename Key, typename Value>
+std::vector<StateTensor> orderedState(const Params &params, const Buffers &buffers, Key key, Value value)
 {
-    return t.defined() && t.is_floating_point();
+    std::vector<StateTensor> out;
+    for (const auto &p : params)
+        out.push_back({key(p), value(p), TensorKind::Parameter});
+    for (const auto &b : buffers)
+        if (value(b).defined() && value(b).is_floating_point())
+            out.push_back({key(b), value(b), TensorKind::Buffer});
+    for (const auto &b : buffers)
+        if (value(b).defined() && !value(b).is_floating_point())
+            out.push_back({key(b), value(b), TensorKind::Counter});
+    return out;
 }
 
 // A built-in network behind the Model interface.
@@ -99,15 +127,11 @@ public:
     void setTraining(bool on) override { m_net->train(on); }
     void to(torch::Device device) override { m_net->to(device); }
     std::vector<torch::Tensor> parameters() override { return m_net->parameters(); }
-    std::vector<std::pair<std::string, torch::Tensor>> state() override
+    std::vector<StateTensor> state() override
     {
-        std::vector<std::pair<std::string, torch::Tensor>> out;
-        for (const auto &p : m_net->named_parameters(true))
-            out.emplace_back(p.key(), p.value());
-        for (const auto &b : m_net->named_buffers(true))
-            if (isFloating(b.value()))
-                out.emplace_back(b.key(), b.value());
-        return out;
+        return orderedState(
+            m_net->named_parameters(true), m_net->named_buffers(true), [](const auto &item) { return item.key(); },
+            [](const auto &item) { return item.value(); });
     }
     std::unique_ptr<Model> clone() const override
     {
@@ -120,8 +144,8 @@ public:
     {
         try {
             c10::Dict<std::string, torch::Tensor> dict;
-            for (auto &[name, tensor] : state())
-                dict.insert(name, tensor.detach().cpu().clone());
+            for (auto &t : state())
+                dict.insert(t.name, t.tensor.detach().cpu().clone());
             const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
             return writeFileAtomically(path, QByteArray(bytes.data(), static_cast<qsizetype>(bytes.size())));
         } catch (const std::exception &e) {
@@ -157,15 +181,11 @@ public:
                 out.push_back(p);
         return out;
     }
-    std::vector<std::pair<std::string, torch::Tensor>> state() override
+    std::vector<StateTensor> state() override
     {
-        std::vector<std::pair<std::string, torch::Tensor>> out;
-        for (const auto &p : m_module.named_parameters(true))
-            out.emplace_back(p.name, p.value);
-        for (const auto &b : m_module.named_buffers(true))
-            if (isFloating(b.value))
-                out.emplace_back(b.name, b.value);
-        return out;
+        return orderedState(
+            m_module.named_parameters(true), m_module.named_buffers(true),
+            [](const auto &item) { return item.name; }, [](const auto &item) { return item.value; });
     }
     std::unique_ptr<Model> clone() const override
     {
@@ -174,8 +194,12 @@ public:
     Result<void> save(const QString &path) override
     {
         try {
+            // Saved for inference: Python's torch.jit.load gets a model in eval mode, with
+            // every buffer (running statistics and counters) as trained.
+            m_module.eval();
             std::ostringstream out;
             m_module.save(out);
+            m_module.train(true);
             const std::string bytes = out.str();
             return writeFileAtomically(path, QByteArray(bytes.data(), static_cast<qsizetype>(bytes.size())));
         } catch (const std::exception &e) {
@@ -224,7 +248,15 @@ Result<std::unique_ptr<Model>> createModel(const ModelSpec &spec, const std::vec
             if (!QFileInfo::exists(spec.path))
                 return fail(QStringLiteral("TorchScript model file '%1' does not exist").arg(spec.path));
             torch::jit::Module module = torch::jit::load(spec.path.toStdString(), torch::kCPU);
-            return std::unique_ptr<Model>(std::make_unique<ScriptModel>(std::move(module)));
+            auto model = std::make_unique<ScriptModel>(std::move(module));
+            for (const auto &t : model->state())
+                if (t.tensor.is_floating_point() && t.tensor.scalar_type() != torch::kFloat32)
+                    return fail(QStringLiteral("TorchScript model '%1' has %2 tensor '%3'; Flotilla trains float32 "
+                                               "models: convert it in Python with model.float() before "
+                                               "torch.jit.script(model).save(...)")
+                                    .arg(spec.path, QString::fromStdString(std::string(c10::toString(t.tensor.scalar_type()))),
+                                         QString::fromStdString(t.name)));
+            return std::unique_ptr<Model>(std::move(model));
         }
         return fail(QStringLiteral("unknown model kind '%1' (built in: mlp, cnn, resnet; or torchscript)").arg(spec.kind));
     } catch (const std::exception &e) {

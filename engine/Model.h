@@ -20,6 +20,26 @@
 
 namespace flotilla {
 
+// What a tensor of the model is to training and aggregation. The layout lists all
+// parameters first, then the floating-point buffers, then the integer ones, so each kind is
+// one contiguous range of the flat buffer.
+enum class TensorKind {
+    Parameter, // trained by the optimizer
+    Buffer,    // floating-point state the forward pass updates (BatchNorm's running statistics)
+    Counter,   // integer state (BatchNorm's num_batches_tracked), carried as float32 values
+};
+
+// Where each kind lies in a flat weight buffer: [0, parameterEnd) parameters,
+// [parameterEnd, bufferEnd) buffers, [bufferEnd, total) counters.
+struct WeightSegments
+{
+    std::int64_t parameterEnd = -1; // -1: the whole buffer is parameters
+    std::int64_t bufferEnd = -1;
+    std::int64_t total = -1;
+
+    bool onlyParameters() const { return parameterEnd < 0 || parameterEnd == total; }
+};
+
 // Names, shapes and offsets of the tensors inside a flat weight buffer.
 struct WeightLayout
 {
@@ -29,12 +49,22 @@ struct WeightLayout
         std::vector<std::int64_t> shape;
         std::int64_t offset = 0;
         std::int64_t numel = 0;
+        TensorKind kind = TensorKind::Parameter;
     };
     std::vector<Entry> entries;
     std::int64_t totalNumel = 0;
 
     // A digest of names and shapes: two models can exchange weights iff their digests match.
     QString digest() const;
+    WeightSegments segments() const;
+};
+
+// One named tensor of a model, as state() lists it.
+struct StateTensor
+{
+    std::string name;
+    torch::Tensor tensor;
+    TensorKind kind = TensorKind::Parameter;
 };
 
 class Model
@@ -47,9 +77,9 @@ public:
     virtual void to(torch::Device device) = 0;
     // Trainable parameters, for the optimizer.
     virtual std::vector<torch::Tensor> parameters() = 0;
-    // Everything that makes up the weights: parameters and floating-point buffers, in the
-    // layout's order.
-    virtual std::vector<std::pair<std::string, torch::Tensor>> state() = 0;
+    // Everything that makes up the weights, in the layout's order: parameters, floating-point
+    // buffers, integer buffers.
+    virtual std::vector<StateTensor> state() = 0;
     virtual std::unique_ptr<Model> clone() const = 0;
     // Writes the model to a file Python can load: TorchScript models as TorchScript
     // (torch.jit.load), built-in ones as a state dict (torch.load).
@@ -57,7 +87,8 @@ public:
     virtual QString kind() const = 0;
 
     WeightLayout layout();
-    torch::Tensor flatWeights();                   // CPU, float32, contiguous
+    // CPU, float32, contiguous; integer buffers as float32 values (exact up to 2^24).
+    torch::Tensor flatWeights();
     Result<void> loadFlatWeights(const torch::Tensor &flat);
 };
 

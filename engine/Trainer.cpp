@@ -128,6 +128,8 @@ Result<Evaluation> evaluate(Model &model, const torch::Tensor &weights, const to
 {
     Evaluation ev;
     try {
+        // The evaluation model may have been built on another device than the batches go to.
+        model.to(device);
         if (auto loaded = model.loadFlatWeights(weights); !loaded)
             return loaded.takeError();
         torch::NoGradGuard noGrad;

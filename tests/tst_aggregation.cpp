@@ -25,7 +25,8 @@ void expectEqual(const torch::Tensor &actual, std::initializer_list<float> expec
 }
 
 std::unique_ptr<AggregationRule> rule(const QString &name, double alpha = 0.5, double exponent = 0.5,
-                                      double outerLr = 1.0, double outerMomentum = 0.0, bool nesterov = true)
+                                      double outerLr = 1.0, double outerMomentum = 0.0, bool nesterov = true,
+                                      const WeightSegments &segments = {})
 {
     AggregationSpec spec;
     spec.rule = name;
@@ -34,8 +35,18 @@ std::unique_ptr<AggregationRule> rule(const QString &name, double alpha = 0.5, d
     spec.outerLearningRate = outerLr;
     spec.outerMomentum = outerMomentum;
     spec.nesterov = nesterov;
-    auto r = createAggregationRule(spec);
+    auto r = createAggregationRule(spec, segments);
     return std::move(r).value();
+}
+
+// Five values: two parameters, two buffers (running statistics), one counter.
+WeightSegments modelWithBuffers()
+{
+    WeightSegments s;
+    s.parameterEnd = 2;
+    s.bufferEnd = 4;
+    s.total = 5;
+    return s;
 }
 
 } // namespace
@@ -161,6 +172,93 @@ private Q_SLOTS:
         QCOMPARE(s.roundCredit, 0.0);
         QVERIFY(!r->closeRound(s)); // an empty round changes nothing
         expectEqual(s.weights, {4, 6});
+    }
+
+    void vcAsgdMixesBuffersAndKeepsTheLargestCounter()
+    {
+        auto r = rule(QStringLiteral("vc-asgd"), 0.5, 0.5, 1.0, 0.0, true, modelWithBuffers());
+        AggregationState s;
+        s.weights = vec({1, 2, 1, 1, 3});
+        // Parameters and buffers: 0.5·W + 0.5·W_c. Counter: max(3, 7).
+        r->assimilate(s, Contribution{vec({3, 4, 3, 5, 7}), {}, 1.0, 0});
+        expectEqual(s.weights, {2, 3, 2, 3, 7});
+        // A result that has counted less does not lower the global counter.
+        r->assimilate(s, Contribution{vec({2, 3, 2, 3, 5}), {}, 1.0, 0});
+        expectEqual(s.weights, {2, 3, 2, 3, 7});
+    }
+
+    void stalenessAwareTreatsBuffersLikeParameters()
+    {
+        // α = 0.5, p = 1, staleness 1: m = 0.25 for parameters and buffers alike.
+        auto r = rule(QStringLiteral("staleness-aware"), 0.5, 1.0, 1.0, 0.0, true, modelWithBuffers());
+        AggregationState s;
+        s.weights = vec({0, 0, 4, 4, 10});
+        r->assimilate(s, Contribution{vec({4, 8, 8, 0, 12}), {}, 1.0, 1});
+        expectEqual(s.weights, {1, 2, 5, 3, 12});
+    }
+
+    void asyncDeltaMovesBuffersTowardTheResultNeverByDelta()
+    {
+        // η = 0.5, μ = 0.9, Nesterov. Parameters: Δ = [2, 2], m = [2, 2],
+        // W = [1, 2] + 0.5·[2, 2] + 0.45·[2, 2] = [2.9, 3.9].
+        // Buffers: W_b + min(1, η)·c·(R_b − W_b) = [1, 1] + 0.5·([3, 5] − [1, 1]) = [2, 3].
+        // Counter: max(3, 7). The momentum buffer past the parameters stays zero.
+        auto r = rule(QStringLiteral("async-delta"), 0.5, 0.5, 0.5, 0.9, true, modelWithBuffers());
+        AggregationState s;
+        s.weights = vec({1, 2, 1, 1, 3});
+        r->initialize(s);
+        r->assimilate(s, Contribution{vec({3, 4, 3, 5, 7}), vec({1, 2, 9, 9, 3}), 1.0, 0});
+        expectEqual(s.weights, {2.9f, 3.9f, 2, 3, 7});
+        expectEqual(s.momentum, {2, 2, 0, 0, 0});
+    }
+
+    void asyncDeltaKeepsRunningVariancesPositive()
+    {
+        // The failure users met: a variance pushed by deltas and momentum goes below zero.
+        // Here the result's variance is small while its base's was large, over and over.
+        auto r = rule(QStringLiteral("async-delta"), 0.5, 0.5, 1.0, 0.9, true, modelWithBuffers());
+        AggregationState s;
+        s.weights = vec({0, 0, 1, 1, 0});
+        r->initialize(s);
+        for (int i = 0; i < 100; ++i) {
+            const float small = 0.01f * float(i % 7 + 1);
+            r->assimilate(s, Contribution{vec({0.1f, -0.1f, small, small, float(i)}), vec({0, 0, 4, 4, 0}), 1.0, 3});
+            QVERIFY2(s.weights[2].item<float>() > 0 && s.weights[3].item<float>() > 0,
+                     qPrintable(QStringLiteral("variance went to %1 after %2 folds").arg(s.weights[2].item<float>()).arg(i + 1)));
+        }
+        QCOMPARE(s.weights[4].item<float>(), 99.0f);
+    }
+
+    void syncAverageAveragesBuffersAndKeepsTheLargestCounter()
+    {
+        auto r = rule(QStringLiteral("sync-average"), 0.5, 0.5, 1.0, 0.0, true, modelWithBuffers());
+        AggregationState s;
+        s.weights = vec({1, 1, 1, 1, 4});
+        r->initialize(s);
+        r->assimilate(s, Contribution{vec({3, 5, 2, 4, 6}), {}, 1.0, 0});
+        r->assimilate(s, Contribution{vec({6, 8, 8, 1, 9}), {}, 0.5, 0});
+        expectEqual(s.weights, {1, 1, 1, 1, 4});
+        // (1·R1 + 0.5·R2) / 1.5 for parameters and buffers; max(4, 6, 9) for the counter.
+        QVERIFY(r->closeRound(s));
+        expectEqual(s.weights, {4, 6, 4, 3, 9});
+        expectEqual(s.roundSum, {0, 0, 0, 0, 0});
+    }
+
+    void blendLoopMatchesLerpOnBlocksAndTails()
+    {
+        // The vc-asgd fold runs 16 values at a time with a scalar tail: sizes around the block
+        // size and a large odd one, against LibTorch's lerp.
+        auto r = rule(QStringLiteral("vc-asgd"), 0.3);
+        for (const std::int64_t n : {1, 15, 16, 17, 31, 32, 33, 1000003}) {
+            torch::manual_seed(n);
+            const torch::Tensor w = torch::randn({n});
+            const torch::Tensor c = torch::randn({n});
+            AggregationState s;
+            s.weights = w.clone();
+            r->assimilate(s, Contribution{c, {}, 1.0, 0});
+            const torch::Tensor expected = w.lerp(c, 0.7);
+            QVERIFY2(torch::allclose(s.weights, expected, 1e-5, 1e-6), qPrintable(QStringLiteral("size %1").arg(n)));
+        }
     }
 
     void unknownRuleIsAnError()

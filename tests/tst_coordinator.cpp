@@ -78,6 +78,30 @@ int countEvents(Coordinator &c, const QString &kind)
     return e ? int(e->size()) : -1;
 }
 
+QString lastEventDetail(Coordinator &c, const QString &kind)
+{
+    auto e = c.store().events(1, kind);
+    return e && !e->empty() ? e->back().detail : QString();
+}
+
+// A TorchScript classifier for the blobs data (4 features, 2 classes), made here with
+// LibTorch's own compiler: weights filled with `scale`, and a forward pass whose body is
+// given (it sees x, already flattened, and may refuse or spoil large batches — evaluation
+// batches are the only ones over 100 samples).
+QString scriptModel(const QString &folder, float scale, const std::string &body)
+{
+    torch::jit::Module m("__torch__.TestNet");
+    m.register_parameter("weight", torch::full({2, 4}, scale), false);
+    m.register_parameter("bias", torch::zeros({2}), false);
+    m.define("def forward(self, x):\n"
+             "    x = x.flatten(1)\n"
+             "    y = torch.matmul(x, self.weight.t()) + self.bias\n" + body +
+             "    return y\n");
+    const QString path = folder + QStringLiteral("/net.pt");
+    m.save(path.toStdString());
+    return path;
+}
+
 } // namespace
 
 class TestCoordinator : public QObject
@@ -487,6 +511,121 @@ private Q_SLOTS:
         QVERIFY2(left->front().detail.contains(QStringLiteral("missed heartbeats")), qPrintable(left->front().detail));
         auto b = c->requestSubtask(other);
         QCOMPARE(b->subtaskId, a->subtaskId);
+    }
+
+    void foldThatWouldOverflowIsRefusedAndTheModelKept()
+    {
+        // Weights of 1e36 are legal; an update 100× the model (within the norm bound) folded
+        // with an outer learning rate of 10 overflows float32. The guard refuses that fold.
+        Fixture f;
+        f.spec.model.kind = QStringLiteral("torchscript");
+        f.spec.model.path = scriptModel(f.dir.path(), 1e36f, {});
+        f.spec.aggregation.rule = QStringLiteral("async-delta");
+        f.spec.aggregation.outerLearningRate = 10.0;
+        f.spec.aggregation.outerMomentum = 0.0;
+        auto c = f.open();
+        QVERIFY(c);
+        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        auto a = c->requestSubtask(w);
+        const torch::Tensor before = c->globalWeights().clone();
+        SubtaskResult r = fakeResult(*a);
+        r.weights = a->weights * 100.0f;
+        QVERIFY(torch::isfinite(r.weights).all().item<bool>());
+        const SubmitReply reply = c->submitResult(w, r);
+        QCOMPARE(reply.status, SubmitStatus::Rejected);
+        QVERIFY2(reply.reason.contains(QStringLiteral("non-finite")), qPrintable(reply.reason));
+        QVERIFY(torch::equal(before, c->globalWeights()));
+        QCOMPARE(c->progress().seq, qint64(0));
+        QVERIFY(c->fatalError().isEmpty());
+        QCOMPARE(countEvents(*c, QStringLiteral("result-rejected")), 1);
+        // The job goes on: the shard is handed out again and an honest result lands.
+        auto again = c->requestSubtask(w);
+        QVERIFY(again);
+        QCOMPARE(again->subtaskId, a->subtaskId);
+        QCOMPARE(c->submitResult(w, fakeResult(*again)).status, SubmitStatus::Assimilated);
+        QVERIFY(torch::isfinite(c->globalWeights()).all().item<bool>());
+    }
+
+    void failedEvaluationIsRetriedThenTheJobEnds()
+    {
+        // Evaluation batches (200 test samples at once) are refused by the model; training
+        // batches are not. Evaluated inline, each failure is retried at once, three in all,
+        // and the job ends without an accuracy instead of waiting for one forever.
+        Fixture f;
+        f.spec.training.epochs = 1;
+        f.spec.model.kind = QStringLiteral("torchscript");
+        f.spec.model.path = scriptModel(f.dir.path(), 0.1f,
+                                        "    if x.size(0) > 100:\n"
+                                        "        raise Exception('the device ran out of memory')\n");
+        auto c = f.open();
+        QVERIFY(c);
+        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        runToEnd(*c, {w});
+        QVERIFY(c->finished());
+        QVERIFY(c->fatalError().isEmpty());
+        QCOMPARE(countEvents(*c, QStringLiteral("evaluation-failed")), 3);
+        QVERIFY2(lastEventDetail(*c, QStringLiteral("evaluation-failed")).contains(QStringLiteral("ran out of memory")),
+                 qPrintable(lastEventDetail(*c, QStringLiteral("evaluation-failed"))));
+        QVERIFY2(lastEventDetail(*c, QStringLiteral("job-finished")).contains(QStringLiteral("accuracy unknown")),
+                 qPrintable(lastEventDetail(*c, QStringLiteral("job-finished"))));
+        QVERIFY(QFileInfo::exists(f.dir.filePath(QStringLiteral("model.pt"))));
+    }
+
+    void evaluationRetriesAreDeferredAndTheLastRunsOnTheCpu()
+    {
+        // With an evaluator elsewhere (the service's pool), retries wait 2 s, then 4 s, on the
+        // coordinator's clock; the last asks for the CPU when the job's device is not "cpu".
+        Fixture f;
+        f.spec.training.epochs = 1;
+        f.spec.training.device = QStringLiteral("auto");
+        auto c = f.open();
+        QVERIFY(c);
+        std::vector<EvaluationRequest> asked;
+        CoordinatorHooks hooks;
+        hooks.evaluate = [&](EvaluationRequest r) { asked.push_back(std::move(r)); };
+        c->setHooks(hooks);
+        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        runToEnd(*c, {w});
+        QCOMPARE(int(asked.size()), 1);
+        QVERIFY(!c->finished());
+        c->evaluationFailed(asked.back(), QStringLiteral("CUDA error: an illegal memory access"));
+        c->tick();
+        QCOMPARE(int(asked.size()), 1); // not yet: 2 s later
+        f.clock.advance(2000);
+        c->tick();
+        QCOMPARE(int(asked.size()), 2);
+        QCOMPARE(asked.back().attempt, 2);
+        QVERIFY(!asked.back().onCpu);
+        c->evaluationFailed(asked.back(), QStringLiteral("CUDA error: an illegal memory access"));
+        f.clock.advance(4000);
+        c->tick();
+        QCOMPARE(int(asked.size()), 3);
+        QVERIFY(asked.back().onCpu);
+        c->recordEvaluation(asked.back(), Evaluation{0.9, 0.3, 200});
+        QVERIFY(c->finished());
+        QCOMPARE(c->progress().testAccuracy, 0.9);
+        QCOMPARE(countEvents(*c, QStringLiteral("evaluation-failed")), 2);
+    }
+
+    void nonFiniteTestLossReadsAsAnExplanation()
+    {
+        // The model's outputs on evaluation batches are NaN. Users used to see a SQL
+        // constraint here; now it is an evaluation failure that says why, and the job ends.
+        Fixture f;
+        f.spec.training.epochs = 1;
+        f.spec.model.kind = QStringLiteral("torchscript");
+        f.spec.model.path = scriptModel(f.dir.path(), 0.1f,
+                                        "    if x.size(0) > 100:\n"
+                                        "        y = y * float('nan')\n");
+        auto c = f.open();
+        QVERIFY(c);
+        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        runToEnd(*c, {w});
+        QVERIFY(c->finished());
+        QVERIFY2(c->fatalError().isEmpty(), qPrintable(c->fatalError()));
+        const QString detail = lastEventDetail(*c, QStringLiteral("evaluation-failed"));
+        QVERIFY2(detail.contains(QStringLiteral("not finite")), qPrintable(detail));
+        QVERIFY(!detail.contains(QStringLiteral("constraint")));
     }
 
     void absurdNormIsRejected()

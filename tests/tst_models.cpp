@@ -65,6 +65,55 @@ private Q_SLOTS:
         QVERIFY(runningMean);
     }
 
+    void layoutPutsParametersThenBuffersThenCounters()
+    {
+        auto m = make(QStringLiteral("resnet"), {3, 16, 16});
+        const WeightLayout l = m->layout();
+        int counters = 0;
+        TensorKind previous = TensorKind::Parameter;
+        for (const auto &e : l.entries) {
+            QVERIFY2(int(e.kind) >= int(previous), e.name.c_str()); // kinds never go back
+            previous = e.kind;
+            const bool isCounter = e.name.find("num_batches_tracked") != std::string::npos;
+            const bool isStatistic = e.name.find("running_") != std::string::npos;
+            QCOMPARE(e.kind == TensorKind::Counter, isCounter);
+            QCOMPARE(e.kind == TensorKind::Buffer, isStatistic);
+            counters += isCounter ? 1 : 0;
+        }
+        QCOMPARE(counters, 9); // one per BatchNorm: stem 1, two per block (6), two projections
+        const WeightSegments s = l.segments();
+        QVERIFY(s.parameterEnd > 0 && s.parameterEnd < s.bufferEnd && s.bufferEnd < s.total);
+        QCOMPARE(s.total - s.bufferEnd, std::int64_t(counters));
+        QVERIFY(!s.onlyParameters());
+        QVERIFY(make(QStringLiteral("cnn"), {1, 28, 28})->layout().segments().onlyParameters());
+    }
+
+    void countersSurviveTheFlatBuffer()
+    {
+        // BatchNorm's num_batches_tracked travels as a float32 value and comes back exact.
+        auto a = make(QStringLiteral("resnet"), {3, 16, 16});
+        a->setTraining(true);
+        for (int i = 0; i < 3; ++i)
+            a->forward(torch::randn({4, 3, 16, 16}));
+        const torch::Tensor flat = a->flatWeights();
+        const WeightSegments s = a->layout().segments();
+        QCOMPARE(flat.narrow(0, s.bufferEnd, s.total - s.bufferEnd).min().item<float>(), 3.0f);
+        auto b = make(QStringLiteral("resnet"), {3, 16, 16});
+        QVERIFY(b->loadFlatWeights(flat + 0.0f));
+        for (const auto &t : b->state())
+            if (t.kind == TensorKind::Counter) {
+                QCOMPARE(t.tensor.scalar_type(), torch::kInt64);
+                QCOMPARE(t.tensor.item<std::int64_t>(), std::int64_t(3));
+            }
+        // Large counts are exact up to 2^24.
+        torch::Tensor big = flat.clone();
+        big.narrow(0, s.bufferEnd, s.total - s.bufferEnd).fill_(16777215.0f);
+        QVERIFY(b->loadFlatWeights(big));
+        for (const auto &t : b->state())
+            if (t.kind == TensorKind::Counter)
+                QCOMPARE(t.tensor.item<std::int64_t>(), std::int64_t(16777215));
+    }
+
     void flatWeightsRoundTrip()
     {
         auto a = make(QStringLiteral("cnn"), {1, 28, 28});
