@@ -2,6 +2,7 @@
 // invocation. `transfer`, here, sends a model's weights over Flotilla's TLS connection on
 // loopback and compares the rate with what `openssl speed` gets from the same cipher on this
 // machine; the others are in BenchPeers.cpp and BenchScale.cpp.
+#include "Attacks.h"
 #include "BenchPeers.h"
 #include "BenchScale.h"
 #include "CommandLine.h"
@@ -174,6 +175,10 @@ int runBenchCommand(const QStringList &arguments)
 {
     if (arguments.value(1) == QLatin1String("scale"))
         return runBenchScale(arguments.mid(1));
+    // A dishonest worker, for `flotilla demo --attack` and the screening tests (not listed:
+    // it is a tool of the benchmarks, not something to run against a real fleet).
+    if (arguments.value(1) == QLatin1String("attack-worker"))
+        return runAttackWorker(arguments.mid(1));
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral(
         "Benchmarks against a peer run in the same invocation, alternating, with min/median/max over repeats.\n"

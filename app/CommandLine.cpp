@@ -25,6 +25,7 @@ const Command kCommands[] = {
     {"worker", "Contribute this machine to a coordinator's job (joins with a token).", runWorkerCommand},
     {"token", "Issue a join token for a coordinator.", runTokenCommand},
     {"revoke", "Revoke a worker's certificate.", runRevokeCommand},
+    {"release", "Release a quarantined worker (its results were rejected repeatedly).", runReleaseCommand},
     {"demo", "A coordinator and worker processes on this machine, with random SIGKILLs.", runDemoCommand},
     {"bench", "Benchmarks against a peer run in the same invocation (transfer).", runBenchCommand},
     {"simulate", "Simulate a fleet of up to 100,000 unreliable workers and compare the rules.", runSimulateCommand},

@@ -2,6 +2,7 @@
 // processes on loopback with real TLS — with workers SIGKILLed at random like spot
 // instances, and replacements started, until the job is done.
 #include "AppLog.h"
+#include "Attacks.h"
 #include "CommandLine.h"
 #include "JobOptions.h"
 #include "NetworkCommands.h"
@@ -16,6 +17,7 @@
 #include <QProcess>
 #include <QTimer>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -29,7 +31,40 @@ struct DemoStats
 {
     int kills = 0;
     int started = 0;
+    QString attack; // empty: every worker is honest
 };
+
+// What screening did: the attackers' results that got in, honest ones turned away, and who
+// was quarantined. Attackers are named "attacker-N".
+void printScreeningSummary(Store &store, qint64 jobId, const DemoStats &stats)
+{
+    auto workers = store.workers(jobId);
+    auto rows = store.assimilations(jobId);
+    auto rejected = store.events(jobId, QStringLiteral("result-rejected"));
+    auto quarantined = store.events(jobId, QStringLiteral("worker-quarantined"));
+    if (!workers || !rows || !rejected || !quarantined)
+        return;
+    std::map<qint64, bool> isAttacker;
+    for (const auto &w : *workers)
+        isAttacker[w.id] = w.name.startsWith(QLatin1String("attacker-"));
+    int attackerAssimilated = 0;
+    int honestAssimilated = 0;
+    for (const auto &a : *rows)
+        (isAttacker[a.workerId] ? attackerAssimilated : honestAssimilated) += 1;
+    int attackerRejected = 0;
+    int honestRejected = 0;
+    for (const auto &e : *rejected)
+        (isAttacker[e.workerId] ? attackerRejected : honestRejected) += 1;
+    int attackersQuarantined = 0;
+    int honestQuarantined = 0;
+    for (const auto &e : *quarantined)
+        (isAttacker[e.workerId] ? attackersQuarantined : honestQuarantined) += 1;
+    std::printf("  attack               %s\n", stats.attack.isEmpty() ? "none" : stats.attack.toUtf8().constData());
+    std::printf("  attackers' results   %d assimilated, %d rejected; %d attacker(s) quarantined\n", attackerAssimilated,
+                attackerRejected, attackersQuarantined);
+    std::printf("  honest results       %d assimilated, %d rejected; %d honest worker(s) quarantined\n",
+                honestAssimilated, honestRejected, honestQuarantined);
+}
 
 void printDemoSummary(const QString &db, const DemoStats &stats, qint64 wallMs)
 {
@@ -77,6 +112,7 @@ void printDemoSummary(const QString &db, const DemoStats &stats, qint64 wallMs)
                 totals->usefulSeconds + totals->wastedSeconds > 0
                     ? 100.0 * totals->wastedSeconds / (totals->usefulSeconds + totals->wastedSeconds)
                     : 0.0);
+    printScreeningSummary(**store, id, stats);
     std::printf("  wall time            %s\n", duration(wallMs).toUtf8().constData());
 }
 
@@ -96,6 +132,13 @@ int runDemoCommand(const QStringList &arguments)
     parser.addOption({QStringLiteral("chaos-every"),
                       QStringLiteral("SIGKILL a worker exactly every so many seconds instead (for benchmarks)."),
                       QStringLiteral("seconds")});
+    parser.addOption({QStringLiteral("attack"),
+                      QStringLiteral("Make some workers dishonest, to see result screening at work: %1.")
+                          .arg(Attack::kinds().join(QStringLiteral(", "))),
+                      QStringLiteral("kind")});
+    parser.addOption({QStringLiteral("attackers"),
+                      QStringLiteral("How many of the --workers are attackers (with --attack)."), QStringLiteral("n"),
+                      QStringLiteral("1")});
     if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("demo")))
         return *stop;
     installLogSink(parser.isSet(QStringLiteral("verbose")));
@@ -106,6 +149,17 @@ int runDemoCommand(const QStringList &arguments)
     }
     JobSpec job = *parsed;
     const int workers = std::max(1, job.fleet.workers);
+    DemoStats stats;
+    int attackers = 0;
+    if (parser.isSet(QStringLiteral("attack"))) {
+        auto attack = Attack::parse(parser.value(QStringLiteral("attack")));
+        if (!attack) {
+            std::fprintf(stderr, "flotilla demo: %s\n", attack.error().toUtf8().constData());
+            return ExitUsage;
+        }
+        stats.attack = attack->describe();
+        attackers = std::clamp(parser.value(QStringLiteral("attackers")).toInt(), 0, workers);
+    }
     const bool chaosFixed = parser.isSet(QStringLiteral("chaos-every"));
     const double chaosMean = parser.value(chaosFixed ? QStringLiteral("chaos-every") : QStringLiteral("chaos-mean")).toDouble();
     const double rejoinDelay = job.fleet.preemption.rejoinDelaySeconds;
@@ -160,23 +214,28 @@ int runDemoCommand(const QStringList &arguments)
     }
     const QString tokenText = QString::fromUtf8(token.readAll()).trimmed();
 
-    DemoStats stats;
     std::vector<std::unique_ptr<QProcess>> fleet;
-    auto startWorker = [&] {
+    auto startWorker = [&](bool attacker) {
         const int n = ++stats.started;
-        const QString name = QStringLiteral("worker-%1").arg(n);
+        const QString name = QStringLiteral("%1-%2").arg(attacker ? QStringLiteral("attacker") : QStringLiteral("worker")).arg(n);
         auto p = std::make_unique<QProcess>();
         p->setProcessChannelMode(QProcess::MergedChannels);
         p->setStandardOutputFile(dir.filePath(QStringLiteral("workers/%1.log").arg(name)));
-        p->start(binary, {QStringLiteral("worker"), QStringLiteral("--join"), tokenText, QStringLiteral("--state-dir"),
-                          dir.filePath(QStringLiteral("workers/") + name), QStringLiteral("--name"), name,
-                          QStringLiteral("--instance-type"), job.fleet.instanceType, QStringLiteral("--price-class"),
-                          job.fleet.priceClass, QStringLiteral("--threads"), QString::number(job.training.threads),
-                          QStringLiteral("--device"), job.training.device});
+        QStringList arguments{QStringLiteral("worker")};
+        if (attacker)
+            arguments = QStringList{QStringLiteral("bench"), QStringLiteral("attack-worker"), QStringLiteral("--attack"),
+                                    parser.value(QStringLiteral("attack"))};
+        arguments << QStringLiteral("--join") << tokenText << QStringLiteral("--state-dir")
+                  << dir.filePath(QStringLiteral("workers/") + name) << QStringLiteral("--name") << name
+                  << QStringLiteral("--instance-type") << job.fleet.instanceType << QStringLiteral("--price-class")
+                  << job.fleet.priceClass << QStringLiteral("--threads") << QString::number(job.training.threads)
+                  << QStringLiteral("--device") << job.training.device;
+        p->start(binary, arguments);
+        p->setProperty("attacker", attacker);
         fleet.push_back(std::move(p));
     };
     for (int i = 0; i < workers; ++i)
-        startWorker();
+        startWorker(i < attackers);
 
     SplitMix64 random(mixSeed(job.training.seed, 0xC4A05));
     QTimer chaos;
@@ -192,13 +251,14 @@ int runDemoCommand(const QStringList &arguments)
                 running.push_back(p.get());
         if (!running.empty()) {
             QProcess *victim = running[std::size_t(random.below(running.size()))];
+            const bool attacker = victim->property("attacker").toBool();
             victim->kill(); // SIGKILL: no notice, no goodbye
             ++stats.kills;
             std::printf("  SIGKILL a worker (%d so far); a replacement starts in %.0f s\n", stats.kills, rejoinDelay);
             std::fflush(stdout);
-            QTimer::singleShot(int(rejoinDelay * 1000), &chaos, [&] {
+            QTimer::singleShot(int(rejoinDelay * 1000), &chaos, [&, attacker] {
                 if (serve.state() == QProcess::Running)
-                    startWorker();
+                    startWorker(attacker);
             });
         }
         scheduleChaos();

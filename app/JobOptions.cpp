@@ -71,6 +71,10 @@ const Flag kFlags[] = {
     {"instance-type", "type", "Instance type of the workers, for the cost ledger (see the price table)."},
     {"price-class", "class", "spot, on-demand or volunteer."},
     {"price-table", "file", "Price table (JSON) instead of the built-in one."},
+    {"screen-results", "on|off", "Screen every result against recent honest ones (size, direction) and reject "
+                                 "outliers (default: on)."},
+    {"quarantine-after", "n", "Quarantine a worker with this many rejected results among its last ten (0 = never; "
+                              "default 3)."},
     {"quiet", nullptr, "No live progress line."},
     {"verbose", nullptr, "Print every event (joins, leases, assimilations) to standard error."},
 };
@@ -129,6 +133,16 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
         number("preempt-mean", job.fleet.preemption.meanIntervalSeconds),
         number("preempt-notice", job.fleet.preemption.noticeFraction),
         number("rejoin-delay", job.fleet.preemption.rejoinDelaySeconds),
+        integer("quarantine-after", job.fleet.quarantineAfter),
+        [&]() -> Result<void> {
+            const QString value = p.value(QStringLiteral("screen-results"));
+            if (!p.isSet(QStringLiteral("screen-results")))
+                return {};
+            if (value != QLatin1String("on") && value != QLatin1String("off"))
+                return fail(QStringLiteral("--screen-results is on or off, got '%1'").arg(value));
+            job.fleet.screenResults = value == QLatin1String("on");
+            return {};
+        }(),
     };
     for (const auto &c : checks)
         if (!c)

@@ -12,6 +12,7 @@ int runServeCommand(const QStringList &arguments);
 int runWorkerCommand(const QStringList &arguments);
 int runTokenCommand(const QStringList &arguments);
 int runRevokeCommand(const QStringList &arguments);
+int runReleaseCommand(const QStringList &arguments);
 int runDemoCommand(const QStringList &arguments);
 int runBenchCommand(const QStringList &arguments);
 int runSimulateCommand(const QStringList &arguments);

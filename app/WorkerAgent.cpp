@@ -382,15 +382,18 @@ void WorkerAgent::onTrained()
     ++m_subtasksDone;
     m_secondsTrained += outcome->seconds;
     Q_EMIT statusChanged();
+    TrainOutcome result = *outcome;
+    if (m_options.resultHook)
+        m_options.resultHook(result, c.weights);
     m_pending = Pending{c.leaseId,
                         QCborMap{{QStringLiteral("lease"), c.leaseId},
-                                 {QStringLiteral("loss"), outcome->meanLoss},
-                                 {QStringLiteral("sample_steps"), qint64(outcome->sampleSteps)},
-                                 {QStringLiteral("covered"), qint64(outcome->covered)},
-                                 {QStringLiteral("seconds"), outcome->seconds},
-                                 {QStringLiteral("partial"), outcome->partial},
+                                 {QStringLiteral("loss"), result.meanLoss},
+                                 {QStringLiteral("sample_steps"), qint64(result.sampleSteps)},
+                                 {QStringLiteral("covered"), qint64(result.covered)},
+                                 {QStringLiteral("seconds"), result.seconds},
+                                 {QStringLiteral("partial"), result.partial},
                                  {QStringLiteral("weights"), weightManifest(m_session->layout())}},
-                        weightsToBytes(outcome->weights)};
+                        weightsToBytes(result.weights)};
     sendPending();
 }
 

@@ -18,6 +18,7 @@
 #include <QTimer>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -39,6 +40,10 @@ public:
         int threads = 1;
         QString modelFile;   // TorchScript jobs: this machine's copy of the model
         int graceMs = 20000; // after a preemption notice
+        // Sees every finished result before it is sent, with the weights its subtask started
+        // from. Empty for every real worker; the bench tool's attackers (app/Attacks.h) use
+        // it to play a dishonest worker without a branch of their own in this class.
+        std::function<void(TrainOutcome &outcome, const torch::Tensor &base)> resultHook;
     };
 
     WorkerAgent(Options options, QObject *parent = nullptr);
@@ -126,5 +131,10 @@ private:
     QTimer m_retry;
     QTimer m_grace;
 };
+
+// `flotilla worker` with its options parsed from arguments (arguments[0] is the command);
+// resultHook as in WorkerAgent::Options.
+int runWorker(const QStringList &arguments,
+              const std::function<void(TrainOutcome &, const torch::Tensor &)> &resultHook = {});
 
 } // namespace flotilla

@@ -18,6 +18,11 @@ namespace flotilla {
 
 int runWorkerCommand(const QStringList &arguments)
 {
+    return runWorker(arguments);
+}
+
+int runWorker(const QStringList &arguments, const std::function<void(TrainOutcome &, const torch::Tensor &)> &resultHook)
+{
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral(
         "Join a coordinator and train its subtasks until the job is finished.\n"
@@ -92,6 +97,7 @@ int runWorkerCommand(const QStringList &arguments)
     options.priceClass = parser.value(QStringLiteral("price-class"));
     options.modelFile = parser.value(QStringLiteral("model-file"));
     options.graceMs = std::max(1, parser.value(QStringLiteral("grace")).toInt()) * 1000;
+    options.resultHook = resultHook;
 
     std::unique_ptr<net::PreemptionWatcher> watcher;
     if (parser.isSet(QStringLiteral("preemption-watch"))) {

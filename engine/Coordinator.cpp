@@ -24,6 +24,10 @@ namespace {
 constexpr int kStalenessWindow = 50;
 constexpr int kEvaluationAttempts = 3;
 constexpr qint64 kEvaluationRetryMs = 2000; // times the attempt number
+constexpr qint64 kScreenedBases = 256;      // recent versions whose samples are kept
+constexpr int kVerdictWindow = 10;          // a worker's recent results that quarantine looks at
+constexpr int kCosineWindow = 5;
+constexpr qint64 kOperatorPollMs = 2000;
 constexpr double kNormFactor = 1000.0;
 const QString kStoreFile = QStringLiteral("flotilla.db");
 
@@ -114,6 +118,8 @@ Result<void> Coordinator::prepare()
     if (!rule)
         return rule.takeError();
     m_rule = std::move(rule).value();
+    if (m_spec.fleet.screenResults)
+        m_screen = std::make_unique<ResultScreen>(m_layout.segments(), m_spec.training.seed);
 
     Scheduler::Config config;
     config.epochs = m_spec.training.epochs;
@@ -236,7 +242,13 @@ Result<void> Coordinator::resume(const JobRecord &job)
             ws.record.lastSeenMs = std::max(ws.record.lastSeenMs, *lastEvent);
         auto rates = m_prices.rates(w.instanceType, w.priceClass);
         ws.rates = rates ? *rates : CostRates{};
+        ws.trust.workerId = w.id;
         m_workers[w.id] = ws;
+    }
+    if (auto trust = m_store->workerTrust(m_jobId)) {
+        for (const WorkerTrust &t : *trust)
+            if (const auto it = m_workers.find(t.workerId); it != m_workers.end())
+                it->second.trust = t;
     }
     // Checkpoint files newer than the latest committed state were written by an
     // assimilation that never committed: the global model never included them.
@@ -398,7 +410,13 @@ Result<qint64> Coordinator::workerJoined(const WorkerInfo &info, qint64 knownWor
     if (!id)
         return id.takeError();
     record.id = *id;
-    m_workers[*id] = WorkerState{record, *rates, true, 0, 0, 0, info.samplesPerSecond};
+    WorkerState state;
+    state.record = record;
+    state.rates = *rates;
+    state.online = true;
+    state.samplesPerSecond = info.samplesPerSecond;
+    state.trust.workerId = *id;
+    m_workers[*id] = state;
     event(QStringLiteral("worker-joined"), *id, 0, 0,
           QStringLiteral("%1 (%2, %3, %4 %5 thread(s))")
               .arg(info.name, info.instanceType, info.priceClass, info.device)
@@ -518,6 +536,10 @@ std::vector<WorkerStatus> Coordinator::workerStatuses() const
         s.costOnDemand = w.costOnDemand;
         s.costActual = w.costActual;
         s.lastSeenMs = w.record.lastSeenMs;
+        s.trust = w.trust.trust;
+        s.rejected = w.trust.rejected;
+        s.quarantined = w.trust.quarantined;
+        s.quarantineReason = w.trust.reason;
         out.push_back(s);
     }
     return out;
@@ -532,6 +554,8 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
         return std::nullopt;
     WorkerState &worker = wit->second;
     worker.record.lastSeenMs = m_clock->nowMs();
+    if (worker.trust.quarantined)
+        return std::nullopt;
     // One lease per worker: asking again means it dropped the previous one.
     if (auto held = m_scheduler->activeLeaseOf(workerId))
         handleChanges(m_scheduler->handBack(held->id), QStringLiteral("the worker asked for new work instead"));
@@ -552,6 +576,8 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
         m_snapshot = m_state.weights.clone();
     if (m_rule->needsBase())
         m_bases.emplace(m_seq, m_snapshot);
+    if (m_screen && !m_baseSamples.count(m_seq))
+        m_baseSamples.emplace(m_seq, m_screen->sample(m_snapshot));
 
     const Subtask &s = grant->subtask;
     if (s.attempts > 1) {
@@ -698,6 +724,7 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
         ++m_rejected;
         event(QStringLiteral("result-rejected"), workerId, subtask.id, lease.id, invalid);
         handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost), QStringLiteral("its result was rejected: %1").arg(invalid));
+        noteVerdict(workerId, true, {}, invalid);
         return reply;
     }
     const qint64 covered = std::min(result.covered, subtask.size());
@@ -714,6 +741,29 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
                                      ? qint64(m_spec.training.localSteps) * m_spec.training.batchSize
                                      : qint64(m_spec.training.localEpochs) * m_scheduler->shardSize(subtask.shard);
     contribution.credit = resultCredit(result.sampleSteps, covered, result.covered, fullShardWork);
+
+    // Screening: the update against recent accepted ones. A result whose base is no longer
+    // remembered (a very late one) is judged by validate()'s absolute checks only.
+    ResultScreen::Verdict verdict;
+    torch::Tensor resultSample;
+    torch::Tensor baseSample;
+    if (m_screen) {
+        if (const auto it = m_baseSamples.find(lease.baseSeq); it != m_baseSamples.end()) {
+            baseSample = it->second;
+            resultSample = m_screen->sample(result.weights);
+            verdict = m_screen->judge(resultSample, baseSample, trainConfigFor(subtask).learningRate,
+                                      contribution.credit);
+        }
+    }
+    if (verdict.reject) {
+        reply.reason = QStringLiteral("screened out: %1").arg(verdict.reason);
+        ++m_rejected;
+        event(QStringLiteral("result-rejected"), workerId, subtask.id, lease.id, reply.reason);
+        handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost),
+                      QStringLiteral("its result was rejected: %1").arg(reply.reason));
+        noteVerdict(workerId, true, verdict, reply.reason);
+        return reply;
+    }
     if (m_rule->needsBase()) {
         auto base = baseWeights(lease);
         if (!base) {
@@ -746,6 +796,7 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
         ++m_rejected;
         event(QStringLiteral("result-rejected"), workerId, subtask.id, lease.id, why);
         handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost), QStringLiteral("its result was rejected: %1").arg(why));
+        noteVerdict(workerId, true, {}, why);
         return reply;
     }
     const int epochsDoneBefore = m_scheduler->epochsDone();
@@ -830,15 +881,25 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
         m_recentStaleness.pop_front();
     event(result.partial || covered < subtask.size() ? QStringLiteral("result-partial") : QStringLiteral("result-assimilated"),
           workerId, subtask.id, lease.id,
-          QStringLiteral("seq %1, version %2, staleness %3, credit %4, positions %5-%6 of shard %7%8")
+          QStringLiteral("seq %1, version %2, staleness %3, credit %4, positions %5-%6 of shard %7%8%9")
               .arg(seq).arg(version).arg(contribution.staleness).arg(contribution.credit, 0, 'f', 3)
               .arg(subtask.begin).arg(subtask.begin + covered).arg(subtask.shard)
-              .arg(check.late ? QStringLiteral(" (late result)") : QString()));
+              .arg(check.late ? QStringLiteral(" (late result)") : QString())
+              .arg(resultSample.defined()
+                       ? QStringLiteral("; screened: size z %1, cosine %2 (z %3)")
+                             .arg(verdict.sizeScore, 0, 'f', 1)
+                             .arg(verdict.cosine, 0, 'f', 2)
+                             .arg(verdict.directionScore, 0, 'f', 1)
+                       : QString()));
     for (const auto &l : changes.leases)
         if (l.state == LeaseState::Superseded)
             leaseEnded(l, QStringLiteral("subtask %1 was completed by lease %2").arg(subtask.id).arg(lease.id));
     if (m_hooks.assimilated)
         m_hooks.assimilated(record);
+    if (resultSample.defined()) {
+        m_screen->accepted(resultSample, baseSample, verdict);
+        noteVerdict(workerId, false, verdict, {});
+    }
     collectGarbage();
 
     if (epochClosed) {
@@ -879,6 +940,10 @@ void Coordinator::tick()
     }
     for (auto &request : due)
         dispatchEvaluation(std::move(request));
+    if (now - m_lastOperatorPollMs >= kOperatorPollMs) {
+        m_lastOperatorPollMs = now;
+        applyOperatorRequests();
+    }
     const auto timeoutMs = static_cast<qint64>(m_spec.fleet.heartbeatTimeoutSeconds * 1000.0);
     std::vector<qint64> silent;
     for (const auto &[id, w] : m_workers)
@@ -887,6 +952,114 @@ void Coordinator::tick()
     for (const qint64 id : silent)
         workerLeft(id, QStringLiteral("not heard from for %1 s (missed heartbeats)")
                            .arg((now - m_workers[id].record.lastSeenMs) / 1000));
+}
+
+void Coordinator::noteVerdict(qint64 workerId, bool rejected, const ResultScreen::Verdict &verdict,
+                              const QString &reason)
+{
+    const auto it = m_workers.find(workerId);
+    if (it == m_workers.end())
+        return;
+    WorkerState &w = it->second;
+    w.verdicts.push_back(rejected);
+    while (int(w.verdicts.size()) > kVerdictWindow)
+        w.verdicts.pop_front();
+    if (rejected) {
+        ++w.trust.rejected;
+        w.trust.trust *= 0.5;
+    } else {
+        ++w.trust.accepted;
+        w.trust.trust = std::min(1.0, w.trust.trust + 0.05);
+        if (m_screen && m_screen->warmedUp()) {
+            w.cosines.push_back(verdict.cosine);
+            while (int(w.cosines.size()) > kCosineWindow)
+                w.cosines.pop_front();
+        }
+    }
+    saveTrust(workerId);
+    const int limit = m_spec.fleet.quarantineAfter;
+    if (limit <= 0 || w.trust.quarantined)
+        return;
+    const auto rejections = int(std::count(w.verdicts.begin(), w.verdicts.end(), true));
+    if (rejections >= limit) {
+        quarantine(workerId, QStringLiteral("%1 of its last %2 results were rejected; the last: %3")
+                                 .arg(rejections).arg(w.verdicts.size()).arg(reason));
+        return;
+    }
+    // A patient attacker stays under each single result's threshold; its updates still point
+    // the wrong way on average. Three or more accepted updates whose mean cosine is negative
+    // and far below the fleet's typical one are evidence enough.
+    if (!rejected && int(w.cosines.size()) >= 3) {
+        double mean = 0.0;
+        for (const double c : w.cosines)
+            mean += c;
+        mean /= double(w.cosines.size());
+        const double center = m_screen->medianCosine();
+        const double bound = center - 3.0 * m_screen->cosineSpread() / std::sqrt(double(w.cosines.size()));
+        if (mean < 0 && mean < bound)
+            quarantine(workerId, QStringLiteral("its last %1 updates point, on average, against the fleet's direction "
+                                                "(mean cosine %2, typical %3)")
+                                     .arg(w.cosines.size())
+                                     .arg(mean, 0, 'f', 2)
+                                     .arg(center, 0, 'f', 2));
+    }
+}
+
+void Coordinator::quarantine(qint64 workerId, const QString &reason)
+{
+    WorkerState &w = m_workers[workerId];
+    w.trust.quarantined = true;
+    w.trust.reason = reason;
+    saveTrust(workerId);
+    event(QStringLiteral("worker-quarantined"), workerId, 0, 0,
+          QStringLiteral("%1: %2; it gets no more subtasks until an operator releases it").arg(w.record.name, reason));
+    handleChanges(m_scheduler->workerLost(workerId), QStringLiteral("the worker was quarantined"));
+}
+
+void Coordinator::releaseWorker(qint64 workerId, const QString &by)
+{
+    const auto it = m_workers.find(workerId);
+    if (it == m_workers.end() || !it->second.trust.quarantined)
+        return;
+    WorkerState &w = it->second;
+    w.trust.quarantined = false;
+    w.trust.reason.clear();
+    w.trust.trust = std::max(w.trust.trust, 0.5);
+    w.verdicts.clear();
+    w.cosines.clear();
+    saveTrust(workerId);
+    event(QStringLiteral("worker-released"), workerId, 0, 0,
+          QStringLiteral("%1 released from quarantine by %2").arg(w.record.name, by));
+}
+
+void Coordinator::saveTrust(qint64 workerId)
+{
+    WorkerTrust &t = m_workers[workerId].trust;
+    t.workerId = workerId;
+    if (auto r = m_store->setWorkerTrust(m_jobId, t); !r)
+        setFatal(r.error());
+}
+
+void Coordinator::applyOperatorRequests()
+{
+    auto requests = m_store->pendingOperatorRequests(m_jobId);
+    if (!requests) {
+        qCWarning(lcEngine).noquote() << "cannot read operator requests:" << requests.error();
+        return;
+    }
+    for (const OperatorRequest &r : *requests) {
+        int matched = 0;
+        for (auto &[id, w] : m_workers)
+            if (w.record.name == r.worker && w.trust.quarantined) {
+                releaseWorker(id, QStringLiteral("an operator"));
+                ++matched;
+            }
+        if (matched == 0)
+            qCWarning(lcEngine).noquote() << "operator request" << r.kind << r.worker
+                                          << "matched no quarantined worker";
+        if (auto done = m_store->markOperatorRequestDone(r.id); !done)
+            qCWarning(lcEngine).noquote() << done.error();
+    }
 }
 
 void Coordinator::requestEvaluation(int epoch)
@@ -932,8 +1105,8 @@ void Coordinator::evaluationFailed(const EvaluationRequest &request, const QStri
           QStringLiteral("epoch %1, version %2, attempt %3 of %4: %5; %6")
               .arg(request.epoch + 1).arg(request.version).arg(request.attempt).arg(kEvaluationAttempts)
               .arg(error,
-                   again ? QStringLiteral("trying again in %1 s%2")
-                               .arg(double(delayMs) / 1000.0)
+                   again ? QStringLiteral("trying again%1%2")
+                               .arg(m_hooks.evaluate ? QStringLiteral(" in %1 s").arg(double(delayMs) / 1000.0) : QString())
                                .arg(retry.onCpu ? QStringLiteral(" on the CPU") : QString())
                          : QStringLiteral("giving up on this evaluation; training goes on")));
     if (again) {
@@ -993,6 +1166,15 @@ void Coordinator::collectGarbage()
             needed.insert(lease.baseSeq);
     for (auto it = m_bases.begin(); it != m_bases.end();)
         it = needed.count(it->first) ? std::next(it) : m_bases.erase(it);
+    // Base samples are small: those of active leases and of the last few hundred versions
+    // stay, so that late results can be screened too.
+    if (!m_baseSamples.empty()) {
+        std::set<qint64> active;
+        for (const auto &lease : m_scheduler->activeLeases())
+            active.insert(lease.baseSeq);
+        for (auto it = m_baseSamples.begin(); it != m_baseSamples.end();)
+            it = it->first >= m_seq - kScreenedBases || active.count(it->first) ? std::next(it) : m_baseSamples.erase(it);
+    }
     for (auto it = m_checkpointSeqs.begin(); it != m_checkpointSeqs.end();) {
         if (needed.count(*it)) {
             ++it;
@@ -1075,8 +1257,10 @@ JobProgress Coordinator::progress() const
     p.testAccuracy = m_lastAccuracy;
     p.testLoss = m_lastTestLoss;
     p.evaluatedEpoch = m_evaluatedEpoch;
-    for (const auto &[id, w] : m_workers)
+    for (const auto &[id, w] : m_workers) {
         p.workersOnline += w.online ? 1 : 0;
+        p.quarantined += w.trust.quarantined ? 1 : 0;
+    }
     p.activeLeases = m_scheduler->activeLeaseCount();
     p.queuedSubtasks = m_scheduler->queuedCount();
     if (!m_recentStaleness.empty()) {

@@ -20,6 +20,7 @@
 #include "Model.h"
 #include "PriceTable.h"
 #include "Result.h"
+#include "ResultScreen.h"
 #include "Scheduler.h"
 #include "Store.h"
 #include "Trainer.h"
@@ -108,6 +109,7 @@ struct JobProgress
     qint64 preemptions = 0;
     qint64 rejected = 0;
     qint64 duplicates = 0;
+    int quarantined = 0; // workers in quarantine now
     LedgerTotals cost;
     qint64 elapsedMs = 0;
     bool finished = false;
@@ -139,6 +141,10 @@ struct WorkerStatus
     double costOnDemand = 0.0;
     double costActual = 0.0;
     qint64 lastSeenMs = 0;
+    double trust = 1.0;       // see WorkerTrust
+    int rejected = 0;         // results rejected (invalid or screened out)
+    bool quarantined = false; // gets no leases until released
+    QString quarantineReason;
 };
 
 struct EvaluationRequest
@@ -209,6 +215,9 @@ public:
     // Workers' throughput, as measured from their results (samples per second).
     double workerSpeed(qint64 workerId) const;
     std::vector<WorkerStatus> workerStatuses() const;
+    // Lifts a worker's quarantine (an operator's decision): it gets leases again, with its
+    // trust halfway back and its recent record cleared.
+    void releaseWorker(qint64 workerId, const QString &by);
     // A paused job hands out no subtasks; results of running ones are still assimilated.
     void setPaused(bool paused);
     bool paused() const { return m_paused; }
@@ -236,6 +245,12 @@ private:
     void setFatal(const QString &message);
     QString validate(const SubtaskResult &result) const;
     bool stateIsFinite() const;
+    // Records a screened or invalid result's verdict against its worker, and quarantines the
+    // worker when its recent record calls for it.
+    void noteVerdict(qint64 workerId, bool rejected, const ResultScreen::Verdict &verdict, const QString &reason);
+    void quarantine(qint64 workerId, const QString &reason);
+    void saveTrust(qint64 workerId);
+    void applyOperatorRequests();
     // Reloads the aggregation state of the latest committed assimilation from its checkpoint.
     Result<void> restoreState();
     Result<torch::Tensor> baseWeights(const Lease &lease);
@@ -267,6 +282,9 @@ private:
     qint64 m_version = 0;
     torch::Tensor m_snapshot;             // read-only copy of W handed to workers at m_seq
     std::map<qint64, torch::Tensor> m_bases; // async-delta: W at the base of active leases
+    std::unique_ptr<ResultScreen> m_screen;  // null when the job does not screen results
+    std::map<qint64, torch::Tensor> m_baseSamples; // ResultScreen::sample() of recent bases
+    qint64 m_lastOperatorPollMs = 0;
     std::set<qint64> m_checkpointSeqs;    // checkpoint files on disk
 
     struct WorkerState
@@ -288,6 +306,9 @@ private:
         double costSpot = 0.0;
         double costOnDemand = 0.0;
         double costActual = 0.0;
+        WorkerTrust trust;
+        std::deque<bool> verdicts;   // the last ten results: true = rejected
+        std::deque<double> cosines;  // of the last accepted updates against the consensus
     };
     void account(const LedgerRecord &l);
     std::map<qint64, WorkerState> m_workers;

@@ -60,6 +60,8 @@ void forEachField(Job &job, Visit &&visit)
     visit("fleet.instance_type", job.fleet.instanceType);
     visit("fleet.price_class", job.fleet.priceClass);
     visit("fleet.price_table", job.fleet.priceTable);
+    visit("fleet.screen_results", job.fleet.screenResults);
+    visit("fleet.quarantine_after", job.fleet.quarantineAfter);
     visit("fleet.preemption.mean_interval_s", job.fleet.preemption.meanIntervalSeconds);
     visit("fleet.preemption.notice_fraction", job.fleet.preemption.noticeFraction);
     visit("fleet.preemption.rejoin_delay_s", job.fleet.preemption.rejoinDelaySeconds);
@@ -342,6 +344,7 @@ QStringList JobSpec::problems() const
         inRange(QStringLiteral("fleet.lease_timeout_s"), fleet.leaseTimeoutSeconds, 1.0, 7.0 * 24 * 3600),
         inRange(QStringLiteral("fleet.target_subtask_s"), fleet.targetSubtaskSeconds, 0.0, 7.0 * 24 * 3600),
         inRange(QStringLiteral("fleet.heartbeat_timeout_s"), fleet.heartbeatTimeoutSeconds, 1.0, 24.0 * 3600),
+        inRange(QStringLiteral("fleet.quarantine_after"), fleet.quarantineAfter, 0, 10),
         oneOf(QStringLiteral("fleet.price_class"), fleet.priceClass,
               {QStringLiteral("spot"), QStringLiteral("on-demand"), QStringLiteral("volunteer")}),
         inRange(QStringLiteral("fleet.preemption.mean_interval_s"), fleet.preemption.meanIntervalSeconds, 0.0, 1e7),

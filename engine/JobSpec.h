@@ -80,6 +80,10 @@ struct FleetSpec
     QString instanceType = QStringLiteral("aws/c5.large");
     QString priceClass = QStringLiteral("spot"); // spot | on-demand | volunteer
     QString priceTable;                          // empty = the built-in table
+    // Untrusted workers: results are screened statistically (ResultScreen) and a worker with
+    // this many rejected results among its last ten is quarantined (0: never).
+    bool screenResults = true;
+    int quarantineAfter = 3;
     PreemptionSpec preemption;
 };
 

@@ -15,6 +15,14 @@ QString torchErrorSummary(const std::exception &e)
 {
     const auto *c10 = dynamic_cast<const c10::Error *>(&e);
     QString text = QString::fromUtf8(c10 ? c10->what_without_backtrace() : e.what()).trimmed();
+    // A TorchScript model's error starts with a generic line and a traceback; what went wrong
+    // ("RuntimeError: CUDA out of memory ...") is the last line.
+    if (text.startsWith(QLatin1String("The following operation failed in the TorchScript interpreter"))) {
+        const QStringList lines = text.split(u'\n', Qt::SkipEmptyParts);
+        for (auto it = lines.crbegin(); it != lines.crend(); ++it)
+            if (!it->trimmed().isEmpty())
+                return QStringLiteral("in the TorchScript model: %1").arg(it->trimmed());
+    }
     const qsizetype newline = text.indexOf(u'\n');
     if (newline > 0)
         text.truncate(newline);

@@ -9,7 +9,7 @@ namespace flotilla {
 
 namespace {
 
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;
 
 const char *const kSchema = R"SQL(
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -51,6 +51,18 @@ CREATE TABLE IF NOT EXISTS ledger(
     lease_id INTEGER NOT NULL, at_ms INTEGER NOT NULL, kind TEXT NOT NULL, seconds REAL NOT NULL,
     cost_spot REAL NOT NULL, cost_on_demand REAL NOT NULL, cost_actual REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS events_by_kind ON events(job_id, kind);
+)SQL";
+
+// Schema 2: what the coordinator thinks of each worker's results, and requests from
+// operators (`flotilla release`) that a running coordinator picks up.
+const char *const kSchema2 = R"SQL(
+CREATE TABLE IF NOT EXISTS worker_trust(
+    job_id INTEGER NOT NULL REFERENCES jobs(id), worker_id INTEGER NOT NULL, trust REAL NOT NULL,
+    accepted INTEGER NOT NULL, rejected INTEGER NOT NULL, quarantined INTEGER NOT NULL, reason TEXT NOT NULL,
+    PRIMARY KEY(job_id, worker_id));
+CREATE TABLE IF NOT EXISTS operator_requests(
+    id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL REFERENCES jobs(id), at_ms INTEGER NOT NULL,
+    kind TEXT NOT NULL, worker TEXT NOT NULL, done INTEGER NOT NULL DEFAULT 0);
 )SQL";
 
 // A prepared statement with positional binding and typed column access.
@@ -180,20 +192,26 @@ Result<void> Store::exec(const char *sql)
 
 Result<void> Store::migrate()
 {
-    Statement q(m_db, "SELECT value FROM meta WHERE key = 'schema'");
-    if (q.ok() && q.next()) {
-        const int version = q.text(0).toInt();
-        if (version > kSchemaVersion)
-            return fail(QStringLiteral("the store was written by a newer Flotilla (schema %1, this one reads up to %2)")
-                            .arg(version).arg(kSchemaVersion));
-        return {};
+    int version = 0;
+    {
+        Statement q(m_db, "SELECT value FROM meta WHERE key = 'schema'");
+        if (q.ok() && q.next())
+            version = q.text(0).toInt();
     }
+    if (version > kSchemaVersion)
+        return fail(QStringLiteral("the store was written by a newer Flotilla (schema %1, this one reads up to %2)")
+                        .arg(version).arg(kSchemaVersion));
+    if (version == kSchemaVersion)
+        return {};
     if (auto r = exec("BEGIN IMMEDIATE"); !r)
         return r;
-    if (auto r = exec(kSchema); !r) {
-        rollback();
-        return r;
-    }
+    // Every step is idempotent (CREATE ... IF NOT EXISTS), so a store of any older schema
+    // gets what it lacks.
+    for (const char *sql : {kSchema, kSchema2})
+        if (auto r = exec(sql); !r) {
+            rollback();
+            return r;
+        }
     Statement insert(m_db, "INSERT OR REPLACE INTO meta(key, value) VALUES('schema', ?)");
     if (auto r = insert.bind(QString::number(kSchemaVersion)).run(); !r) {
         rollback();
@@ -514,6 +532,45 @@ Result<LedgerTotals> Store::ledgerTotals(qint64 jobId)
     if (!q.ok())
         return q.error();
     return t;
+}
+
+Result<void> Store::setWorkerTrust(qint64 jobId, const WorkerTrust &t)
+{
+    Statement q(m_db, "INSERT OR REPLACE INTO worker_trust(job_id, worker_id, trust, accepted, rejected, quarantined, "
+                      "reason) VALUES(?, ?, ?, ?, ?, ?, ?)");
+    return q.bind(jobId).bind(t.workerId).bind(t.trust).bind(t.accepted).bind(t.rejected).bind(t.quarantined ? 1 : 0)
+        .bind(t.reason).run();
+}
+
+Result<std::vector<WorkerTrust>> Store::workerTrust(qint64 jobId)
+{
+    Statement q(m_db, "SELECT worker_id, trust, accepted, rejected, quarantined, reason FROM worker_trust "
+                      "WHERE job_id = ? ORDER BY worker_id");
+    q.bind(jobId);
+    return collect<WorkerTrust>(q, [](Statement &s) {
+        return WorkerTrust{s.i64(0), s.f64(1), s.i32(2), s.i32(3), s.i32(4) != 0, s.text(5)};
+    });
+}
+
+Result<qint64> Store::addOperatorRequest(qint64 jobId, const QString &kind, const QString &worker, qint64 nowMs)
+{
+    Statement q(m_db, "INSERT INTO operator_requests(job_id, at_ms, kind, worker) VALUES(?, ?, ?, ?)");
+    if (auto r = q.bind(jobId).bind(nowMs).bind(kind).bind(worker).run(); !r)
+        return r.takeError();
+    return static_cast<qint64>(sqlite3_last_insert_rowid(m_db));
+}
+
+Result<std::vector<OperatorRequest>> Store::pendingOperatorRequests(qint64 jobId)
+{
+    Statement q(m_db, "SELECT id, at_ms, kind, worker FROM operator_requests WHERE job_id = ? AND done = 0 ORDER BY id");
+    q.bind(jobId);
+    return collect<OperatorRequest>(q, [](Statement &s) { return OperatorRequest{s.i64(0), s.i64(1), s.text(2), s.text(3)}; });
+}
+
+Result<void> Store::markOperatorRequestDone(qint64 id)
+{
+    Statement q(m_db, "UPDATE operator_requests SET done = 1 WHERE id = ?");
+    return q.bind(id).run();
 }
 
 } // namespace flotilla

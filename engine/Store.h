@@ -115,6 +115,26 @@ struct LedgerTotals
     double savingsPercent() const { return costOnDemand > 0 ? 100.0 * (1.0 - costActual / costOnDemand) : 0.0; }
 };
 
+// What the coordinator thinks of a worker's results (ResultScreen's verdicts).
+struct WorkerTrust
+{
+    qint64 workerId = 0;
+    double trust = 1.0; // 1: nothing against it; halves with each rejected result
+    int accepted = 0;
+    int rejected = 0;
+    bool quarantined = false; // no more leases until an operator releases it
+    QString reason;           // why it was quarantined
+};
+
+// Something an operator asked of a running coordinator from outside its process.
+struct OperatorRequest
+{
+    qint64 id = 0;
+    qint64 atMs = 0;
+    QString kind;   // "release": lift a worker's quarantine
+    QString worker; // the worker's name
+};
+
 class Store
 {
 public:
@@ -160,6 +180,12 @@ public:
     Result<std::map<qint64, LedgerTotals>> ledgerByWorker(qint64 jobId);
     // Every ledger entry in order, for charts of cost over time.
     Result<std::vector<LedgerRecord>> ledger(qint64 jobId);
+
+    Result<void> setWorkerTrust(qint64 jobId, const WorkerTrust &trust);
+    Result<std::vector<WorkerTrust>> workerTrust(qint64 jobId);
+    Result<qint64> addOperatorRequest(qint64 jobId, const QString &kind, const QString &worker, qint64 nowMs);
+    Result<std::vector<OperatorRequest>> pendingOperatorRequests(qint64 jobId);
+    Result<void> markOperatorRequestDone(qint64 id);
 
 private:
     Store() = default;

@@ -305,7 +305,37 @@ private Q_SLOTS:
         QVERIFY(QFileInfo::exists(db + QStringLiteral("-wal")));
         // The second connection reads the committed job while the first is still open.
         QCOMPARE(queryOnSecondConnection(db, "SELECT name FROM jobs WHERE id = 1"), QStringLiteral("j"));
-        QCOMPARE(queryOnSecondConnection(db, "SELECT value FROM meta WHERE key = 'schema'"), QStringLiteral("1"));
+        QCOMPARE(queryOnSecondConnection(db, "SELECT value FROM meta WHERE key = 'schema'"), QStringLiteral("2"));
+    }
+
+    void storeOfTheFirstSchemaGainsWhatItLacks()
+    {
+        // A run directory from before worker trust existed: schema 1 without its tables.
+        const QString db = path("schema1.db");
+        {
+            auto store = openStore(db);
+            QVERIFY(store);
+            QVERIFY(store->createJob(QStringLiteral("old"), QStringLiteral("{}"), 1000));
+        }
+        {
+            sqlite3 *raw = nullptr;
+            QCOMPARE(sqlite3_open(db.toUtf8().constData(), &raw), SQLITE_OK);
+            QCOMPARE(sqlite3_exec(raw, "DROP TABLE worker_trust; DROP TABLE operator_requests; "
+                                       "UPDATE meta SET value = '1' WHERE key = 'schema'",
+                                  nullptr, nullptr, nullptr),
+                     SQLITE_OK);
+            sqlite3_close(raw);
+        }
+        auto store = openStore(db);
+        QVERIFY(store);
+        QCOMPARE(queryOnSecondConnection(db, "SELECT value FROM meta WHERE key = 'schema'"), QStringLiteral("2"));
+        QVERIFY(store->setWorkerTrust(1, WorkerTrust{7, 0.25, 3, 2, true, QStringLiteral("screened out")}));
+        auto trust = store->workerTrust(1);
+        QVERIFY(trust && trust->size() == 1);
+        QCOMPARE(trust->front().trust, 0.25);
+        QVERIFY(trust->front().quarantined);
+        QCOMPARE(trust->front().reason, QStringLiteral("screened out"));
+        QCOMPARE(store->latestJob().value()->name, QStringLiteral("old")); // nothing else was touched
     }
 
     void jobsRoundTrip()

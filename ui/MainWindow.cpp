@@ -97,6 +97,12 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
     connect(m_session, &ControlSession::eventAdded, this, [this](const EventRow &e) {
         m_dashboard->addEvent(e);
         m_events->addEvent(e);
+        // Things that need the user's attention also show in the status bar; the events
+        // view keeps them all.
+        if (e.kind == QLatin1String("evaluation-failed"))
+            statusBar()->showMessage(tr("Evaluation failed: %1").arg(e.detail), 30000);
+        else if (e.kind == QLatin1String("worker-quarantined"))
+            statusBar()->showMessage(tr("Worker quarantined: %1").arg(e.detail), 30000);
     });
     connect(m_session, &ControlSession::subtasksLoaded, m_subtasks, &SubtasksView::setSubtasks);
     connect(m_workers, &WorkersView::revokeRequested, this, [this](const QString &name) {

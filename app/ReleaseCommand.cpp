@@ -1,0 +1,82 @@
+// `flotilla release`: lifts a worker's quarantine in a job, running or not. The request is
+// written to the job's store; a running coordinator picks it up within two seconds, a
+// stopped one when it resumes.
+#include "CommandLine.h"
+#include "JobOptions.h"
+#include "NetworkCommands.h"
+
+#include "Store.h"
+
+#include <QCommandLineParser>
+#include <QDateTime>
+#include <QDir>
+#include <QFileInfo>
+
+#include <cstdio>
+
+namespace flotilla {
+
+int runReleaseCommand(const QStringList &arguments)
+{
+    QCommandLineParser parser;
+    parser.setApplicationDescription(QStringLiteral(
+        "Release a quarantined worker: a worker whose results were rejected repeatedly gets no subtasks until an\n"
+        "operator releases it. Run it beside `flotilla serve` with the same --run-dir; the coordinator picks the\n"
+        "request up within two seconds (or when it next starts)."));
+    parser.addHelpOption();
+    parser.addPositionalArgument(QStringLiteral("worker"), QStringLiteral("The worker's name, as the workers view shows it."));
+    parser.addOption({QStringLiteral("run-dir"), QStringLiteral("The coordinator's run directory."), QStringLiteral("dir")});
+    if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("release")))
+        return *stop;
+    if (parser.positionalArguments().size() != 1 || !parser.isSet(QStringLiteral("run-dir"))) {
+        std::fprintf(stderr, "flotilla release: name one worker and the coordinator's --run-dir\n");
+        return ExitUsage;
+    }
+    const QString name = parser.positionalArguments().first();
+    const QString db = QDir(parser.value(QStringLiteral("run-dir"))).filePath(QStringLiteral("flotilla.db"));
+    if (!QFileInfo::exists(db)) {
+        std::fprintf(stderr, "flotilla release: there is no job in '%s' (no flotilla.db)\n",
+                     parser.value(QStringLiteral("run-dir")).toUtf8().constData());
+        return ExitFailure;
+    }
+    auto store = Store::open(db);
+    if (!store) {
+        std::fprintf(stderr, "flotilla release: %s\n", store.error().toUtf8().constData());
+        return ExitFailure;
+    }
+    auto job = (*store)->latestJob();
+    if (!job || !job->has_value()) {
+        std::fprintf(stderr, "flotilla release: the store in '%s' holds no job\n", db.toUtf8().constData());
+        return ExitFailure;
+    }
+    const qint64 jobId = (**job).id;
+    auto workers = (*store)->workers(jobId);
+    auto trust = (*store)->workerTrust(jobId);
+    if (!workers || !trust) {
+        std::fprintf(stderr, "flotilla release: cannot read the workers of the job\n");
+        return ExitFailure;
+    }
+    QStringList quarantined;
+    bool known = false;
+    for (const auto &w : *workers) {
+        known = known || w.name == name;
+        for (const auto &t : *trust)
+            if (t.workerId == w.id && t.quarantined)
+                quarantined << w.name;
+    }
+    if (!quarantined.contains(name)) {
+        std::fprintf(stderr, "flotilla release: %s '%s'; quarantined now: %s\n",
+                     known ? "no quarantined worker is called" : "the job has no worker called",
+                     name.toUtf8().constData(),
+                     quarantined.isEmpty() ? "none" : quarantined.join(QStringLiteral(", ")).toUtf8().constData());
+        return ExitFailure;
+    }
+    if (auto r = (*store)->addOperatorRequest(jobId, QStringLiteral("release"), name, QDateTime::currentMSecsSinceEpoch()); !r) {
+        std::fprintf(stderr, "flotilla release: %s\n", r.error().toUtf8().constData());
+        return ExitFailure;
+    }
+    std::printf("Asked the coordinator to release '%s'; a running coordinator does within 2 s.\n", name.toUtf8().constData());
+    return ExitOk;
+}
+
+} // namespace flotilla

@@ -1,0 +1,189 @@
+#include "ResultScreen.h"
+
+#include "Random.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace flotilla {
+
+namespace {
+
+// The consistency constant that makes the MAD estimate a normal distribution's deviation.
+constexpr double kMadToSigma = 1.4826;
+
+void push(std::deque<double> &window, double value, int size)
+{
+    window.push_back(value);
+    while (int(window.size()) > size)
+        window.pop_front();
+}
+
+} // namespace
+
+double median(std::vector<double> values)
+{
+    if (values.empty())
+        return 0.0;
+    const auto mid = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
+    std::nth_element(values.begin(), mid, values.end());
+    if (values.size() % 2 == 1)
+        return *mid;
+    const double upper = *mid;
+    const double lower = *std::max_element(values.begin(), mid);
+    return 0.5 * (lower + upper);
+}
+
+double medianAbsoluteDeviation(const std::vector<double> &values, double center)
+{
+    std::vector<double> deviations;
+    deviations.reserve(values.size());
+    for (const double v : values)
+        deviations.push_back(std::abs(v - center));
+    return median(std::move(deviations));
+}
+
+ResultScreen::ResultScreen(const WeightSegments &segments, quint64 seed, Config config) : m_config(config)
+{
+    const std::int64_t parameters = segments.onlyParameters() ? segments.total : segments.parameterEnd;
+    if (parameters < 0) {
+        // Unknown layout: every value, whatever the buffer's size.
+        m_all = true;
+        m_parameters = -1;
+        return;
+    }
+    if (parameters <= m_config.sampleSize) {
+        m_all = true;
+        m_parameters = parameters;
+        return;
+    }
+    // A fixed sample of coordinates, drawn once from the job's seed, sorted so that gathering
+    // them walks memory forward.
+    std::vector<std::int64_t> all(static_cast<std::size_t>(parameters));
+    std::iota(all.begin(), all.end(), std::int64_t{0});
+    deterministicShuffle(all, mixSeed(seed, 0x5C4EE7));
+    all.resize(static_cast<std::size_t>(m_config.sampleSize));
+    std::sort(all.begin(), all.end());
+    m_indices = torch::from_blob(all.data(), {std::int64_t(all.size())}, torch::kInt64).clone();
+    m_all = false;
+    m_config.sampleSize = std::int64_t(all.size());
+}
+
+torch::Tensor ResultScreen::sample(const torch::Tensor &flat) const
+{
+    if (m_all)
+        return (m_parameters < 0 ? flat : flat.narrow(0, 0, std::min(flat.numel(), m_parameters))).clone();
+    return flat.index_select(0, m_indices);
+}
+
+double ResultScreen::medianCosine() const
+{
+    return median(std::vector<double>(m_cosines.begin(), m_cosines.end()));
+}
+
+double ResultScreen::cosineSpread() const
+{
+    const std::vector<double> values(m_cosines.begin(), m_cosines.end());
+    return std::max(m_config.minCosineSpread, kMadToSigma * medianAbsoluteDeviation(values, median(values)));
+}
+
+ResultScreen::Verdict ResultScreen::judge(const torch::Tensor &result, const torch::Tensor &base,
+                                          double learningRate, double credit) const
+{
+    Verdict v;
+    const torch::Tensor update = result - base;
+    const double updateNorm = update.norm().item<double>();
+    const double baseNorm = base.norm().item<double>();
+    const double floor = 1e-6 * std::sqrt(double(std::max<std::int64_t>(1, base.numel())));
+    v.size = updateNorm / (std::max(learningRate, 1e-12) * std::sqrt(std::max(credit, 1e-3)));
+    if (m_consensus.defined() && updateNorm > 0) {
+        const double consensusNorm = m_consensus.norm().item<double>();
+        if (consensusNorm > 0)
+            v.cosine = update.dot(m_consensus).item<double>() / (updateNorm * consensusNorm);
+    }
+
+    // Absolute checks, which need no history.
+    if (updateNorm > m_config.maxRelative * std::max(baseNorm, floor)) {
+        v.reject = true;
+        v.reason = QStringLiteral("its update is %1 times the size of the model it started from (at most %2 is "
+                                  "plausible for one subtask)")
+                       .arg(updateNorm / std::max(baseNorm, floor), 0, 'g', 3)
+                       .arg(m_config.maxRelative);
+        return v;
+    }
+    if (updateNorm == 0.0 && credit >= m_config.smallFraction) {
+        v.reject = true;
+        v.reason = QStringLiteral("its weights are exactly the ones its subtask started from: nothing was trained");
+        return v;
+    }
+    // Direction against the consensus of recent accepted updates: early, since the first
+    // updates of a job are the most aligned and a reversed one is plainest then.
+    double cosineCenter = 0.0;
+    double cosineSpreadNow = 0.0;
+    if (directionsKnown()) {
+        cosineCenter = medianCosine();
+        cosineSpreadNow = cosineSpread();
+        v.directionScore = (v.cosine - cosineCenter) / cosineSpreadNow;
+        if (v.cosine < 0 && v.directionScore < -m_config.directionSpread) {
+            v.reject = true;
+            v.reason = QStringLiteral("its update points against the fleet's recent direction (cosine %1, typical "
+                                      "%2, robust z-score %3)")
+                           .arg(v.cosine, 0, 'f', 2)
+                           .arg(cosineCenter, 0, 'f', 2)
+                           .arg(v.directionScore, 0, 'f', 1);
+            return v;
+        }
+    }
+    if (!warmedUp())
+        return v;
+
+    // Size against recent accepted updates, in log space (sizes spread multiplicatively).
+    const std::vector<double> sizes(m_sizes.begin(), m_sizes.end());
+    const double sizeCenter = median(sizes);
+    const double sizeSpread = std::max(m_config.minLogSpread, kMadToSigma * medianAbsoluteDeviation(sizes, sizeCenter));
+    v.sizeScore = (std::log(std::max(v.size, 1e-30)) - sizeCenter) / sizeSpread;
+    const double ratio = v.size / std::exp(sizeCenter);
+    // A large update that points where the fleet is going is what honest workers send after
+    // the model was set back (a bad result got in, the learning rate rose): it is kept.
+    // Large and pointing elsewhere (noise), or beyond any plausible size, it is not.
+    const bool aligned = directionsKnown() && v.cosine >= cosineCenter - m_config.alignedSpread * cosineSpreadNow;
+    if ((v.sizeScore > m_config.sizeSpread && !aligned) || ratio > m_config.maxSizeRatio) {
+        v.reject = true;
+        v.reason = QStringLiteral("its update is %1 times the size of recent accepted updates (robust z-score %2, "
+                                  "cosine %3 with the fleet's direction)")
+                       .arg(ratio, 0, 'g', 3)
+                       .arg(v.sizeScore, 0, 'f', 1)
+                       .arg(v.cosine, 0, 'f', 2);
+        return v;
+    }
+    if (v.sizeScore < -m_config.sizeSpread && credit >= m_config.smallFraction) {
+        v.reject = true;
+        v.reason = QStringLiteral("its update is only %1 of the size of recent accepted updates for the work it "
+                                  "claims (robust z-score %2): it barely trained")
+                       .arg(ratio, 0, 'g', 3)
+                       .arg(v.sizeScore, 0, 'f', 1);
+        return v;
+    }
+    return v;
+}
+
+void ResultScreen::accepted(const torch::Tensor &result, const torch::Tensor &base, const Verdict &verdict)
+{
+    const torch::Tensor update = result - base;
+    const double norm = update.norm().item<double>();
+    if (norm <= 0)
+        return;
+    if (m_consensus.defined())
+        push(m_cosines, verdict.cosine, m_config.window);
+    push(m_sizes, std::log(std::max(verdict.size, 1e-30)), m_config.window);
+    const torch::Tensor direction = update / norm;
+    if (!m_consensus.defined())
+        m_consensus = direction.clone();
+    else
+        m_consensus.mul_(m_config.consensusDecay).add_(direction, 1.0 - m_config.consensusDecay);
+}
+
+} // namespace flotilla

@@ -1,0 +1,215 @@
+// Result screening on its own: synthetic honest updates (a shared direction plus per-shard
+// noise, as data-parallel training gives) against each attack, with the thresholds the
+// coordinator uses. No clock, no disk, no coordinator.
+#include "ResultScreen.h"
+
+#include <QtTest>
+
+#include <torch/torch.h>
+
+using namespace flotilla;
+
+namespace {
+
+constexpr std::int64_t kParameters = 5000;
+
+WeightSegments parametersOnly(std::int64_t n)
+{
+    WeightSegments s;
+    s.parameterEnd = s.bufferEnd = s.total = n;
+    return s;
+}
+
+// A stream of honest updates: each is the fleet's common descent direction plus noise of
+// the same size (a signal-to-noise ratio of one), so honest cosines against the consensus
+// spread widely around a modest mean, as they do late in real training.
+struct Fleet
+{
+    torch::Generator generator = at::detail::createCPUGenerator(42);
+    torch::Tensor direction;
+    torch::Tensor model;
+
+    Fleet()
+    {
+        direction = torch::randn({kParameters}, generator);
+        direction /= direction.norm();
+        model = torch::randn({kParameters}, generator);
+    }
+    torch::Tensor honestUpdate(double scale = 1.0)
+    {
+        torch::Tensor noise = torch::randn({kParameters}, generator);
+        noise *= 1.0 / noise.norm().item<double>();
+        return (direction + noise) * (0.05 * scale);
+    }
+};
+
+// Feeds n honest results through the screen; returns how many it rejected.
+int warmUp(ResultScreen &screen, Fleet &fleet, int n)
+{
+    int rejected = 0;
+    for (int i = 0; i < n; ++i) {
+        const torch::Tensor base = screen.sample(fleet.model);
+        const torch::Tensor result = screen.sample(fleet.model + fleet.honestUpdate());
+        const auto v = screen.judge(result, base, 0.1, 1.0);
+        if (v.reject) {
+            ++rejected;
+            continue;
+        }
+        screen.accepted(result, base, v);
+    }
+    return rejected;
+}
+
+} // namespace
+
+class TestResultScreen : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void honestResultsAreNeverRejected()
+    {
+        // 2,000 honest results of varying size, credit and learning rate: zero rejections.
+        ResultScreen screen(parametersOnly(kParameters), 7);
+        Fleet fleet;
+        QCOMPARE(warmUp(screen, fleet, 16), 0);
+        int rejected = 0;
+        QString why;
+        for (int i = 0; i < 2000; ++i) {
+            const double credit = i % 5 == 0 ? 0.3 : 1.0;       // partial results train less
+            const double lr = i % 7 == 0 ? 0.05 : 0.1;          // a schedule lowers the rate
+            const double scale = lr / 0.1 * std::sqrt(credit) * (0.6 + 0.8 * (i % 11) / 10.0);
+            const torch::Tensor base = screen.sample(fleet.model);
+            const torch::Tensor result = screen.sample(fleet.model + fleet.honestUpdate(scale));
+            const auto v = screen.judge(result, base, lr, credit);
+            if (v.reject) {
+                ++rejected;
+                why = v.reason;
+                continue;
+            }
+            screen.accepted(result, base, v);
+        }
+        QVERIFY2(rejected == 0, qPrintable(QStringLiteral("%1 honest results rejected, e.g. %2").arg(rejected).arg(why)));
+    }
+
+    void absoluteChecksNeedNoHistory()
+    {
+        ResultScreen screen(parametersOnly(kParameters), 7);
+        Fleet fleet;
+        const torch::Tensor base = screen.sample(fleet.model);
+        QVERIFY(!screen.warmedUp());
+        // The global model scaled by 50: an update 49 times the model.
+        auto scaled = screen.judge(screen.sample(fleet.model * 50.0f), base, 0.1, 1.0);
+        QVERIFY(scaled.reject);
+        QVERIFY2(scaled.reason.contains(QStringLiteral("times the size of the model")), qPrintable(scaled.reason));
+        // The base sent back unchanged while claiming a whole subtask.
+        auto idle = screen.judge(base.clone(), base, 0.1, 1.0);
+        QVERIFY(idle.reject);
+        QVERIFY2(idle.reason.contains(QStringLiteral("nothing was trained")), qPrintable(idle.reason));
+        // ... but a result that trained almost nothing because it was preempted at once is fine.
+        QVERIFY(!screen.judge(base.clone(), base, 0.1, 0.01).reject);
+    }
+
+    void eachAttackIsRejectedOnceWarmedUp()
+    {
+        ResultScreen screen(parametersOnly(kParameters), 7);
+        Fleet fleet;
+        QCOMPARE(warmUp(screen, fleet, 64), 0);
+        QVERIFY(screen.warmedUp());
+        const torch::Tensor base = screen.sample(fleet.model);
+        const torch::Tensor honest = fleet.honestUpdate();
+
+        // sign-flip: the honest update reversed. Its size is honest; its direction is not.
+        auto flipped = screen.judge(screen.sample(fleet.model - fleet.direction * 0.1f), base, 0.1, 1.0);
+        QVERIFY2(flipped.reject, qPrintable(QStringLiteral("cosine %1").arg(flipped.cosine)));
+        QVERIFY2(flipped.reason.contains(QStringLiteral("against the fleet")), qPrintable(flipped.reason));
+
+        // noise: Gaussian noise of σ = 0.1 on every value, far larger than an update.
+        const torch::Tensor noisy = fleet.model + honest + torch::randn({kParameters}, fleet.generator) * 0.1f;
+        auto noise = screen.judge(screen.sample(noisy), base, 0.1, 1.0);
+        QVERIFY(noise.reject);
+        QVERIFY2(noise.reason.contains(QStringLiteral("size of recent accepted updates")), qPrintable(noise.reason));
+
+        // free-rider with a fig leaf: a tiny random change instead of training.
+        const torch::Tensor lazy = fleet.model + torch::randn({kParameters}, fleet.generator) * 1e-5f;
+        auto rider = screen.judge(screen.sample(lazy), base, 0.1, 1.0);
+        // (Its random change has no direction either, which is what catches it first.)
+        QVERIFY(rider.reject);
+        QVERIFY2(rider.reason.contains(QStringLiteral("barely trained"))
+                     || rider.reason.contains(QStringLiteral("against the fleet")),
+                 qPrintable(rider.reason));
+        // A lazy result that keeps the fleet's direction is caught by its size alone.
+        const torch::Tensor timid = fleet.model + fleet.direction * 1e-4f;
+        auto shy = screen.judge(screen.sample(timid), base, 0.1, 1.0);
+        QVERIFY(shy.reject);
+        QVERIFY2(shy.reason.contains(QStringLiteral("barely trained")), qPrintable(shy.reason));
+
+        // stale-replay: an old model returned as new, i.e. the fleet's progress undone.
+        const torch::Tensor old = fleet.model - fleet.direction * 0.4f;
+        auto stale = screen.judge(screen.sample(old), base, 0.1, 1.0);
+        QVERIFY(stale.reject);
+
+        // And an honest result at the same moment passes.
+        QVERIFY(!screen.judge(screen.sample(fleet.model + honest), base, 0.1, 1.0).reject);
+        // So does a large one in the fleet's direction (the model was set back and is
+        // recovering), up to the hard limit.
+        auto recovering = screen.judge(screen.sample(fleet.model + fleet.direction * 1.0f), base, 0.1, 1.0);
+        QVERIFY2(!recovering.reject, qPrintable(recovering.reason));
+        auto absurd = screen.judge(screen.sample(fleet.model + fleet.direction * 20.0f), base, 0.1, 1.0);
+        QVERIFY(absurd.reject);
+    }
+
+    void reversedUpdatesAreCaughtEarly()
+    {
+        // Directions are judged as soon as one cosine is known (the third result), long before
+        // sizes are: the first updates of a job are the most aligned, and a reversed one then
+        // does the most harm.
+        ResultScreen screen(parametersOnly(kParameters), 7);
+        Fleet fleet;
+        QCOMPARE(warmUp(screen, fleet, 4), 0);
+        QVERIFY(!screen.warmedUp());
+        QVERIFY(screen.directionsKnown());
+        const torch::Tensor base = screen.sample(fleet.model);
+        auto flipped = screen.judge(screen.sample(fleet.model - fleet.honestUpdate()), base, 0.1, 1.0);
+        QVERIFY2(flipped.reject, qPrintable(QStringLiteral("cosine %1").arg(flipped.cosine)));
+    }
+
+    void onlyParametersAreSampled()
+    {
+        // 100 parameters, then 40 buffer values and 10 counters: the sample is the parameters.
+        WeightSegments s;
+        s.parameterEnd = 100;
+        s.bufferEnd = 140;
+        s.total = 150;
+        ResultScreen small(s, 1);
+        const torch::Tensor flat = torch::arange(150, torch::kFloat32);
+        QVERIFY(torch::equal(small.sample(flat), torch::arange(100, torch::kFloat32)));
+
+        // A large model: a fixed sample of the configured size, the same for the same seed,
+        // drawn from the parameters only.
+        ResultScreen::Config config;
+        config.sampleSize = 64;
+        s.parameterEnd = 1000;
+        s.bufferEnd = 1500;
+        s.total = 1600;
+        ResultScreen a(s, 5, config);
+        ResultScreen b(s, 5, config);
+        ResultScreen c(s, 6, config);
+        const torch::Tensor big = torch::arange(1600, torch::kFloat32);
+        QCOMPARE(a.sample(big).numel(), std::int64_t(64));
+        QVERIFY(torch::equal(a.sample(big), b.sample(big)));
+        QVERIFY(!torch::equal(a.sample(big), c.sample(big)));
+        QVERIFY(a.sample(big).max().item<float>() < 1000.0f);
+    }
+
+    void medianAndDeviation()
+    {
+        QCOMPARE(median({3, 1, 2}), 2.0);
+        QCOMPARE(median({4, 1, 3, 2}), 2.5);
+        QCOMPARE(median({}), 0.0);
+        QCOMPARE(medianAbsoluteDeviation({1, 2, 3, 4, 100}, 3.0), 1.0);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestResultScreen)
+#include "tst_resultscreen.moc"
