@@ -2,8 +2,8 @@
 // (JobSpec::load, from a file, as `flotilla train --job` and the job wizard do) and as a price
 // table (PriceTable::parse, what PriceTable::load does with a file's bytes). Then:
 //   - a refused file has an error that names it;
-//   - an accepted job has no problems, and comes back the same through toJson/fromJson and
-//     through JSON text (what JobSpec::save writes);
+//   - an accepted job has no problems, and comes back the same when written as JSON text
+//     (what JobSpec::save writes) and read again;
 //   - an accepted price table answers for every instance it lists, at every price class,
 //     with per-second rates that are non-negative and spot <= on-demand, and refuses an
 //     unknown price class.
@@ -49,9 +49,6 @@ void checkJob(const QByteArray &bytes)
     }
     expect(job->problems().isEmpty(), "an accepted job has problems:", job->problems().join(u'\n'));
     const QJsonObject json = job->toJson();
-    auto again = JobSpec::fromJson(json);
-    expect(again.ok(), "an accepted job written as JSON is refused:", again.error());
-    expect(again->toJson() == json, "an accepted job changed through toJson/fromJson");
     const QByteArray text = QJsonDocument(json).toJson(QJsonDocument::Indented);
     auto fromText = JobSpec::fromJson(QJsonDocument::fromJson(text).object());
     expect(fromText.ok(), "an accepted job saved as text is refused:", fromText.error());

@@ -3,6 +3,8 @@
 #   tests/fuzz/run.sh build                      configure and build them with clang
 #   tests/fuzz/run.sh TARGET SECONDS [OPTION...]  fuzz TARGET (frame, json) for SECONDS,
 #                                                 with more libFuzzer options if given
+#   tests/fuzz/run.sh coverage TARGET DIR...      line coverage of Flotilla's files when
+#                                                 TARGET runs the inputs in DIR (needs llvm-14)
 # The build goes to $FUZZ_BUILD_DIR (default build/fuzz). A run starts from a copy of
 # tests/fuzz/corpus/TARGET in a temporary folder, so the tree is never written; set
 # FUZZ_CORPUS_OUT=DIR to keep the grown corpus. A crash, a leak, a timeout or any sanitizer
@@ -13,7 +15,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 build="${FUZZ_BUILD_DIR:-$here/../../build/fuzz}"
 
 usage() {
-    sed -n '2,10p' "$0" >&2
+    sed -n '2,12p' "$0" >&2
     exit 2
 }
 
@@ -35,7 +37,29 @@ if [ "$1" = build ]; then
     build_targets
     exit 0
 fi
+# Runs each input once in a build with source-based coverage and prints llvm-cov's report.
+coverage_report() {
+    local target="$1"
+    shift
+    local dir="$build-coverage"
+    if [ ! -f "$dir/CMakeCache.txt" ]; then
+        CXX=clang++ cmake -S "$here" -B "$dir" -G Ninja -DFLOTILLA_FUZZ_COVERAGE=ON >/dev/null
+    fi
+    cmake --build "$dir" --target "fuzz_$target" -- -j2 >/dev/null
+    rm -f "$dir"/*.profraw
+    LLVM_PROFILE_FILE="$dir/$target-%p.profraw" "$dir/fuzz_$target" -runs=0 "$@" >/dev/null 2>&1
+    llvm-profdata-14 merge -sparse "$dir"/*.profraw -o "$dir/$target.profdata"
+    llvm-cov-14 report "$dir/fuzz_$target" -instr-profile="$dir/$target.profdata" \
+        $(cd "$here/../.." && for f in common/Sha256.cpp net/Protocol.cpp net/Frame.cpp net/TrustStore.cpp net/Pki.cpp \
+                                       engine/JobSpec.cpp engine/PriceTable.cpp; do echo "$PWD/$f"; done)
+}
+
 [ $# -ge 2 ] || usage
+if [ "$1" = coverage ]; then
+    shift
+    coverage_report "$@"
+    exit 0
+fi
 target="$1"
 seconds="$2"
 shift 2
@@ -46,7 +70,11 @@ esac
 binary="$build/fuzz_$target"
 [ -x "$binary" ] || build_targets
 
-work="$(mktemp -d "${TMPDIR:-/tmp}/flotilla-fuzz-$target.XXXXXX")"
+# The json target writes each input to a file: in memory where there is a tmpfs.
+tmp="${TMPDIR:-/tmp}"
+[ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ] && tmp=/dev/shm
+export TMPDIR="$tmp"
+work="$(mktemp -d "$tmp/flotilla-fuzz-$target.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 mkdir "$work/corpus"
 cp "$here/corpus/$target/"* "$work/corpus/"
