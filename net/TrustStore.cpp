@@ -81,11 +81,15 @@ Result<JoinToken> JoinToken::decode(const QString &text)
     const QCborMap map = value.toMap();
     JoinToken t;
     t.host = map.value(QStringLiteral("h")).toString();
-    const qint64 port = map.value(QStringLiteral("p")).toInteger();
+    // Integers only: QCborValue::toInteger() also converts a float, which is undefined
+    // behaviour when it is out of qint64's range (1e300, NaN), and encode() writes integers.
+    const QCborValue portValue = map.value(QStringLiteral("p"));
+    const QCborValue expiryValue = map.value(QStringLiteral("e"));
+    const qint64 port = portValue.isInteger() ? portValue.toInteger() : 0;
     t.caFingerprint = map.value(QStringLiteral("f")).toByteArray();
     t.id = map.value(QStringLiteral("i")).toByteArray();
     t.secret = map.value(QStringLiteral("s")).toByteArray();
-    t.expiresMs = map.value(QStringLiteral("e")).toInteger();
+    t.expiresMs = expiryValue.isInteger() ? expiryValue.toInteger() : 0;
     if (t.host.isEmpty() || port <= 0 || port > 65535 || t.caFingerprint.size() != 32 || t.id.size() != 8
         || t.secret.size() != 16 || t.expiresMs <= 0)
         return fail(QStringLiteral("the join token is incomplete; ask the coordinator for a new one"));

@@ -16,6 +16,7 @@ packages=(
     openssl                      # flotilla bench transfer compares with openssl speed
     rpm file                     # building and checking the .rpm (cpack -G RPM, rpm -qpl)
     python3-yaml systemd appstream desktop-file-utils  # checking manifests, unit, metadata
+    clang libclang-rt-14-dev     # libFuzzer targets (tests/fuzz), run by the test suite
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -258,6 +258,13 @@ private Q_SLOTS:
         QTest::newRow("port above 65535") << with("p", 70000) << incomplete;
         QTest::newRow("negative port") << with("p", -1) << incomplete;
         QTest::newRow("port as text") << with("p", QStringLiteral("7443")) << incomplete;
+        // Found by fuzzing (tests/fuzz): floats were converted with QCborValue::toInteger(),
+        // undefined behaviour when out of range. Only integers are accepted.
+        QTest::newRow("port as a float") << with("p", 7443.0) << incomplete;
+        QTest::newRow("port far out of range") << with("p", 1e300) << incomplete;
+        QTest::newRow("expiry as a float") << with("e", 1.9e12) << incomplete;
+        QTest::newRow("expiry beyond 2^63") << with("e", 18446744073709551615.0) << incomplete;
+        QTest::newRow("expiry NaN") << with("e", qQNaN()) << incomplete;
         QTest::newRow("SHA-1 sized fingerprint") << with("f", QByteArray(20, 'x')) << incomplete;
         QTest::newRow("fingerprint as hex text") << with("f", QString(64, u'a')) << incomplete;
         QTest::newRow("short id") << with("i", QByteArray(4, 'x')) << incomplete;
