@@ -139,6 +139,37 @@ private Q_SLOTS:
             QVERIFY2(it.value().toInt() == 3, qPrintable(it.key()));
     }
 
+    // A built-in model's model.pt is also a TorchScript model Flotilla can go on training:
+    // the same tensors in the same order, the same outputs, every parameter trainable.
+    void builtInModelPtLoadsBackAsTorchScript()
+    {
+        for (const QString kind : {QStringLiteral("mlp"), QStringLiteral("cnn"), QStringLiteral("resnet")}) {
+            torch::manual_seed(9);
+            auto model = builtIn(kind);
+            QVERIFY(model);
+            {
+                torch::NoGradGuard noGrad;
+                model->setTraining(true);
+                model->forward(torch::randn({4, 1, 28, 28}));
+            }
+            QTemporaryDir dir;
+            ModelSpec spec;
+            spec.kind = QStringLiteral("torchscript");
+            spec.path = dir.filePath(QStringLiteral("model.pt"));
+            QVERIFY(model->save(spec.path));
+            auto loaded = createModel(spec, {1, 28, 28}, 10);
+            QVERIFY2(loaded, qPrintable(loaded ? QString() : loaded.error()));
+            QCOMPARE((*loaded)->layout().digest(), model->layout().digest());
+            QVERIFY2(torch::equal((*loaded)->flatWeights(), model->flatWeights()), qPrintable(kind));
+            QCOMPARE((*loaded)->parameters().size(), model->parameters().size());
+            torch::NoGradGuard noGrad;
+            model->setTraining(false);
+            (*loaded)->setTraining(false);
+            const torch::Tensor input = torch::randn({3, 1, 28, 28});
+            QVERIFY2(torch::allclose((*loaded)->forward(input), model->forward(input), 1e-5, 1e-6), qPrintable(kind));
+        }
+    }
+
     void readmeSnippetEvaluatesARun()
     {
         // The snippet in the README, as a user copies it, on a real run of the default model.
