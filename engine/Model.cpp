@@ -3,6 +3,7 @@
 #include "AtomicFile.h"
 #include "Dataset.h"
 #include "Models.h"
+#include "ScriptExport.h"
 
 #include <QCryptographicHash>
 #include <QFileInfo>
@@ -151,10 +152,10 @@ public:
     Result<void> save(const QString &path) override
     {
         try {
-            c10::Dict<std::string, torch::Tensor> dict;
-            for (auto &t : state())
-                dict.insert(t.name, t.tensor.detach().cpu().clone());
-            const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+            // As TorchScript in eval mode, so Python needs only torch.jit.load.
+            std::ostringstream out;
+            toTorchScript(*m_net).save(out);
+            const std::string bytes = out.str();
             return writeFileAtomically(path, QByteArray(bytes.data(), static_cast<qsizetype>(bytes.size())));
         } catch (const std::exception &e) {
             return fail(QStringLiteral("cannot save the model to '%1': %2").arg(path, torchErrorSummary(e)));

@@ -81,8 +81,8 @@ public:
     // buffers, integer buffers.
     virtual std::vector<StateTensor> state() = 0;
     virtual std::unique_ptr<Model> clone() const = 0;
-    // Writes the model to a file Python can load: TorchScript models as TorchScript
-    // (torch.jit.load), built-in ones as a state dict (torch.load).
+    // Writes the model as TorchScript in eval mode with every buffer, for Python's
+    // torch.jit.load (built-in models too).
     virtual Result<void> save(const QString &path) = 0;
     virtual QString kind() const = 0;
 

@@ -17,13 +17,7 @@ using namespace flotilla;
 
 namespace {
 
-struct Run
-{
-    int exitCode = -1;
-    bool finished = false;
-    QString out;
-    QString err;
-};
+using Run = test::ProcessRun;
 
 QJsonObject readJsonObject(const QString &path)
 {
@@ -44,24 +38,7 @@ private:
 
     QString path(const char *name) const { return m_dir.filePath(QString::fromLatin1(name)); }
 
-    Run run(const QStringList &arguments)
-    {
-        QProcess p;
-        p.setWorkingDirectory(m_dir.path());
-        p.start(test::flotillaBinary(), arguments);
-        Run r;
-        if (!p.waitForStarted(10000))
-            return r;
-        r.finished = p.waitForFinished(60000) && p.exitStatus() == QProcess::NormalExit;
-        if (!r.finished) {
-            p.kill();
-            p.waitForFinished(5000);
-        }
-        r.exitCode = p.exitCode();
-        r.out = QString::fromUtf8(p.readAllStandardOutput());
-        r.err = QString::fromUtf8(p.readAllStandardError());
-        return r;
-    }
+    Run run(const QStringList &arguments) { return test::runFlotilla(arguments, 60000, m_dir.path()); }
 
     // Runs and checks the exit code; on a mismatch the output is shown.
     Run expectExit(const QStringList &arguments, int code)

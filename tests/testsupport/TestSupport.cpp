@@ -1,7 +1,10 @@
 #include "TestSupport.h"
 
+#include <QDir>
 #include <QFile>
 #include <QFileInfo>
+#include <QProcess>
+#include <QTemporaryFile>
 #include <QtEndian>
 
 #include <torch/torch.h>
@@ -155,6 +158,65 @@ QString python()
 QString fashionMnistDir()
 {
     return defaultFashionMnistDir();
+}
+
+namespace {
+
+ProcessRun runProcess(const QString &program, const QStringList &args, int timeoutMs, const QString &workingDir = {})
+{
+    QProcess p;
+    if (!workingDir.isEmpty())
+        p.setWorkingDirectory(workingDir);
+    p.start(program, args);
+    ProcessRun r;
+    if (!p.waitForStarted(10000)) {
+        r.err = QStringLiteral("cannot start %1: %2").arg(program, p.errorString());
+        return r;
+    }
+    r.finished = p.waitForFinished(timeoutMs) && p.exitStatus() == QProcess::NormalExit;
+    if (!r.finished) {
+        p.kill();
+        p.waitForFinished(5000);
+    }
+    r.exitCode = p.exitCode();
+    r.out = QString::fromUtf8(p.readAllStandardOutput());
+    r.err = QString::fromUtf8(p.readAllStandardError());
+    if (!r.finished)
+        r.err += QStringLiteral("\n(killed after %1 s)").arg(timeoutMs / 1000);
+    return r;
+}
+
+} // namespace
+
+ProcessRun runFlotilla(const QStringList &args, int timeoutMs, const QString &workingDir)
+{
+    return runProcess(flotillaBinary(), args, timeoutMs, workingDir);
+}
+
+ProcessRun runPython(const QString &script, const QStringList &args, int timeoutMs)
+{
+    QTemporaryFile file(QDir::tempPath() + QStringLiteral("/flotilla-XXXXXX.py"));
+    if (!file.open())
+        return ProcessRun{false, -1, {}, QStringLiteral("cannot write the Python script")};
+    file.write(script.toUtf8());
+    file.flush();
+    return runProcess(python(), QStringList{file.fileName()} + args, timeoutMs);
+}
+
+double finalTestAccuracy(const QString &runDir)
+{
+    QFile file(runDir + QStringLiteral("/metrics.csv"));
+    if (!file.open(QIODevice::ReadOnly))
+        return -1;
+    const QList<QByteArray> header = file.readLine().trimmed().split(',');
+    const qsizetype column = header.indexOf("test_accuracy");
+    double last = -1;
+    while (!file.atEnd()) {
+        const QList<QByteArray> fields = file.readLine().trimmed().split(',');
+        if (column >= 0 && column < fields.size() && !fields[column].isEmpty())
+            last = fields[column].toDouble();
+    }
+    return last;
 }
 
 } // namespace flotilla::test

@@ -8,6 +8,7 @@
 
 #include <QByteArray>
 #include <QString>
+#include <QStringList>
 
 #include <memory>
 
@@ -37,5 +38,24 @@ QString flotillaBinary();
 QString python();
 // Fashion-MNIST's folder; tests that need it fail with a clear message when it is missing.
 QString fashionMnistDir();
+
+// A finished (or killed) process: its exit code and what it wrote.
+struct ProcessRun
+{
+    bool finished = false; // exited by itself within the time allowed
+    int exitCode = -1;
+    QString out;
+    QString err;
+};
+
+// Runs `flotilla ARGS...` to the end (in workingDir, if given), killing it after timeoutMs.
+ProcessRun runFlotilla(const QStringList &args, int timeoutMs, const QString &workingDir = {});
+
+// Runs python() on a script given as text; it is written to a real file first, because
+// torch.jit.script reads the source of the classes it scripts.
+ProcessRun runPython(const QString &script, const QStringList &args, int timeoutMs = 120000);
+
+// The last test accuracy in a finished run's metrics.csv, or -1 when it has none.
+double finalTestAccuracy(const QString &runDir);
 
 } // namespace flotilla::test
