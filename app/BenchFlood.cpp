@@ -1,6 +1,7 @@
 #include "BenchFlood.h"
 
 #include "CommandLine.h"
+#include "JobOptions.h"
 #include "ProcStats.h"
 
 #include "Frame.h"
@@ -88,18 +89,17 @@ void sleepWithEvents(qint64 ms)
     waitFor([&] { return clock.elapsed() >= ms; }, ms + 1000);
 }
 
+// Assimilations so far: the sequence number of the job's latest global state.
 qint64 assimilations(const QString &db)
 {
-    if (!QFileInfo::exists(db))
-        return 0;
-    auto store = Store::open(db);
+    auto store = QFileInfo::exists(db) ? Store::open(db) : Result<std::unique_ptr<Store>>(fail(QString()));
     if (!store)
         return 0;
     auto job = (*store)->latestJob();
     if (!job || !job->has_value())
         return 0;
-    auto rows = (*store)->assimilations((*job)->id);
-    return rows ? qint64(rows->size()) : 0;
+    auto state = (*store)->latestState((*job)->id);
+    return state && state->has_value() ? (*state)->seq : 0;
 }
 
 // A TLS record that announces 512 bytes of handshake and brings only the start of a
@@ -110,11 +110,11 @@ QByteArray partialClientHello()
 }
 
 // `flotilla serve` under test, on loopback, and the join token it wrote.
-class Coordinator
+class ServeProcess
 {
 public:
-    Coordinator(QString binary, QString root) : m_binary(std::move(binary)), m_root(std::move(root)) {}
-    ~Coordinator() { stop(); }
+    ServeProcess(QString binary, QString root) : m_binary(std::move(binary)), m_root(std::move(root)) {}
+    ~ServeProcess() { stop(); }
 
     Result<void> start(const QStringList &flags)
     {
@@ -177,14 +177,14 @@ private:
 
 // `flotilla worker` under test: notes when the coordinator welcomes it ("connected to" in
 // its --verbose log), counted from the process's start.
-class Worker
+class WorkerProcess
 {
 public:
-    Worker(QString binary, QString stateDir, QString name)
+    WorkerProcess(QString binary, QString stateDir, QString name)
         : m_binary(std::move(binary)), m_stateDir(std::move(stateDir)), m_name(std::move(name))
     {
     }
-    ~Worker() { kill(); }
+    ~WorkerProcess() { kill(); }
 
     void start(const QString &token)
     {
@@ -239,7 +239,10 @@ public:
         const int total = s.idle + s.stalled + s.silentTls;
         for (int i = 0; i < total; ++i) {
             const Kind kind = i < s.idle ? Kind::Idle : i < s.idle + s.stalled ? Kind::Stalled : Kind::SilentTls;
-            m_slots.push_back(Slot{kind, QHostAddress(QHostAddress(kLoopback).toIPv4Address() + 1 + quint32(i % s.sources))});
+            Slot slot;
+            slot.kind = kind;
+            slot.from = QHostAddress(QHostAddress(kLoopback).toIPv4Address() + 1 + quint32(i % s.sources));
+            m_slots.push_back(slot);
         }
     }
 
@@ -273,7 +276,7 @@ private:
     enum class Kind { Idle, Stalled, SilentTls };
     struct Slot
     {
-        Kind kind;
+        Kind kind = Kind::Idle;
         QHostAddress from;
         QPointer<QAbstractSocket> socket;
         bool up = false;
@@ -326,12 +329,14 @@ private:
         } else {
             ++m_failed;
         }
+        const bool wasUp = slot.up;
         slot.up = false;
         slot.socket = nullptr;
         socket->disconnect(this);
         socket->deleteLater();
+        // At once, as an attacker would; a connection that could not be made waits a little.
         if (!m_stopped)
-            QTimer::singleShot(0, this, [this, i] {
+            QTimer::singleShot(wasUp ? 0 : 100, this, [this, i] {
                 if (!m_stopped && !m_slots[i].socket)
                     open(i);
             });
@@ -353,7 +358,7 @@ struct Credentials
 };
 
 // Joins the coordinator the way a worker does (Redeem with a CSR), for the handshake loop.
-Result<Credentials> enroll(const Coordinator &c, const QString &name)
+Result<Credentials> enroll(const ServeProcess &c, const QString &name)
 {
     auto key = net::generatePrivateKeyPem();
     if (!key)
@@ -423,8 +428,14 @@ Rate handshakeRate(quint16 port, const QByteArray &caPem, const Credentials &cre
         ++active;
         auto finish = [&, socket](bool ok) {
             socket->disconnect();
-            socket->abort();
-            socket->deleteLater();
+            // Not from inside its TLS call (a session ticket arrives in the middle of one).
+            QMetaObject::invokeMethod(
+                socket,
+                [socket] {
+                    socket->abort();
+                    socket->deleteLater();
+                },
+                Qt::QueuedConnection);
             ++(ok ? rate.done : rate.failed);
             --active;
             next();
@@ -474,13 +485,13 @@ QString seconds(qint64 ms)
 
 Result<Figures> scenario(const Settings &s, const QString &binary, const QString &root)
 {
-    Coordinator coordinator(binary, root);
+    ServeProcess coordinator(binary, root);
     if (auto started = coordinator.start(s.serveFlags); !started)
         return started.takeError();
     const QString token = coordinator.token().encode();
-    std::vector<std::unique_ptr<Worker>> workers;
+    std::vector<std::unique_ptr<WorkerProcess>> workers;
     for (int i = 1; i <= s.workers; ++i) {
-        workers.push_back(std::make_unique<Worker>(binary, QDir(root).filePath(QStringLiteral("worker-%1").arg(i)),
+        workers.push_back(std::make_unique<WorkerProcess>(binary, QDir(root).filePath(QStringLiteral("worker-%1").arg(i)),
                                                    QStringLiteral("honest-%1").arg(i)));
         workers.back()->start(token);
     }
@@ -544,7 +555,7 @@ Result<Figures> scenario(const Settings &s, const QString &binary, const QString
     flood.stop();
 
     // After the attack: a machine that never joined before.
-    Worker fresh(binary, QDir(root).filePath(QStringLiteral("worker-fresh")), QStringLiteral("fresh"));
+    WorkerProcess fresh(binary, QDir(root).filePath(QStringLiteral("worker-fresh")), QStringLiteral("fresh"));
     fresh.start(token);
     fresh.waitWelcomed();
     f.freshAfterMs = fresh.welcomedMs();
@@ -668,11 +679,11 @@ int runBenchFlood(const QStringList &arguments)
 
     // Handshakes per second, the builds alternating, each with a coordinator and no workers.
     {
-        std::vector<std::unique_ptr<Coordinator>> coordinators;
+        std::vector<std::unique_ptr<ServeProcess>> coordinators;
         std::vector<Credentials> credentials;
         for (int b = 0; b < builds.size(); ++b) {
             coordinators.push_back(
-                std::make_unique<Coordinator>(builds[b], QDir(root).filePath(QStringLiteral("rate-%1").arg(b))));
+                std::make_unique<ServeProcess>(builds[b], QDir(root).filePath(QStringLiteral("rate-%1").arg(b))));
             if (auto started = coordinators.back()->start(s.serveFlags); !started) {
                 std::fprintf(stderr, "flotilla bench flood: %s\n", started.error().toUtf8().constData());
                 return ExitFailure;

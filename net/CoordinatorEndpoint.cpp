@@ -23,6 +23,8 @@ constexpr qsizetype kMaxName = 64;
 constexpr int kLogWindowMs = 10000;
 constexpr int kLoggedPerWindow = 50;
 constexpr char kTlsHandshakeRecord = 0x16;
+// Connections accepted in one turn of the event loop, at most.
+constexpr int kAcceptBatch = 64;
 
 QString peerAddress(const QSslSocket *s)
 {
@@ -38,6 +40,13 @@ QString peerAddress(const QSslSocket *s)
 QString seconds(int ms)
 {
     return QString::number(ms / 1000.0);
+}
+
+// "10 min", "90 s".
+QString duration(int ms)
+{
+    return ms >= 60000 && ms % 60000 == 0 ? QStringLiteral("%1 min").arg(ms / 60000)
+                                          : QStringLiteral("%1 s").arg(seconds(ms));
 }
 
 void closeDescriptor(qintptr descriptor)
@@ -72,8 +81,8 @@ bool sentByWorkers(MessageType t)
 
 void AcceptingServer::incomingConnection(qintptr descriptor)
 {
-    if (accepted)
-        accepted(descriptor);
+    if (QTcpSocket *socket = make ? make(descriptor) : nullptr)
+        addPendingConnection(socket);
     else
         closeDescriptor(descriptor);
 }
@@ -120,9 +129,17 @@ Result<std::unique_ptr<CoordinatorEndpoint>> CoordinatorEndpoint::create(const O
     config.setPeerVerifyMode(QSslSocket::QueryPeer);
     e->m_tls = config;
     e->m_server.setListenBacklogSize(options.listenBacklog);
+    e->m_server.setMaxPendingConnections(kAcceptBatch);
 
     CoordinatorEndpoint *self = e.get();
-    e->m_server.accepted = [self](qintptr descriptor) { self->accept(descriptor); };
+    e->m_server.make = [self](qintptr descriptor) -> QTcpSocket * { return self->socketFor(descriptor); };
+    // Taken on the next turn of the event loop, after the sockets already there have had
+    // theirs.
+    connect(&e->m_server, &QTcpServer::pendingConnectionAvailable, self, [self] {
+        if (std::exchange(self->m_takeScheduled, true))
+            return;
+        QMetaObject::invokeMethod(self, &CoordinatorEndpoint::takeAccepted, Qt::QueuedConnection);
+    });
     // Qt stops accepting after an error such as running out of file descriptors: free the
     // oldest unauthenticated connection's and start again shortly.
     connect(&e->m_server, &QTcpServer::acceptError, self, [self](QAbstractSocket::SocketError) {
@@ -148,6 +165,7 @@ Result<std::unique_ptr<CoordinatorEndpoint>> CoordinatorEndpoint::create(const O
 
 CoordinatorEndpoint::~CoordinatorEndpoint()
 {
+    m_server.close(); // and with it the sockets not taken yet
     // abort() emits disconnected at once, whose handler erases from m_connections: take the
     // sockets out first.
     std::vector<QPointer<QSslSocket>> sockets;
@@ -184,14 +202,30 @@ void CoordinatorEndpoint::setPayloadLimit(MessageType type, std::uint64_t bytes)
         c->reader.assembler().setPayloadLimit(type, bytes);
 }
 
-void CoordinatorEndpoint::accept(qintptr descriptor)
+QSslSocket *CoordinatorEndpoint::socketFor(qintptr descriptor)
 {
     auto *socket = new QSslSocket(this);
     socket->setSslConfiguration(m_tls);
     if (!socket->setSocketDescriptor(descriptor)) {
         logRefusal(QStringLiteral("cannot take an accepted connection: %1").arg(socket->errorString()), true);
         delete socket;
-        closeDescriptor(descriptor);
+        return nullptr;
+    }
+    return socket;
+}
+
+void CoordinatorEndpoint::takeAccepted()
+{
+    m_takeScheduled = false;
+    while (QTcpSocket *socket = m_server.nextPendingConnection())
+        accept(static_cast<QSslSocket *>(socket));
+}
+
+void CoordinatorEndpoint::accept(QSslSocket *socket)
+{
+    if (socket->state() != QAbstractSocket::ConnectedState) {
+        // Gone before its turn came.
+        socket->deleteLater();
         return;
     }
     const QString source = sourceOf(socket->peerAddress());
@@ -223,9 +257,13 @@ void CoordinatorEndpoint::accept(qintptr descriptor)
     });
     m_unauthenticated.insert(id);
     m_unauthenticatedBySource[source].insert(id);
+    Connection &conn = *c;
     m_connections[id] = std::move(c);
     if (!m_deadlineTimer.isActive())
         m_deadlineTimer.start(m_options.handshakeTimeoutMs);
+    // Bytes that came while it waited for its turn announce no more readyRead.
+    if (socket->bytesAvailable() > 0)
+        onFirstBytes(conn);
 }
 
 void CoordinatorEndpoint::makeRoom(const QString &source)
@@ -502,9 +540,9 @@ void CoordinatorEndpoint::enroll(Connection &c, const Message &message)
 {
     // Token guessing: a source that keeps failing is refused before anything is checked.
     if (const qint64 waitMs = joinBlockedMs(c.source); waitMs > 0) {
-        drop(c.id, QStringLiteral("join refused: %1 failed join attempts from %2 in the last %3 min; try again in %4 s")
+        drop(c.id, QStringLiteral("join refused: %1 failed join attempts from %2 in the last %3; try again in %4 s")
                        .arg(m_options.maxJoinFailuresPerSource)
-                       .arg(c.source, QString::number(m_options.joinFailureWindowMs / 60000.0))
+                       .arg(c.source, duration(m_options.joinFailureWindowMs))
                        .arg((waitMs + 999) / 1000),
              false);
         return;
@@ -577,9 +615,15 @@ void CoordinatorEndpoint::drop(qint64 id, const QString &reason, bool fatal, boo
     if (QSslSocket *socket = c->socket) {
         socket->disconnect(this);
         if (!socket->isEncrypted() || socket->state() != QAbstractSocket::ConnectedState) {
-            // Nothing can be said before TLS: free the descriptor now.
-            socket->abort();
-            socket->deleteLater();
+            // Nothing can be said before TLS: close it on the next turn of the event loop (we
+            // may be inside one of its TLS calls now, which must not see its state freed).
+            QMetaObject::invokeMethod(
+                socket,
+                [socket] {
+                    socket->abort();
+                    socket->deleteLater();
+                },
+                Qt::QueuedConnection);
         } else {
             // The Error must leave before the socket goes: close once the bytes are written
             // (or after a few seconds if the peer does not read them), and only then delete it.

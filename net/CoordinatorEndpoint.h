@@ -44,16 +44,19 @@ struct PeerInfo
     QString address;
 };
 
-// Accepts every TCP connection the kernel has queued and hands it straight to the endpoint.
-// QSslServer counts sockets still in their TLS handshake as pending connections and stops
-// reading the listening socket when there are maxPendingConnections of them; in Qt 6.4 only
-// nextPendingConnection() turns reading back on, which no handshake that never finishes will
-// ever call, so 30 idle peers locked the port for good. This server keeps no pending list:
-// the endpoint owns each socket from its first moment and bounds them itself.
+// Accepts the connections the kernel has queued, a batch at a time, and hands their sockets
+// to the endpoint, which owns them from then on. QSslServer counts sockets still in their TLS
+// handshake as pending connections and stops reading the listening socket when it holds
+// maxPendingConnections of them; in Qt 6.4 only nextPendingConnection() turns reading back
+// on, which a handshake that never finishes never calls, so 30 idle peers locked the port for
+// good. Here a socket is pending only until the endpoint's next turn of the event loop, and
+// the bound on pending sockets only caps how many are accepted in one turn, so that a burst
+// of connections cannot starve the handshakes and workers already under way.
 class AcceptingServer : public QTcpServer
 {
 public:
-    std::function<void(qintptr)> accepted;
+    // Makes the socket for an accepted descriptor; nullptr when it cannot (then it is closed).
+    std::function<QTcpSocket *(qintptr)> make;
 
 protected:
     void incomingConnection(qintptr descriptor) override;
@@ -138,7 +141,10 @@ private:
     };
 
     CoordinatorEndpoint() = default;
-    void accept(qintptr descriptor);
+    QSslSocket *socketFor(qintptr descriptor);
+    // Takes the sockets accepted since the last turn of the event loop.
+    void takeAccepted();
+    void accept(QSslSocket *socket);
     // Closes the oldest unauthenticated connections until a new one from source fits.
     void makeRoom(const QString &source);
     // Removes a connection from the books, and from the unauthenticated ones.
@@ -173,6 +179,7 @@ private:
     QHash<QString, std::deque<qint64>> m_joinFailures; // times on m_clock
     std::map<MessageType, std::uint64_t> m_limits;
     qint64 m_nextId = 1;
+    bool m_takeScheduled = false;
     QElapsedTimer m_clock;
     QTimer m_deadlineTimer;
     QTimer m_revocationTimer;

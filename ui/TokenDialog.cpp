@@ -137,9 +137,12 @@ void TokenDialog::refresh()
         }
     }
     m_table->resizeColumnsToContents();
-    m_listInfo->setText(tokens->isEmpty() ? tr("No live tokens: issue one above.")
-                                          : tr("A revoked token admits no one; workers that joined with it stay "
-                                               "(revoke those from the Workers tab)."));
+    if (tokens->isEmpty())
+        m_listInfo->setText(m_showSpent->isChecked() ? tr("No tokens have been issued yet.")
+                                                     : tr("No live tokens: issue one above."));
+    else
+        m_listInfo->setText(tr("A revoked token admits no one; workers that joined with it stay (revoke those from "
+                               "the Workers tab)."));
     updateButtons();
 }
 
