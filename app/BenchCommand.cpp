@@ -3,6 +3,7 @@
 // loopback and compares the rate with what `openssl speed` gets from the same cipher on this
 // machine; the others are in BenchPeers.cpp and BenchScale.cpp.
 #include "Attacks.h"
+#include "BenchFlood.h"
 #include "BenchPeers.h"
 #include "BenchScale.h"
 #include "CommandLine.h"
@@ -179,6 +180,8 @@ int runBenchCommand(const QStringList &arguments)
     // it is a tool of the benchmarks, not something to run against a real fleet).
     if (arguments.value(1) == QLatin1String("attack-worker"))
         return runAttackWorker(arguments.mid(1));
+    if (arguments.value(1) == QLatin1String("flood"))
+        return runBenchFlood(arguments.mid(1));
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral(
         "Benchmarks against a peer run in the same invocation, alternating, with min/median/max over repeats.\n"
@@ -188,10 +191,12 @@ int runBenchCommand(const QStringList &arguments)
         "  accuracy     time to a test accuracy on Fashion-MNIST: Flotilla (2 worker processes) vs PyTorch DDP\n"
         "               (2 processes, gloo) vs a single-process LibTorch loop; --preemption-every adds runs\n"
         "               with workers SIGKILLed\n"
-        "  scale        K simulated workers over TLS against one coordinator (flotilla bench scale --help)"));
+        "  scale        K simulated workers over TLS against one coordinator (flotilla bench scale --help)\n"
+        "  flood        idle and stalled connections against a coordinator training with honest workers\n"
+        "               (flotilla bench flood --help)"));
     parser.addHelpOption();
     parser.addPositionalArgument(QStringLiteral("benchmark"),
-                                 QStringLiteral("trainer, aggregation, transfer, accuracy or scale."));
+                                 QStringLiteral("trainer, aggregation, transfer, accuracy, scale or flood."));
     parser.addOptions({
         {QStringLiteral("repeats"), QStringLiteral("Repetitions (min, median and max are reported)."),
          QStringLiteral("n"), QStringLiteral("5")},
@@ -237,7 +242,7 @@ int runBenchCommand(const QStringList &arguments)
         if (which == QLatin1String("bare-loop"))
             return benchBareLoop(parser);
     }
-    std::fprintf(stderr, "flotilla bench: name one benchmark: trainer, aggregation, transfer, accuracy or scale\n");
+    std::fprintf(stderr, "flotilla bench: name one benchmark: trainer, aggregation, transfer, accuracy, scale or flood\n");
     return ExitUsage;
 }
 

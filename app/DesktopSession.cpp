@@ -309,10 +309,33 @@ Result<QString> DesktopSession::issueToken(int uses, qint64 validSeconds)
         return fail(tr("start a job first: tokens name the coordinator's address"));
     net::TrustStore trust(m_options.identityDir);
     auto token = trust.issueToken(m_options.hostNames.value(0, QStringLiteral("127.0.0.1")), m_port, m_caFingerprint,
-                                  validSeconds, uses, QDateTime::currentMSecsSinceEpoch());
+                                  validSeconds, uses, QDateTime::currentMSecsSinceEpoch(),
+                                  QStringLiteral("control center"));
     if (!token)
         return token.takeError();
     return token->encode();
+}
+
+Result<QList<ui::JoinTokenRow>> DesktopSession::joinTokens(bool includeSpent)
+{
+    auto tokens = net::TrustStore(m_options.identityDir).tokens();
+    if (!tokens)
+        return tokens.takeError();
+    const qint64 now = QDateTime::currentMSecsSinceEpoch();
+    QList<ui::JoinTokenRow> rows;
+    for (const net::TokenRecord &t : *tokens)
+        if (includeSpent || t.live(now))
+            rows << ui::JoinTokenRow{t.idHex(),   net::describe(t.state(now)), t.live(now), t.usesLeft, t.usesTotal,
+                                     t.createdMs, t.expiresMs,                 t.note};
+    return rows;
+}
+
+Result<void> DesktopSession::revokeToken(const QString &id)
+{
+    auto revoked = net::TrustStore(m_options.identityDir).revokeToken(id, QDateTime::currentMSecsSinceEpoch());
+    if (!revoked)
+        return revoked.takeError();
+    return {};
 }
 
 Result<int> DesktopSession::revoke(const QString &workerName)

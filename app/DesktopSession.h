@@ -43,6 +43,8 @@ public:
     void setContributing(bool on, int threads) override;
     bool contributing() const override { return m_contributing; }
     Result<QString> issueToken(int uses, qint64 validSeconds) override;
+    Result<QList<ui::JoinTokenRow>> joinTokens(bool includeSpent) override;
+    Result<void> revokeToken(const QString &id) override;
     Result<int> revoke(const QString &workerName) override;
     void refreshSubtasks() override;
     Result<void> exportMetrics(const QString &path) override;

@@ -10,7 +10,9 @@
 
 #include <QCoreApplication>
 #include <QDateTime>
+#include <QCryptographicHash>
 #include <QElapsedTimer>
+#include <QFileInfo>
 #include <QFile>
 #include <QStandardPaths>
 #include <QDir>
@@ -27,6 +29,68 @@ namespace {
 QString defaultIdentityDir()
 {
     return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/coordinator");
+}
+
+struct FileToken
+{
+    QString text;
+    bool reused = false;
+    QStringList revoked; // ids of the tokens it replaced
+};
+
+// The join token of --token-file. Every start used to issue another token and leave the
+// last one valid; now the file keeps its token while that still works for this coordinator
+// (same CA, host, port and number of uses, not expired, used up or revoked). Otherwise a new
+// one is issued and every live token issued to this file before is revoked, so one file
+// means at most one live token.
+Result<FileToken> tokenForFile(net::TrustStore &trust, const QString &file, const QString &host, quint16 port,
+                               const QByteArray &caFingerprint, qint64 validSeconds, int uses)
+{
+    const qint64 now = QDateTime::currentMSecsSinceEpoch();
+    const QString note = QStringLiteral("serve --token-file %1").arg(QFileInfo(file).absoluteFilePath());
+    std::optional<net::JoinToken> current;
+    QFile f(file);
+    if (f.open(QIODevice::ReadOnly))
+        if (auto decoded = net::JoinToken::decode(QString::fromUtf8(f.read(4096))))
+            current = *decoded;
+    if (current && current->caFingerprint == caFingerprint) {
+        auto record = trust.token(current->id);
+        if (!record)
+            return record.takeError();
+        const bool ours = record->has_value()
+                          && (*record)->secretSha256 == QCryptographicHash::hash(current->secret, QCryptographicHash::Sha256);
+        if (ours && (*record)->live(now) && current->host == host && current->port == port
+            && (*record)->usesTotal == uses)
+            return FileToken{current->encode(), true, {}};
+    }
+    auto tokens = trust.tokens();
+    if (!tokens)
+        return tokens.takeError();
+    FileToken out;
+    for (const net::TokenRecord &t : *tokens)
+        if (t.live(now) && (t.note == note || (current && t.id == current->id))) {
+            if (auto r = trust.revokeToken(t.idHex(), now); !r)
+                return r.takeError();
+            out.revoked << t.idHex();
+        }
+    auto token = trust.issueToken(host, port, caFingerprint, validSeconds, uses, now, note);
+    if (!token)
+        return token.takeError();
+    out.text = token->encode();
+    if (auto written = writeFileAtomically(file, out.text.toUtf8() + '\n', int(QFile::ReadOwner | QFile::WriteOwner));
+        !written)
+        return written.takeError();
+    return out;
+}
+
+// A positive integer option, or a message naming it.
+Result<int> positiveOption(const QCommandLineParser &parser, const QString &name, int most)
+{
+    bool ok = false;
+    const int value = parser.value(name).toInt(&ok);
+    if (!ok || value < 1 || value > most)
+        return fail(QStringLiteral("--%1 must be a whole number from 1 to %2, not '%3'").arg(name).arg(most).arg(parser.value(name)));
+    return value;
 }
 
 } // namespace
@@ -55,11 +119,28 @@ int runServeCommand(const QStringList &arguments)
         {QStringLiteral("local-workers"), QStringLiteral("Workers that run inside this process as well."),
          QStringLiteral("n"), QStringLiteral("0")},
         {QStringLiteral("token-file"),
-         QStringLiteral("Issue a join token at start and write it to this file (mode 0600)."), QStringLiteral("file")},
+         QStringLiteral("Keep a join token in this file (mode 0600): the one it holds while that still works for this "
+                        "coordinator (same address and uses, not expired, used up or revoked), else a new one; the "
+                        "token it replaces is revoked."),
+         QStringLiteral("file")},
         {QStringLiteral("token-uses"), QStringLiteral("Uses of the token written with --token-file."), QStringLiteral("n"),
          QStringLiteral("100")},
         {QStringLiteral("token-valid"), QStringLiteral("Lifetime in seconds of that token."), QStringLiteral("seconds"),
          QStringLiteral("86400")},
+        // Work before authentication is bounded; docs/security.md explains each limit.
+        {QStringLiteral("handshake-timeout"),
+         QStringLiteral("Seconds a connection has, from its accept, to finish TLS and say Hello or redeem a token."),
+         QStringLiteral("seconds"), QStringLiteral("10")},
+        {QStringLiteral("max-unauthenticated"),
+         QStringLiteral("Connections held that have not authenticated yet (TLS or Hello under way); when full, the "
+                        "oldest makes way for a new one."),
+         QStringLiteral("n"), QStringLiteral("1024")},
+        {QStringLiteral("max-unauthenticated-per-address"),
+         QStringLiteral("The same, per source address (IPv6: per /64)."), QStringLiteral("n"), QStringLiteral("64")},
+        {QStringLiteral("join-failures"),
+         QStringLiteral("Failed join attempts (wrong, unknown, spent or revoked tokens) one address may make in 10 "
+                        "minutes; then its joins are refused until the 10 minutes have passed."),
+         QStringLiteral("n"), QStringLiteral("10")},
     });
     if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("serve")))
         return *stop;
@@ -76,6 +157,29 @@ int runServeCommand(const QStringList &arguments)
     if (!ok || port < 0 || port > 65535 || listenAddress.isNull() || localWorkers < 0 || localWorkers > 256) {
         std::fprintf(stderr, "flotilla serve: --port, --listen or --local-workers is invalid\n");
         return ExitUsage;
+    }
+    net::CoordinatorEndpoint::Options options;
+    {
+        bool timeoutOk = false;
+        const double timeout = parser.value(QStringLiteral("handshake-timeout")).toDouble(&timeoutOk);
+        if (!timeoutOk || !(timeout >= 0.1 && timeout <= 3600)) {
+            std::fprintf(stderr, "flotilla serve: --handshake-timeout must be a number of seconds from 0.1 to 3600, "
+                                 "not '%s'\n",
+                         parser.value(QStringLiteral("handshake-timeout")).toUtf8().constData());
+            return ExitUsage;
+        }
+        options.handshakeTimeoutMs = int(timeout * 1000);
+        auto total = positiveOption(parser, QStringLiteral("max-unauthenticated"), 1000000);
+        auto perAddress = positiveOption(parser, QStringLiteral("max-unauthenticated-per-address"), 1000000);
+        auto joinFailures = positiveOption(parser, QStringLiteral("join-failures"), 1000000);
+        for (const auto *r : {&total, &perAddress, &joinFailures})
+            if (!*r) {
+                std::fprintf(stderr, "flotilla serve: %s\n", r->error().toUtf8().constData());
+                return ExitUsage;
+            }
+        options.maxUnauthenticated = *total;
+        options.maxUnauthenticatedPerSource = *perAddress;
+        options.maxJoinFailuresPerSource = *joinFailures;
     }
     QStringList hosts = parser.values(QStringLiteral("host"));
     if (hosts.isEmpty())
@@ -107,7 +211,6 @@ int runServeCommand(const QStringList &arguments)
     network.start();
     std::unique_ptr<CoordinatorServer> server;
     QString error;
-    net::CoordinatorEndpoint::Options options;
     options.identityDir = parser.value(QStringLiteral("identity-dir"));
     options.bindAddress = listenAddress;
     options.port = static_cast<quint16>(port);
@@ -146,18 +249,24 @@ int runServeCommand(const QStringList &arguments)
                 f.resumed() ? "Resuming" : "Starting", spec.name.toUtf8().constData(), f.runDir().toUtf8().constData(),
                 hosts.first().toUtf8().constData(), actualPort, fingerprint.toHex().left(16).constData());
     if (parser.isSet(QStringLiteral("token-file"))) {
+        const QString file = parser.value(QStringLiteral("token-file"));
         net::TrustStore trust(options.identityDir);
-        auto token = trust.issueToken(hosts.first(), actualPort, fingerprint,
-                                      parser.value(QStringLiteral("token-valid")).toLongLong(),
-                                      parser.value(QStringLiteral("token-uses")).toInt(),
-                                      QDateTime::currentMSecsSinceEpoch());
-        if (!token || !writeFileAtomically(parser.value(QStringLiteral("token-file")), token->encode().toUtf8() + '\n',
-                                           int(QFile::ReadOwner | QFile::WriteOwner))) {
-            qCCritical(lcApp).noquote() << "cannot write the join token:" << (token ? QString() : token.error());
+        auto token = tokenForFile(trust, file, hosts.first(), actualPort, fingerprint,
+                                  parser.value(QStringLiteral("token-valid")).toLongLong(),
+                                  parser.value(QStringLiteral("token-uses")).toInt());
+        if (!token) {
+            qCCritical(lcApp).noquote() << "cannot write the join token to" << file << "-" << token.error();
             stopNetwork();
             return ExitFailure;
         }
-        std::printf("  join token written to %s\n", parser.value(QStringLiteral("token-file")).toUtf8().constData());
+        if (token->reused)
+            std::printf("  join token in %s (still valid; flotilla token --list shows what is left of it)\n",
+                        file.toUtf8().constData());
+        else
+            std::printf("  join token written to %s%s\n", file.toUtf8().constData(),
+                        token->revoked.isEmpty()
+                            ? ""
+                            : qPrintable(QStringLiteral(" (it replaces %1, now revoked)").arg(token->revoked.join(u','))));
     }
     std::fflush(stdout);
 

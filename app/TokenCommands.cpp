@@ -1,4 +1,5 @@
-// `flotilla token` and `flotilla revoke`: who may join a coordinator.
+// `flotilla token` and `flotilla revoke`: who may join a coordinator (tokens: issued, listed,
+// revoked) and who may connect to it (worker certificates, revoked by name).
 #include "CommandLine.h"
 #include "JobOptions.h"
 #include "NetworkCommands.h"
@@ -30,6 +31,54 @@ QByteArray readFile(const QString &path)
     return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
 }
 
+QString utc(qint64 ms)
+{
+    return QDateTime::fromMSecsSinceEpoch(ms, Qt::UTC).toString(QStringLiteral("yyyy-MM-dd HH:mm"));
+}
+
+// `flotilla token --list`: one line per token, newest last.
+int listTokens(const QString &dir, bool all)
+{
+    net::TrustStore trust(dir);
+    auto tokens = trust.tokens();
+    if (!tokens) {
+        std::fprintf(stderr, "flotilla token: %s\n", tokens.error().toUtf8().constData());
+        return ExitFailure;
+    }
+    const qint64 now = QDateTime::currentMSecsSinceEpoch();
+    int shown = 0;
+    for (const net::TokenRecord &t : *tokens) {
+        if (!all && !t.live(now))
+            continue;
+        if (shown++ == 0)
+            std::printf("%-16s  %-8s  %-9s  %-16s  %-16s  %s\n", "ID", "STATE", "USES LEFT", "CREATED (UTC)",
+                        "EXPIRES (UTC)", "NOTE");
+        std::printf("%-16s  %-8s  %-9s  %-16s  %-16s  %s\n", t.idHex().toUtf8().constData(),
+                    net::describe(t.state(now)).toUtf8().constData(),
+                    QStringLiteral("%1/%2").arg(t.usesLeft).arg(t.usesTotal).toUtf8().constData(),
+                    utc(t.createdMs).toUtf8().constData(), utc(t.expiresMs).toUtf8().constData(),
+                    t.note.toUtf8().constData());
+    }
+    if (shown == 0)
+        std::printf(all ? "No join tokens have been issued.\n"
+                        : "No live join tokens (--all lists expired, used up and revoked ones too).\n");
+    return ExitOk;
+}
+
+int revokeToken(const QString &dir, const QString &id)
+{
+    net::TrustStore trust(dir);
+    auto revoked = trust.revokeToken(id, QDateTime::currentMSecsSinceEpoch());
+    if (!revoked) {
+        std::fprintf(stderr, "flotilla token: %s\n", revoked.error().toUtf8().constData());
+        return ExitFailure;
+    }
+    std::printf("Revoked join token %s (%d of %d uses left). Workers that joined with it stay; revoke them by name "
+                "with flotilla revoke.\n",
+                revoked->idHex().toUtf8().constData(), revoked->usesLeft, revoked->usesTotal);
+    return ExitOk;
+}
+
 } // namespace
 
 int runTokenCommand(const QStringList &arguments)
@@ -37,7 +86,8 @@ int runTokenCommand(const QStringList &arguments)
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral(
         "Issue a join token: what a worker needs to join this coordinator (its address, the fingerprint of its CA,\n"
-        "and a secret). Prints the token alone on standard output."));
+        "and a secret). Prints the token alone on standard output.\n"
+        "--list shows the live tokens (id, uses left, expiry, what each was issued for); --revoke ID bars one."));
     parser.addHelpOption();
     parser.addOptions({
         {QStringLiteral("identity-dir"), QStringLiteral("The coordinator's identity folder (as given to serve)."),
@@ -50,10 +100,25 @@ int runTokenCommand(const QStringList &arguments)
          QStringLiteral("name")},
         {QStringLiteral("port"), QStringLiteral("Port workers use. Default: the one serve last announced."),
          QStringLiteral("port")},
+        {QStringLiteral("note"), QStringLiteral("What the token is for, shown by --list."), QStringLiteral("text"),
+         QStringLiteral("flotilla token")},
+        {QStringLiteral("list"), QStringLiteral("List the live join tokens instead of issuing one.")},
+        {QStringLiteral("all"), QStringLiteral("With --list: expired, used up and revoked tokens too.")},
+        {QStringLiteral("revoke"),
+         QStringLiteral("Revoke the join token with this id (as --list shows it, or its first 4 or more digits)."),
+         QStringLiteral("id")},
     });
     if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("token")))
         return *stop;
     const QString dir = parser.value(QStringLiteral("identity-dir"));
+    if (parser.isSet(QStringLiteral("list")) && parser.isSet(QStringLiteral("revoke"))) {
+        std::fprintf(stderr, "flotilla token: give --list or --revoke, not both\n");
+        return ExitUsage;
+    }
+    if (parser.isSet(QStringLiteral("list")))
+        return listTokens(dir, parser.isSet(QStringLiteral("all")));
+    if (parser.isSet(QStringLiteral("revoke")))
+        return revokeToken(dir, parser.value(QStringLiteral("revoke")));
     const QByteArray fingerprint = net::certificateFingerprint(readFile(QDir(dir).filePath(QStringLiteral("ca.pem"))));
     if (fingerprint.isEmpty()) {
         std::fprintf(stderr, "flotilla token: '%s' holds no coordinator CA; start flotilla serve with this "
@@ -75,13 +140,13 @@ int runTokenCommand(const QStringList &arguments)
     }
     net::TrustStore trust(dir);
     auto token = trust.issueToken(host, static_cast<quint16>(port), fingerprint, valid, uses,
-                                  QDateTime::currentMSecsSinceEpoch());
+                                  QDateTime::currentMSecsSinceEpoch(), parser.value(QStringLiteral("note")));
     if (!token) {
         std::fprintf(stderr, "flotilla token: %s\n", token.error().toUtf8().constData());
         return ExitFailure;
     }
-    std::fprintf(stderr, "Token for %s:%d, %d use%s, valid until %s:\n", host.toUtf8().constData(), port, uses,
-                 uses == 1 ? "" : "s",
+    std::fprintf(stderr, "Token %s for %s:%d, %d use%s, valid until %s:\n", token->id.toHex().constData(),
+                 host.toUtf8().constData(), port, uses, uses == 1 ? "" : "s",
                  QDateTime::fromMSecsSinceEpoch(token->expiresMs).toString(Qt::ISODate).toUtf8().constData());
     std::printf("%s\n", token->encode().toUtf8().constData());
     return ExitOk;

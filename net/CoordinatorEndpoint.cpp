@@ -7,12 +7,24 @@
 #include <QSslKey>
 #include <QSslSocket>
 
+#ifdef Q_OS_WIN
+#include <winsock2.h>
+#else
+#include <unistd.h>
+#endif
+
 namespace flotilla::net {
 
 namespace {
 
 constexpr int kWorkerCertificateDays = 365;
 constexpr qsizetype kMaxName = 64;
+// Refusals logged one by one in each window; the rest are counted in one line.
+constexpr int kLogWindowMs = 10000;
+constexpr int kLoggedPerWindow = 50;
+constexpr char kTlsHandshakeRecord = 0x16;
+// Connections accepted in one turn of the event loop, at most.
+constexpr int kAcceptBatch = 64;
 
 QString peerAddress(const QSslSocket *s)
 {
@@ -23,6 +35,27 @@ QString peerAddress(const QSslSocket *s)
     if (mapped)
         address = QHostAddress(v4);
     return QStringLiteral("%1:%2").arg(address.toString()).arg(s->peerPort());
+}
+
+QString seconds(int ms)
+{
+    return QString::number(ms / 1000.0);
+}
+
+// "10 min", "90 s".
+QString duration(int ms)
+{
+    return ms >= 60000 && ms % 60000 == 0 ? QStringLiteral("%1 min").arg(ms / 60000)
+                                          : QStringLiteral("%1 s").arg(seconds(ms));
+}
+
+void closeDescriptor(qintptr descriptor)
+{
+#ifdef Q_OS_WIN
+    ::closesocket(SOCKET(descriptor));
+#else
+    ::close(int(descriptor));
+#endif
 }
 
 bool sentByWorkers(MessageType t)
@@ -46,21 +79,35 @@ bool sentByWorkers(MessageType t)
 
 } // namespace
 
-void ObservedSslServer::incomingConnection(qintptr descriptor)
+void AcceptingServer::incomingConnection(qintptr descriptor)
 {
-    QSslServer::incomingConnection(descriptor);
-    // The socket QSslServer just made is its newest child.
-    const QObjectList &kids = children();
-    for (auto it = kids.rbegin(); it != kids.rend(); ++it)
-        if (auto *socket = qobject_cast<QSslSocket *>(*it)) {
-            if (created && !socket->property("flotillaAddress").isValid())
-                created(socket);
-            break;
-        }
+    if (QTcpSocket *socket = make ? make(descriptor) : nullptr)
+        addPendingConnection(socket);
+    else
+        closeDescriptor(descriptor);
+}
+
+QString CoordinatorEndpoint::sourceOf(const QHostAddress &address)
+{
+    bool v4 = false;
+    const quint32 ipv4 = address.toIPv4Address(&v4);
+    if (v4)
+        return QHostAddress(ipv4).toString();
+    if (address.protocol() == QAbstractSocket::IPv6Protocol) {
+        Q_IPV6ADDR bytes = address.toIPv6Address();
+        for (int i = 8; i < 16; ++i)
+            bytes[i] = 0;
+        return QHostAddress(bytes).toString() + QStringLiteral("/64");
+    }
+    return address.toString();
 }
 
 Result<std::unique_ptr<CoordinatorEndpoint>> CoordinatorEndpoint::create(const Options &options)
 {
+    if (options.handshakeTimeoutMs < 100 || options.maxUnauthenticated < 1 || options.maxUnauthenticatedPerSource < 1
+        || options.maxJoinFailuresPerSource < 1 || options.joinFailureWindowMs < 1 || options.listenBacklog < 1)
+        return fail(QStringLiteral("the limits on connections before authentication must be positive (and the "
+                                   "handshake timeout at least 0.1 s)"));
     auto identity = loadOrCreateCoordinatorIdentity(options.identityDir, options.hostNames);
     if (!identity)
         return identity.takeError();
@@ -80,48 +127,36 @@ Result<std::unique_ptr<CoordinatorEndpoint>> CoordinatorEndpoint::create(const O
     config.setCaCertificates({ca});
     // Workers without a certificate may connect, but only to redeem a join token.
     config.setPeerVerifyMode(QSslSocket::QueryPeer);
-    e->m_server.setSslConfiguration(config);
-    e->m_server.setHandshakeTimeout(options.handshakeTimeoutMs);
+    e->m_tls = config;
+    e->m_server.setListenBacklogSize(options.listenBacklog);
+    e->m_server.setMaxPendingConnections(kAcceptBatch);
 
     CoordinatorEndpoint *self = e.get();
+    e->m_server.make = [self](qintptr descriptor) -> QTcpSocket * { return self->socketFor(descriptor); };
+    // Taken on the next turn of the event loop, after the sockets already there have had
+    // theirs.
     connect(&e->m_server, &QTcpServer::pendingConnectionAvailable, self, [self] {
-        while (QTcpSocket *socket = self->m_server.nextPendingConnection())
-            self->accept(qobject_cast<QSslSocket *>(socket));
+        if (std::exchange(self->m_takeScheduled, true))
+            return;
+        QMetaObject::invokeMethod(self, &CoordinatorEndpoint::takeAccepted, Qt::QueuedConnection);
     });
-    // QSslServer drops some connections without a word (bytes that are not TLS at all):
-    // remember each peer as it arrives, and report any that leaves unaccepted.
-    e->m_server.created = [self](QSslSocket *socket) {
-        socket->setProperty("flotillaAddress", peerAddress(socket));
-        connect(socket, &QSslSocket::disconnected, self, [self, socket] {
-            if (socket->property("flotillaAccepted").toBool() || socket->property("flotillaReported").toBool())
-                return;
-            socket->setProperty("flotillaReported", true);
-            const QString address = socket->property("flotillaAddress").toString();
-            const QString reason = QStringLiteral("the TLS handshake failed: the peer sent no TLS handshake, or left "
-                                                  "during it");
-            qCInfo(lcNet).noquote() << address << "-" << reason;
-            Q_EMIT self->refused(address, reason);
+    // Qt stops accepting after an error such as running out of file descriptors: free the
+    // oldest unauthenticated connection's and start again shortly.
+    connect(&e->m_server, &QTcpServer::acceptError, self, [self](QAbstractSocket::SocketError) {
+        self->logRefusal(QStringLiteral("cannot accept a connection: %1").arg(self->m_server.errorString()), true);
+        if (!self->m_unauthenticated.empty())
+            self->drop(*self->m_unauthenticated.begin(),
+                       QStringLiteral("closed to make room: the coordinator could not accept new connections (%1)")
+                           .arg(self->m_server.errorString()),
+                       false);
+        QTimer::singleShot(100, self, [self] {
+            if (self->m_server.isListening())
+                self->m_server.resumeAccepting();
         });
-    };
-    connect(&e->m_server, &QSslServer::errorOccurred, self,
-            [self](QSslSocket *socket, QAbstractSocket::SocketError error) {
-                if (socket->property("flotillaReported").toBool())
-                    return;
-                socket->setProperty("flotillaReported", true);
-                const QString recorded = socket->property("flotillaAddress").toString();
-                const QString address = recorded.isEmpty() ? peerAddress(socket) : recorded;
-                const QString why = error == QAbstractSocket::SocketTimeoutError
-                                        ? QStringLiteral("no TLS handshake within %1 s")
-                                              .arg(self->m_options.handshakeTimeoutMs / 1000.0)
-                                        : socket->errorString();
-                const QString reason = QStringLiteral("the TLS handshake failed: %1").arg(why);
-                // A joining worker reads the CA off the handshake and hangs up: not an attack.
-                if (error == QAbstractSocket::RemoteHostClosedError)
-                    qCInfo(lcNet).noquote() << address << "closed the connection during the TLS handshake";
-                else
-                    qCWarning(lcNet).noquote() << "refused" << address << "-" << reason;
-                Q_EMIT self->refused(address, reason);
-            });
+    });
+    e->m_clock.start();
+    e->m_deadlineTimer.setSingleShot(true);
+    connect(&e->m_deadlineTimer, &QTimer::timeout, self, &CoordinatorEndpoint::expireDeadlines);
     // Tokens may be revoked by another process (flotilla revoke): look now and then.
     e->m_revocationTimer.setInterval(options.revocationCheckMs);
     connect(&e->m_revocationTimer, &QTimer::timeout, self, &CoordinatorEndpoint::checkRevocations);
@@ -130,6 +165,7 @@ Result<std::unique_ptr<CoordinatorEndpoint>> CoordinatorEndpoint::create(const O
 
 CoordinatorEndpoint::~CoordinatorEndpoint()
 {
+    m_server.close(); // and with it the sockets not taken yet
     // abort() emits disconnected at once, whose handler erases from m_connections: take the
     // sockets out first.
     std::vector<QPointer<QSslSocket>> sockets;
@@ -166,61 +202,197 @@ void CoordinatorEndpoint::setPayloadLimit(MessageType type, std::uint64_t bytes)
         c->reader.assembler().setPayloadLimit(type, bytes);
 }
 
+QSslSocket *CoordinatorEndpoint::socketFor(qintptr descriptor)
+{
+    auto *socket = new QSslSocket(this);
+    socket->setSslConfiguration(m_tls);
+    if (!socket->setSocketDescriptor(descriptor)) {
+        logRefusal(QStringLiteral("cannot take an accepted connection: %1").arg(socket->errorString()), true);
+        delete socket;
+        return nullptr;
+    }
+    return socket;
+}
+
+void CoordinatorEndpoint::takeAccepted()
+{
+    m_takeScheduled = false;
+    while (QTcpSocket *socket = m_server.nextPendingConnection())
+        accept(static_cast<QSslSocket *>(socket));
+}
+
 void CoordinatorEndpoint::accept(QSslSocket *socket)
 {
+    if (socket->state() != QAbstractSocket::ConnectedState) {
+        // Gone before its turn came.
+        socket->deleteLater();
+        return;
+    }
+    const QString source = sourceOf(socket->peerAddress());
+    makeRoom(source);
     auto c = std::make_unique<Connection>();
     c->id = m_nextId++;
     c->socket = socket;
     c->address = peerAddress(socket);
-    c->encrypted = socket->isEncrypted();
-    // What workers may send: a CSR, weights; nothing else carries a payload.
-    for (int t = 1; t <= 17; ++t)
-        c->reader.assembler().setPayloadLimit(static_cast<MessageType>(t), 0);
-    c->reader.assembler().setPayloadLimit(MessageType::Redeem, 64 * 1024);
-    for (const auto &[type, limit] : m_limits)
-        c->reader.assembler().setPayloadLimit(type, limit);
+    c->source = source;
+    c->deadline = m_clock.elapsed() + m_options.handshakeTimeoutMs;
     const qint64 id = c->id;
-    socket->setProperty("flotillaAccepted", true);
-    c->stallTimer = new QTimer(socket);
-    c->stallTimer->setSingleShot(true);
-    c->stallTimer->setInterval(m_options.stallTimeoutMs);
-    connect(c->stallTimer, &QTimer::timeout, this, [this, id] {
-        const auto it = m_connections.find(id);
-        if (it == m_connections.end())
-            return;
-        Connection &conn = *it->second;
-        if (conn.reader.pending() > 0 || conn.reader.inTransfer())
-            drop(id, QStringLiteral("went silent for %1 s in the middle of a message (%2 bytes of it received)")
-                         .arg(m_options.stallTimeoutMs / 1000.0).arg(conn.reader.pending()),
-                 false);
-    });
-    c->handshakeTimer = new QTimer(socket);
-    c->handshakeTimer->setSingleShot(true);
-    connect(c->handshakeTimer, &QTimer::timeout, this, [this, id] {
-        const auto it = m_connections.find(id);
-        if (it != m_connections.end() && !it->second->helloDone)
-            drop(id, QStringLiteral("said neither Hello nor Redeem within %1 s").arg(m_options.handshakeTimeoutMs / 1000), false);
-    });
-    c->handshakeTimer->start(m_options.handshakeTimeoutMs);
     connect(socket, &QSslSocket::readyRead, this, [this, id] { onReadyRead(id); });
+    connect(socket, &QSslSocket::encrypted, this, [this, id] { onEncrypted(id); });
+    connect(socket, &QAbstractSocket::errorOccurred, this,
+            [this, id](QAbstractSocket::SocketError error) { onHandshakeError(id, error); });
     connect(socket, &QSslSocket::disconnected, this, [this, id] {
         const auto it = m_connections.find(id);
         if (it == m_connections.end())
             return;
-        const bool hello = it->second->helloDone;
-        it->second->socket->deleteLater();
-        m_connections.erase(it);
-        if (hello)
+        const Stage stage = it->second->stage;
+        if (stage == Stage::Tcp || stage == Stage::Handshake) {
+            onHandshakeError(id, QAbstractSocket::RemoteHostClosedError);
+            return;
+        }
+        std::unique_ptr<Connection> gone = take(id);
+        gone->socket->deleteLater();
+        if (stage == Stage::Worker)
             Q_EMIT connectionClosed(id, QStringLiteral("the worker disconnected"));
     });
+    m_unauthenticated.insert(id);
+    m_unauthenticatedBySource[source].insert(id);
     Connection &conn = *c;
     m_connections[id] = std::move(c);
-    onEncrypted(conn.id);
+    if (!m_deadlineTimer.isActive())
+        m_deadlineTimer.start(m_options.handshakeTimeoutMs);
+    // Bytes that came while it waited for its turn announce no more readyRead.
+    if (socket->bytesAvailable() > 0)
+        onFirstBytes(conn);
+}
+
+void CoordinatorEndpoint::makeRoom(const QString &source)
+{
+    for (;;) {
+        const auto mine = m_unauthenticatedBySource.constFind(source);
+        if (mine == m_unauthenticatedBySource.cend() || int(mine->size()) < m_options.maxUnauthenticatedPerSource)
+            break;
+        drop(*mine->begin(),
+             QStringLiteral("made way for a newer connection from %1, which already held %2 connections that had not "
+                            "authenticated (the most one source may hold)")
+                 .arg(source)
+                 .arg(m_options.maxUnauthenticatedPerSource),
+             false);
+    }
+    while (int(m_unauthenticated.size()) >= m_options.maxUnauthenticated)
+        drop(*m_unauthenticated.begin(),
+             QStringLiteral("made way for a newer connection: the coordinator already held %1 connections that had not "
+                            "authenticated (the most it holds)")
+                 .arg(m_options.maxUnauthenticated),
+             false);
+}
+
+std::unique_ptr<CoordinatorEndpoint::Connection> CoordinatorEndpoint::take(qint64 id)
+{
+    const auto it = m_connections.find(id);
+    if (it == m_connections.end())
+        return {};
+    std::unique_ptr<Connection> c = std::move(it->second);
+    m_connections.erase(it);
+    authenticated(*c);
+    return c;
+}
+
+void CoordinatorEndpoint::authenticated(const Connection &c)
+{
+    if (m_unauthenticated.erase(c.id) == 0)
+        return;
+    const auto mine = m_unauthenticatedBySource.find(c.source);
+    if (mine == m_unauthenticatedBySource.end())
+        return;
+    mine->erase(c.id);
+    if (mine->empty())
+        m_unauthenticatedBySource.erase(mine);
+}
+
+void CoordinatorEndpoint::expireDeadlines()
+{
+    const qint64 now = m_clock.elapsed();
+    while (!m_unauthenticated.empty()) {
+        const qint64 id = *m_unauthenticated.begin();
+        const Connection &c = *m_connections.at(id);
+        if (c.deadline > now) {
+            m_deadlineTimer.start(int(c.deadline - now) + 1);
+            return;
+        }
+        const QString limit = seconds(m_options.handshakeTimeoutMs);
+        switch (c.stage) {
+        case Stage::Tcp:
+            drop(id, QStringLiteral("no TLS handshake within %1 s: the peer sent nothing").arg(limit), false);
+            break;
+        case Stage::Handshake:
+            drop(id, QStringLiteral("the TLS handshake did not finish within %1 s").arg(limit), false);
+            break;
+        default:
+            drop(id, QStringLiteral("said neither Hello nor Redeem within %1 s").arg(limit), false);
+        }
+    }
+}
+
+void CoordinatorEndpoint::onFirstBytes(Connection &c)
+{
+    char first = 0;
+    if (c.socket->peek(&first, 1) != 1)
+        return;
+    if (first != kTlsHandshakeRecord) {
+        drop(c.id, QStringLiteral("the TLS handshake failed: the peer does not speak TLS (its first bytes: %1)")
+                       .arg(QString::fromLatin1(c.socket->peek(8).toHex(' '))),
+             false);
+        return;
+    }
+    // TLS state is made only now: an idle TCP connection costs a socket and little else.
+    c.stage = Stage::Handshake;
+    c.socket->startServerEncryption();
+}
+
+void CoordinatorEndpoint::onHandshakeError(qint64 id, QAbstractSocket::SocketError error)
+{
+    const auto it = m_connections.find(id);
+    if (it == m_connections.end())
+        return;
+    Connection &c = *it->second;
+    if (c.stage != Stage::Tcp && c.stage != Stage::Handshake)
+        return; // disconnected() says what happened
+    // A joining worker reads the CA off the handshake and hangs up: not an attack.
+    if (error == QAbstractSocket::RemoteHostClosedError)
+        drop(id, QStringLiteral("the TLS handshake failed: the peer closed the connection during it"), false, false);
+    else
+        drop(id, QStringLiteral("the TLS handshake failed: %1").arg(c.socket->errorString()), false);
 }
 
 void CoordinatorEndpoint::onEncrypted(qint64 id)
 {
-    Connection &c = *m_connections.at(id);
+    const auto it = m_connections.find(id);
+    if (it == m_connections.end())
+        return;
+    Connection &c = *it->second;
+    c.stage = Stage::Encrypted;
+    // What workers may send: a CSR, weights; nothing else carries a payload.
+    for (int t = 1; t <= 17; ++t)
+        c.reader.assembler().setPayloadLimit(static_cast<MessageType>(t), 0);
+    c.reader.assembler().setPayloadLimit(MessageType::Redeem, 64 * 1024);
+    for (const auto &[type, limit] : m_limits)
+        c.reader.assembler().setPayloadLimit(type, limit);
+    c.stallTimer = new QTimer(c.socket);
+    c.stallTimer->setSingleShot(true);
+    c.stallTimer->setInterval(m_options.stallTimeoutMs);
+    connect(c.stallTimer, &QTimer::timeout, this, [this, id] {
+        const auto found = m_connections.find(id);
+        if (found == m_connections.end())
+            return;
+        Connection &conn = *found->second;
+        if (conn.reader.pending() > 0 || conn.reader.inTransfer())
+            drop(id, QStringLiteral("went silent for %1 s in the middle of a message (%2 bytes of it received)")
+                         .arg(seconds(m_options.stallTimeoutMs))
+                         .arg(conn.reader.pending()),
+                 false);
+    });
+
     const QSslCertificate cert = c.socket->peerCertificate();
     if (cert.isNull())
         return; // an enrolling worker: only Redeem is allowed
@@ -262,6 +434,12 @@ void CoordinatorEndpoint::onReadyRead(qint64 id)
     if (it == m_connections.end())
         return;
     Connection &c = *it->second;
+    if (c.stage == Stage::Tcp) {
+        onFirstBytes(c);
+        return;
+    }
+    if (c.stage == Stage::Handshake)
+        return; // the TLS layer reads the handshake itself
     c.reader.feed(c.socket->readAll());
     c.stallTimer->start();
     for (;;) {
@@ -302,16 +480,24 @@ void CoordinatorEndpoint::handle(Connection &c, Message message)
              true);
         return;
     }
-    if (!c.helloDone) {
+    if (c.stage != Stage::Worker) {
         if (message.type != MessageType::Hello) {
             drop(id, QStringLiteral("sent %1 before Hello").arg(describe(message.type)), false);
             return;
         }
-        c.helloDone = true;
-        c.handshakeTimer->stop();
-        QString name = message.header.value(QStringLiteral("name")).toString().left(kMaxName);
-        if (!name.isEmpty())
-            c.peer.workerName = name;
+        // The certificate names the worker; a Hello may not rename it, or the name on the
+        // dashboard and the one `flotilla revoke` matches could be two different machines.
+        const QString said = message.header.value(QStringLiteral("name")).toString();
+        if (!said.isEmpty() && said != c.peer.workerName) {
+            drop(id, QStringLiteral("said Hello as '%1', but its certificate was issued to worker '%2': a worker keeps "
+                                    "the name it joined with (start it with --name %2, or join again under the new "
+                                    "name with a new token and an empty state folder)")
+                         .arg(said.left(kMaxName), c.peer.workerName),
+                 true);
+            return;
+        }
+        c.stage = Stage::Worker;
+        authenticated(c);
         Q_EMIT helloReceived(c.peer, message.header);
         return;
     }
@@ -322,12 +508,50 @@ void CoordinatorEndpoint::handle(Connection &c, Message message)
     Q_EMIT messageReceived(id, message);
 }
 
+qint64 CoordinatorEndpoint::joinBlockedMs(const QString &source)
+{
+    const auto it = m_joinFailures.find(source);
+    if (it == m_joinFailures.end())
+        return 0;
+    const qint64 now = m_clock.elapsed();
+    while (!it->empty() && now - it->front() >= m_options.joinFailureWindowMs)
+        it->pop_front();
+    if (it->empty()) {
+        m_joinFailures.erase(it);
+        return 0;
+    }
+    if (int(it->size()) < m_options.maxJoinFailuresPerSource)
+        return 0;
+    return it->front() + m_options.joinFailureWindowMs - now;
+}
+
+void CoordinatorEndpoint::joinFailed(const QString &source)
+{
+    // Many sources that failed once each: forget those whose window has passed.
+    if (m_joinFailures.size() > 100000) {
+        const qint64 now = m_clock.elapsed();
+        for (auto it = m_joinFailures.begin(); it != m_joinFailures.end();)
+            it = now - it->back() >= m_options.joinFailureWindowMs ? m_joinFailures.erase(it) : std::next(it);
+    }
+    m_joinFailures[source].push_back(m_clock.elapsed());
+}
+
 void CoordinatorEndpoint::enroll(Connection &c, const Message &message)
 {
+    // Token guessing: a source that keeps failing is refused before anything is checked.
+    if (const qint64 waitMs = joinBlockedMs(c.source); waitMs > 0) {
+        drop(c.id, QStringLiteral("join refused: %1 failed join attempts from %2 in the last %3; try again in %4 s")
+                       .arg(m_options.maxJoinFailuresPerSource)
+                       .arg(c.source, duration(m_options.joinFailureWindowMs))
+                       .arg((waitMs + 999) / 1000),
+             false);
+        return;
+    }
     const QByteArray tokenId = message.header.value(QStringLiteral("token_id")).toByteArray();
     const QByteArray secret = message.header.value(QStringLiteral("secret")).toByteArray();
     const QString name = message.header.value(QStringLiteral("name")).toString();
     if (name.isEmpty() || name.size() > kMaxName) {
+        joinFailed(c.source);
         drop(c.id, QStringLiteral("tried to join without a worker name of 1 to %1 characters").arg(kMaxName), true);
         return;
     }
@@ -335,10 +559,12 @@ void CoordinatorEndpoint::enroll(Connection &c, const Message &message)
     // A malformed request must not cost the token a use: sign first, then redeem.
     auto cert = signCertificateRequest(m_identity.ca, message.payload, name, kWorkerCertificateDays);
     if (!cert) {
+        joinFailed(c.source);
         drop(c.id, QStringLiteral("join refused: %1").arg(cert.error()), true);
         return;
     }
     if (auto redeemed = m_trust.redeem(tokenId, secret, now); !redeemed) {
+        joinFailed(c.source);
         drop(c.id, QStringLiteral("join refused: %1").arg(redeemed.error()), true);
         return;
     }
@@ -349,6 +575,8 @@ void CoordinatorEndpoint::enroll(Connection &c, const Message &message)
     }
     qCInfo(lcNet).noquote() << "enrolled worker" << name << "from" << c.address << "certificate"
                             << QString::fromLatin1(fingerprint.toHex().left(16));
+    // Its work here is done: it hangs up and comes back with the certificate.
+    authenticated(c);
     c.socket->write(encodeMessage(MessageType::Enrolled,
                                   QCborMap{{QStringLiteral("name"), name},
                                            {QStringLiteral("fingerprint"), fingerprint}},
@@ -371,37 +599,79 @@ void CoordinatorEndpoint::close(qint64 connectionId, const QString &reason, bool
 
 void CoordinatorEndpoint::drop(qint64 id, const QString &reason, bool fatal, bool error)
 {
-    const auto it = m_connections.find(id);
-    if (it == m_connections.end())
+    std::unique_ptr<Connection> c = take(id);
+    if (!c)
         return;
-    std::unique_ptr<Connection> c = std::move(it->second);
-    m_connections.erase(it);
-    const bool refusedBeforeHello = !c->helloDone;
+    const bool refusedBeforeHello = c->stage != Stage::Worker;
     const QString who = c->peer.workerName.isEmpty() ? c->address
                                                      : QStringLiteral("%1 (worker '%2')").arg(c->address, c->peer.workerName);
-    if (error)
-        qCWarning(lcNet).noquote() << "closing connection from" << who << "-" << reason;
+    const QString line = QStringLiteral("closing connection from %1 - %2").arg(who, reason);
+    if (refusedBeforeHello)
+        logRefusal(line, error);
+    else if (error)
+        qCWarning(lcNet).noquote() << line;
     else
-        qCInfo(lcNet).noquote() << "closing connection from" << who << "-" << reason;
+        qCInfo(lcNet).noquote() << line;
     if (QSslSocket *socket = c->socket) {
-        // The Error must leave before the socket goes: close once the bytes are written (or
-        // after a few seconds if the peer does not read them), and only then delete it.
         socket->disconnect(this);
-        connect(socket, &QSslSocket::disconnected, socket, &QObject::deleteLater);
-        QTimer::singleShot(5000, socket, [socket] {
-            socket->abort();
-            socket->deleteLater();
-        });
-        if (socket->state() == QAbstractSocket::ConnectedState && socket->isEncrypted())
+        if (!socket->isEncrypted() || socket->state() != QAbstractSocket::ConnectedState) {
+            // Nothing can be said before TLS: close it on the next turn of the event loop (we
+            // may be inside one of its TLS calls now, which must not see its state freed).
+            QMetaObject::invokeMethod(
+                socket,
+                [socket] {
+                    socket->abort();
+                    socket->deleteLater();
+                },
+                Qt::QueuedConnection);
+        } else {
+            // The Error must leave before the socket goes: close once the bytes are written
+            // (or after a few seconds if the peer does not read them), and only then delete it.
+            connect(socket, &QSslSocket::disconnected, socket, &QObject::deleteLater);
+            QTimer::singleShot(5000, socket, [socket] {
+                socket->abort();
+                socket->deleteLater();
+            });
             socket->write(encodeMessage(MessageType::Error, QCborMap{{QStringLiteral("reason"), reason},
                                                                      {QStringLiteral("fatal"), fatal}}));
-        socket->flush();
-        socket->disconnectFromHost();
+            socket->flush();
+            socket->disconnectFromHost();
+        }
     }
     if (refusedBeforeHello)
         Q_EMIT refused(c->address, reason);
     else
         Q_EMIT connectionClosed(id, reason);
+}
+
+void CoordinatorEndpoint::logRefusal(const QString &line, bool warning)
+{
+    if (m_clock.elapsed() - m_logWindowStart >= kLogWindowMs)
+        flushRefusalLog();
+    if (m_loggedInWindow < kLoggedPerWindow) {
+        ++m_loggedInWindow;
+        if (warning)
+            qCWarning(lcNet).noquote() << line;
+        else
+            qCInfo(lcNet).noquote() << line;
+        return;
+    }
+    // The count is told when the window ends.
+    if (m_unloggedInWindow++ == 0)
+        QTimer::singleShot(int(m_logWindowStart + kLogWindowMs - m_clock.elapsed()) + 1, this,
+                           &CoordinatorEndpoint::flushRefusalLog);
+}
+
+void CoordinatorEndpoint::flushRefusalLog()
+{
+    const qint64 now = m_clock.elapsed();
+    if (m_unloggedInWindow > 0)
+        qCWarning(lcNet).noquote() << m_unloggedInWindow
+                                   << "more connections were refused or closed before authenticating in the last"
+                                   << (now - m_logWindowStart + 500) / 1000 << "s (not logged one by one)";
+    m_logWindowStart = now;
+    m_loggedInWindow = 0;
+    m_unloggedInWindow = 0;
 }
 
 void CoordinatorEndpoint::checkRevocations()

@@ -5,24 +5,33 @@
 // malformed — with a logged reason — without disturbing the others.
 //
 // Enrollment is handled here (token, CSR, certificate); everything a worker says after
-// Hello is handed to the owner as messages. Threads: the endpoint and its sockets belong
-// to the thread it lives on (the network thread).
+// Hello is handed to the owner as messages. A worker is known by the name its certificate
+// was issued to: a Hello that claims another name is refused. Work before authentication is
+// bounded (Options), and accepting never stops: when the bounds are reached, the oldest
+// unauthenticated connection makes way for the new one.
+//
+// Threads: the endpoint and its sockets belong to the thread it lives on (the network
+// thread).
 
 #include "Frame.h"
 #include "Pki.h"
 #include "TrustStore.h"
 
+#include <QElapsedTimer>
+#include <QHash>
 #include <QHostAddress>
 #include <QObject>
 #include <QPointer>
-#include <QSslServer>
+#include <QSslConfiguration>
+#include <QSslSocket>
+#include <QTcpServer>
 #include <QTimer>
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-
-class QSslSocket;
+#include <set>
 
 namespace flotilla::net {
 
@@ -30,17 +39,24 @@ struct PeerInfo
 {
     qint64 connectionId = 0;
     QByteArray fingerprint;
-    QString workerName;
+    QString workerName;  // the name its certificate was issued to (enrolled under)
     qint64 workerId = 0; // known from an earlier join, else 0
     QString address;
 };
 
-// QSslServer that lets the endpoint see every socket from the start: Qt drops a peer that
-// sends no TLS handshake at all without a signal, and the endpoint wants to log it.
-class ObservedSslServer : public QSslServer
+// Accepts the connections the kernel has queued, a batch at a time, and hands their sockets
+// to the endpoint, which owns them from then on. QSslServer counts sockets still in their TLS
+// handshake as pending connections and stops reading the listening socket when it holds
+// maxPendingConnections of them; in Qt 6.4 only nextPendingConnection() turns reading back
+// on, which a handshake that never finishes never calls, so 30 idle peers locked the port for
+// good. Here a socket is pending only until the endpoint's next turn of the event loop, and
+// the bound on pending sockets only caps how many are accepted in one turn, so that a burst
+// of connections cannot starve the handshakes and workers already under way.
+class AcceptingServer : public QTcpServer
 {
 public:
-    std::function<void(QSslSocket *)> created;
+    // Makes the socket for an accepted descriptor; nullptr when it cannot (then it is closed).
+    std::function<QTcpSocket *(qintptr)> make;
 
 protected:
     void incomingConnection(qintptr descriptor) override;
@@ -57,7 +73,17 @@ public:
         QHostAddress bindAddress = QHostAddress::Any;
         quint16 port = 0;                  // 0: any free port
         QStringList hostNames{QStringLiteral("127.0.0.1"), QStringLiteral("localhost")};
-        int handshakeTimeoutMs = 10000;    // TLS handshake and enrollment
+        // Work before authentication is bounded. A connection is unauthenticated from its
+        // accept until it says Hello with a certificate this coordinator issued, or redeems a
+        // token: TCP without TLS yet, a TLS handshake, or TLS without Hello or Redeem.
+        int handshakeTimeoutMs = 10000;    // from accept to Hello or Redeem
+        int maxUnauthenticated = 1024;     // all sources together; the oldest makes way
+        int maxUnauthenticatedPerSource = 64; // per IPv4 address or IPv6 /64
+        // Failed join attempts (unknown, wrong, spent or revoked tokens, bad requests) one
+        // source may make in joinFailureWindowMs; then its Redeems are refused unread.
+        int maxJoinFailuresPerSource = 10;
+        int joinFailureWindowMs = 10 * 60 * 1000;
+        int listenBacklog = 1024;          // the kernel's queue of connections not yet accepted
         int stallTimeoutMs = 15000;        // silence in the middle of a message
         int revocationCheckMs = 2000;
     };
@@ -77,6 +103,11 @@ public:
     // connection.
     void close(qint64 connectionId, const QString &reason, bool fatal = false, bool error = true);
     int connectionCount() const { return int(m_connections.size()); }
+    int unauthenticatedCount() const { return int(m_unauthenticated.size()); }
+
+    // The key that per-source limits count by: an IPv4 address, or the /64 prefix of an
+    // IPv6 one (one host owns a whole /64).
+    static QString sourceOf(const QHostAddress &address);
 
 Q_SIGNALS:
     // A worker connected with a valid certificate and said Hello (header: what it told).
@@ -87,38 +118,76 @@ Q_SIGNALS:
     void refused(const QString &address, const QString &reason);
 
 private:
+    enum class Stage
+    {
+        Tcp,       // accepted; no byte yet
+        Handshake, // TLS handshake under way
+        Encrypted, // TLS done; neither Hello nor Redeem yet
+        Worker     // said Hello with one of our certificates
+    };
+
     struct Connection
     {
         qint64 id = 0;
         QPointer<QSslSocket> socket;
         MessageReader reader;
         QString address;
-        bool encrypted = false;
+        QString source;
+        qint64 deadline = 0; // on m_clock; unauthenticated connections only
+        Stage stage = Stage::Tcp;
         bool authenticated = false; // presented one of our certificates
-        bool helloDone = false;
         PeerInfo peer;
         QTimer *stallTimer = nullptr;
-        QTimer *handshakeTimer = nullptr;
     };
 
     CoordinatorEndpoint() = default;
+    QSslSocket *socketFor(qintptr descriptor);
+    // Takes the sockets accepted since the last turn of the event loop.
+    void takeAccepted();
     void accept(QSslSocket *socket);
+    // Closes the oldest unauthenticated connections until a new one from source fits.
+    void makeRoom(const QString &source);
+    // Removes a connection from the books, and from the unauthenticated ones.
+    std::unique_ptr<Connection> take(qint64 id);
+    // It no longer counts against the limits before authentication.
+    void authenticated(const Connection &c);
+    void expireDeadlines();
+    void onFirstBytes(Connection &c);
+    void onHandshakeError(qint64 id, QAbstractSocket::SocketError error);
     void onEncrypted(qint64 id);
     void onReadyRead(qint64 id);
     void handle(Connection &c, Message message);
     void enroll(Connection &c, const Message &message);
+    // How long the source must wait before it may try to join again; 0 when it may now.
+    qint64 joinBlockedMs(const QString &source);
+    void joinFailed(const QString &source);
     // fatal: the worker must not come back with the same credentials (it is told so).
     void drop(qint64 id, const QString &reason, bool fatal, bool error = true);
+    void logRefusal(const QString &line, bool warning);
+    void flushRefusalLog();
     void checkRevocations();
 
     Options m_options;
     CoordinatorIdentity m_identity;
     TrustStore m_trust{QString()};
-    ObservedSslServer m_server;
+    QSslConfiguration m_tls;
+    AcceptingServer m_server;
     std::map<qint64, std::unique_ptr<Connection>> m_connections;
+    // Unauthenticated connections by id; ids grow with each accept, so the first is the oldest.
+    std::set<qint64> m_unauthenticated;
+    QHash<QString, std::set<qint64>> m_unauthenticatedBySource;
+    QHash<QString, std::deque<qint64>> m_joinFailures; // times on m_clock
     std::map<MessageType, std::uint64_t> m_limits;
     qint64 m_nextId = 1;
+    bool m_takeScheduled = false;
+    QElapsedTimer m_clock;
+    QTimer m_deadlineTimer;
     QTimer m_revocationTimer;
+    // Refusals are logged one by one up to a budget per window, then counted: a flood must
+    // not turn into a flood of log lines.
+    qint64 m_logWindowStart = 0;
+    int m_loggedInWindow = 0;
+    int m_unloggedInWindow = 0;
 };
 
 } // namespace flotilla::net

@@ -49,6 +49,32 @@ QString hex(const QByteArray &b)
 
 } // namespace
 
+TokenRecord::State TokenRecord::state(qint64 nowMs) const
+{
+    if (revokedMs != 0)
+        return State::Revoked;
+    if (usesLeft <= 0)
+        return State::UsedUp;
+    if (nowMs >= expiresMs)
+        return State::Expired;
+    return State::Live;
+}
+
+QString describe(TokenRecord::State state)
+{
+    switch (state) {
+    case TokenRecord::State::Live:
+        return QStringLiteral("live");
+    case TokenRecord::State::Expired:
+        return QStringLiteral("expired");
+    case TokenRecord::State::UsedUp:
+        return QStringLiteral("used up");
+    case TokenRecord::State::Revoked:
+        return QStringLiteral("revoked");
+    }
+    return {};
+}
+
 QString JoinToken::encode() const
 {
     const QCborMap map{{QStringLiteral("h"), host},
@@ -123,7 +149,9 @@ Result<TrustStore::Data> TrustStore::load() const
                                    qint64(o.value(QStringLiteral("created_ms")).toDouble()),
                                    qint64(o.value(QStringLiteral("expires_ms")).toDouble()),
                                    o.value(QStringLiteral("uses_left")).toInt(),
-                                   o.value(QStringLiteral("uses_total")).toInt()};
+                                   o.value(QStringLiteral("uses_total")).toInt(),
+                                   qint64(o.value(QStringLiteral("revoked_ms")).toDouble()),
+                                   o.value(QStringLiteral("note")).toString()};
     }
     for (const auto &v : doc.object().value(QStringLiteral("certificates")).toArray()) {
         const QJsonObject o = v.toObject();
@@ -145,7 +173,9 @@ Result<void> TrustStore::save(const Data &data) const
                                   {QStringLiteral("created_ms"), double(t.createdMs)},
                                   {QStringLiteral("expires_ms"), double(t.expiresMs)},
                                   {QStringLiteral("uses_left"), t.usesLeft},
-                                  {QStringLiteral("uses_total"), t.usesTotal}});
+                                  {QStringLiteral("uses_total"), t.usesTotal},
+                                  {QStringLiteral("revoked_ms"), double(t.revokedMs)},
+                                  {QStringLiteral("note"), t.note}});
     QJsonArray certificates;
     for (const auto &c : data.certificates)
         certificates.append(QJsonObject{{QStringLiteral("fingerprint"), hex(c.fingerprint)},
@@ -177,14 +207,16 @@ Result<void> TrustStore::modify(F &&change)
 }
 
 Result<JoinToken> TrustStore::issueToken(const QString &host, quint16 port, const QByteArray &caFingerprint,
-                                         qint64 validSeconds, int uses, qint64 nowMs)
+                                         qint64 validSeconds, int uses, qint64 nowMs, const QString &note)
 {
     if (validSeconds <= 0 || uses <= 0)
         return fail(QStringLiteral("a join token needs a positive lifetime and number of uses"));
     JoinToken token{host, port, caFingerprint, randomBytes(8), randomBytes(16), nowMs + validSeconds * 1000};
     auto r = modify([&](Data &d) -> Result<void> {
-        d.tokens << TokenRecord{token.id, QCryptographicHash::hash(token.secret, QCryptographicHash::Sha256), nowMs,
-                                token.expiresMs, uses, uses};
+        d.tokens << TokenRecord{token.id,  QCryptographicHash::hash(token.secret, QCryptographicHash::Sha256),
+                                nowMs,     token.expiresMs,
+                                uses,      uses,
+                                0,         note.left(200)};
         return {};
     });
     if (!r)
@@ -200,6 +232,9 @@ Result<void> TrustStore::redeem(const QByteArray &id, const QByteArray &secret, 
                 continue;
             if (!constantTimeEqual(t.secretSha256, QCryptographicHash::hash(secret, QCryptographicHash::Sha256)))
                 return fail(QStringLiteral("the join token's secret is wrong"));
+            if (t.revokedMs != 0)
+                return fail(QStringLiteral("the join token was revoked at %1; ask for a new one (flotilla token)")
+                                .arg(when(t.revokedMs)));
             if (nowMs >= t.expiresMs)
                 return fail(QStringLiteral("the join token expired at %1; ask for a new one (flotilla token)")
                                 .arg(when(t.expiresMs)));
@@ -211,6 +246,52 @@ Result<void> TrustStore::redeem(const QByteArray &id, const QByteArray &secret, 
         }
         return fail(QStringLiteral("the join token is unknown to this coordinator (issued by another one, or deleted)"));
     });
+}
+
+Result<TokenRecord> TrustStore::revokeToken(const QString &idOrPrefix, qint64 nowMs)
+{
+    const QString key = idOrPrefix.trimmed().toLower();
+    bool hexDigits = key.size() >= 4;
+    for (const QChar c : key)
+        hexDigits = hexDigits && ((c >= u'0' && c <= u'9') || (c >= u'a' && c <= u'f'));
+    if (!hexDigits)
+        return fail(QStringLiteral("'%1' is not a token id: give the id that flotilla token --list shows (16 hex "
+                                   "digits), or at least its first 4")
+                        .arg(idOrPrefix));
+    TokenRecord revoked;
+    auto r = modify([&](Data &d) -> Result<void> {
+        QList<TokenRecord *> matches;
+        for (auto &t : d.tokens)
+            if (hex(t.id).startsWith(key))
+                matches << &t;
+        if (matches.isEmpty())
+            return fail(QStringLiteral("no join token has an id starting with '%1' (flotilla token --list shows them)")
+                            .arg(key));
+        if (matches.size() > 1)
+            return fail(QStringLiteral("%1 join tokens have ids starting with '%2': give more digits")
+                            .arg(matches.size())
+                            .arg(key));
+        TokenRecord &t = *matches.first();
+        if (t.revokedMs != 0)
+            return fail(QStringLiteral("join token %1 was already revoked at %2").arg(hex(t.id), when(t.revokedMs)));
+        t.revokedMs = nowMs;
+        revoked = t;
+        return {};
+    });
+    if (!r)
+        return r.takeError();
+    return revoked;
+}
+
+Result<std::optional<TokenRecord>> TrustStore::token(const QByteArray &id) const
+{
+    auto data = load();
+    if (!data)
+        return data.takeError();
+    for (const auto &t : data->tokens)
+        if (t.id == id)
+            return std::optional<TokenRecord>(t);
+    return std::optional<TokenRecord>();
 }
 
 Result<void> TrustStore::addCertificate(const CertificateRecord &record)

@@ -34,13 +34,26 @@ struct JoinToken
 
 struct TokenRecord
 {
+    enum class State { Live, Expired, UsedUp, Revoked };
+
     QByteArray id;
     QByteArray secretSha256;
     qint64 createdMs = 0;
     qint64 expiresMs = 0;
     int usesLeft = 0;
     int usesTotal = 0;
+    qint64 revokedMs = 0;
+    QString note; // what it was issued for: "serve --token-file /srv/token", "control center", ...
+
+    // Revoked wins over used up, which wins over expired.
+    State state(qint64 nowMs) const;
+    bool live(qint64 nowMs) const { return state(nowMs) == State::Live; }
+    // The id as `flotilla token --list` shows it and `--revoke` takes it: 16 hex digits.
+    QString idHex() const { return QString::fromLatin1(id.toHex()); }
 };
+
+// "live", "expired", "used up", "revoked".
+QString describe(TokenRecord::State state);
 
 struct CertificateRecord
 {
@@ -61,9 +74,13 @@ public:
     QString path() const;
 
     Result<JoinToken> issueToken(const QString &host, quint16 port, const QByteArray &caFingerprint,
-                                 qint64 validSeconds, int uses, qint64 nowMs);
+                                 qint64 validSeconds, int uses, qint64 nowMs, const QString &note = {});
     // Checks a token and takes one of its uses; the error says which check failed.
     Result<void> redeem(const QByteArray &id, const QByteArray &secret, qint64 nowMs);
+    // Bars a token from further joins (workers that joined with it stay). idOrPrefix: its id
+    // in hex, or a prefix of at least 4 hex digits that names one token. Returns the record.
+    Result<TokenRecord> revokeToken(const QString &idOrPrefix, qint64 nowMs);
+    Result<std::optional<TokenRecord>> token(const QByteArray &id) const;
 
     Result<void> addCertificate(const CertificateRecord &record);
     Result<void> setWorkerId(const QByteArray &fingerprint, qint64 workerId);

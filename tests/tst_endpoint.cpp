@@ -1,11 +1,17 @@
 // The coordinator's endpoint and the worker's client on loopback: joining with a token,
-// coming back from the state folder, and every kind of bad peer — wrong pins, spent or
-// expired tokens, plain TCP, garbage and forged frames, missing, foreign, unknown or revoked
-// certificates, TLS 1.2. Each bad peer must get a clear reason (in the endpoint's signal
-// and, where it can read one, in the Error sent to it), lose its connection, and leave the
-// rest of the fleet working: a steady worker stays connected through every test and
-// exchanges a message with the coordinator after the bad peer is gone.
+// coming back from the state folder, and every kind of bad peer — wrong pins, spent, expired
+// or revoked tokens, plain TCP, garbage and forged frames, missing, foreign, unknown or
+// revoked certificates, TLS 1.2, a Hello under another name. Each bad peer must get a clear
+// reason (in the endpoint's signal and, where it can read one, in the Error sent to it), lose
+// its connection, and leave the rest of the fleet working: a steady worker stays connected
+// through every test and exchanges a message with the coordinator after the bad peer is gone.
+//
+// Then many hostile peers at once, from many loopback addresses: hundreds of idle TCP
+// connections, floods of stalled handshakes, too many from one address, token guessing. The
+// endpoint keeps accepting, bounds what it holds, closes the oldest first, and a worker still
+// joins or comes back within 2 s.
 #include "CoordinatorEndpoint.h"
+#include "ProcessSetup.h"
 #include "WorkerClient.h"
 
 #include <QtTest>
@@ -64,6 +70,28 @@ qint64 nowMs()
 QByteArray cbor(const QCborMap &map)
 {
     return map.toCborValue().toCbor();
+}
+
+// 127.0.0.n: one of many source addresses on loopback.
+QHostAddress loopback(int n)
+{
+    return QHostAddress(QHostAddress(kLocalHost).toIPv4Address() - 1 + quint32(n));
+}
+
+// A TLS record that announces 512 bytes of handshake and brings only the start of a
+// ClientHello: the peer then waits for the rest.
+QByteArray partialClientHello()
+{
+    return QByteArray::fromHex("1603010200010001fc0303") + QByteArray(32, '\x5a');
+}
+
+// A Redeem with a real certificate request.
+QByteArray redeem(const QByteArray &tokenId, const QByteArray &secret, const QString &name)
+{
+    return encodeMessage(MessageType::Redeem,
+        QCborMap { { QStringLiteral("token_id"), tokenId }, { QStringLiteral("secret"), secret },
+            { QStringLiteral("name"), name } },
+        createCertificateRequest(generatePrivateKeyPem().value(), name).value());
 }
 
 // A frame whose 12-byte header announces other lengths than what follows.
@@ -131,8 +159,12 @@ public:
             [this](QAbstractSocket::SocketError e) { m_errors << e; });
     }
 
-    void connectTo(quint16 port)
+    // from: a loopback address to connect from (on Linux every 127.x.y.z reaches loopback),
+    // to play many machines.
+    void connectTo(quint16 port, const QHostAddress &from = {})
     {
+        if (!from.isNull())
+            m_socket.bind(from);
         if (m_tls)
             m_socket.connectToHostEncrypted(kLocalHost, port);
         else
@@ -275,6 +307,24 @@ private:
         o.handshakeTimeoutMs = 2000;
         o.stallTimeoutMs = 500;
         o.revocationCheckMs = 200;
+        // The tests of the bounds before authentication hold their floods past the usual
+        // deadline: what frees room there is the bound itself. So does the test that holds
+        // connections between TLS and Hello while the endpoint is destroyed.
+        const QByteArray test = QTest::currentTestFunction();
+        if (test == "idleConnectionsDoNotLockTheCoordinatorOut" || test == "stalledFloodMakesWayForWorkers"
+            || test == "perSourceLimitClosesThatSourcesOldest" || test == "oldestUnauthenticatedMakesWayWhenFull"
+            || test == "destroyingTheEndpointWithLiveConnections")
+            o.handshakeTimeoutMs = 60000;
+        if (test == "stalledFloodMakesWayForWorkers")
+            o.maxUnauthenticated = 50;
+        if (test == "perSourceLimitClosesThatSourcesOldest")
+            o.maxUnauthenticatedPerSource = 5;
+        if (test == "oldestUnauthenticatedMakesWayWhenFull")
+            o.maxUnauthenticated = 10;
+        if (test == "failedJoinsAreLimitedPerSource") {
+            o.maxJoinFailuresPerSource = 3;
+            o.joinFailureWindowMs = 3000;
+        }
         return o;
     }
 
@@ -319,12 +369,43 @@ private:
                 return r.reason;
         return {};
     }
-    bool refusedFrom(quint16 localPort, const QString &words) const
+    bool refusedFrom(quint16 localPort, const QString &words, const QHostAddress &from = QHostAddress(kLocalHost)) const
     {
         for (const Refusal &r : m_refused)
-            if (r.reason.contains(words) && r.address == QStringLiteral("127.0.0.1:%1").arg(localPort))
+            if (r.reason.contains(words) && r.address == QStringLiteral("%1:%2").arg(from.toString()).arg(localPort))
                 return true;
         return false;
+    }
+    int refusalsWith(const QString &words) const
+    {
+        int n = 0;
+        for (const Refusal &r : m_refused)
+            n += r.reason.contains(words) ? 1 : 0;
+        return n;
+    }
+
+    // Starts a worker (joining with the token when there is one, else from its state folder)
+    // and returns how many milliseconds it took to be welcomed, or -1 with the reason in why.
+    qint64 timeToWelcome(WorkerClient &worker, const std::optional<JoinToken> &joinToken, QString *why)
+    {
+        QSignalSpy welcomed(&worker, &WorkerClient::welcomed);
+        QSignalSpy failed(&worker, &WorkerClient::failed);
+        if (auto configured = worker.configure(joinToken); !configured) {
+            *why = configured.error();
+            return -1;
+        }
+        QElapsedTimer timer;
+        timer.start();
+        worker.start(QCborMap {});
+        if (!QTest::qWaitFor([&] { return !welcomed.isEmpty() || !failed.isEmpty(); }, 10000)) {
+            *why = QStringLiteral("not welcomed within 10 s; refusals: %1").arg(refusals());
+            return -1;
+        }
+        if (!failed.isEmpty()) {
+            *why = failed.first().first().toString();
+            return -1;
+        }
+        return timer.elapsed();
     }
     bool refusedAddressIsLoopback(const QString &words) const
     {
@@ -400,6 +481,8 @@ private Q_SLOTS:
     void initTestCase()
     {
         QVERIFY2(QSslSocket::supportsSsl(), "Qt has no working TLS backend");
+        // Floods of hundreds of connections, both ends in this process.
+        QVERIFY2(QByteArray(raiseOpenFileLimit()).isEmpty(), raiseOpenFileLimit());
 #ifdef __GLIBC__
         // Freed memory is overwritten (as with MALLOC_PERTURB_), so a use after free
         // crashes here rather than reading stale data that still looks right.
@@ -1166,6 +1249,341 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
         QCOMPARE(m_endpoint->connectionCount(), 1);
         QVERIFY(m_hellos.isEmpty());
+        VERIFY_FLEET();
+    }
+
+    // 10. Identity is the certificate: a Hello may not rename a worker.
+    void helloUnderAnotherNameIsRefused()
+    {
+        auto credentials = issueClient(m_identity.ca, QStringLiteral("alpha"), &m_endpoint->trust());
+        REQUIRE_OK(credentials);
+        RawClient impostor(m_identity.ca.certificatePem, credentials->certificatePem, credentials->keyPem);
+        impostor.connectTo(m_endpoint->port());
+        QTRY_VERIFY_WITH_TIMEOUT(impostor.m_socket.isEncrypted() || impostor.closed(), 5000);
+        QVERIFY(impostor.m_socket.isEncrypted());
+        impostor.send(encodeMessage(MessageType::Hello, QCborMap { { QStringLiteral("name"), QStringLiteral("beta") } }));
+        const QString expected = QStringLiteral("said Hello as 'beta', but its certificate was issued to worker 'alpha'");
+        VERIFY_REFUSED(expected, 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(impostor.closed(), 5000);
+        QVERIFY(m_hellos.isEmpty());
+        VERIFY_CLIENT_READ_ERROR(impostor, expected, true);
+
+        // Without a name, or with its own, it is known by its certificate's name.
+        for (const QCborMap &hello : { QCborMap {}, QCborMap { { QStringLiteral("name"), QStringLiteral("alpha") } } }) {
+            m_hellos.clear();
+            RawClient honest(m_identity.ca.certificatePem, credentials->certificatePem, credentials->keyPem);
+            honest.connectTo(m_endpoint->port());
+            QTRY_VERIFY_WITH_TIMEOUT(honest.m_socket.isEncrypted() || honest.closed(), 5000);
+            honest.send(encodeMessage(MessageType::Hello, hello));
+            QTRY_VERIFY_WITH_TIMEOUT(honest.received(MessageType::Welcome), 5000);
+            QCOMPARE(m_hellos.size(), 1);
+            QCOMPARE(m_hellos.first().workerName, QStringLiteral("alpha"));
+            QCOMPARE(m_hellos.first().fingerprint, credentials->fingerprint);
+        }
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+
+        // A real worker restarted under another --name with the same state folder is told
+        // why, and stops instead of retrying.
+        auto joinToken = token();
+        REQUIRE_OK(joinToken);
+        QString why;
+        auto first = newWorker(QStringLiteral("lab-1"));
+        QVERIFY2(timeToWelcome(*first, *joinToken, &why) >= 0, qPrintable(why));
+        first.reset();
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        WorkerClient::Options o;
+        o.stateDir = stateDir(QStringLiteral("lab-1"));
+        o.name = QStringLiteral("lab-2");
+        o.initialBackoffMs = 50;
+        WorkerClient renamed(o);
+        QCOMPARE(timeToWelcome(renamed, std::nullopt, &why), qint64(-1));
+        QVERIFY2(why.contains(QLatin1String("issued to worker 'lab-1'")), qPrintable(why));
+        QVERIFY2(why.contains(QLatin1String("--name lab-1")), qPrintable(why));
+        renamed.stop();
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        VERIFY_FLEET();
+    }
+
+    // 11. A revoked token admits no one, and is not spent by trying.
+    void revokedTokenIsRefusedAtRedeem()
+    {
+        auto joinToken = token(3);
+        REQUIRE_OK(joinToken);
+        // `flotilla token --revoke` runs beside the coordinator, with a prefix of the id.
+        TrustStore cli(m_dir->filePath(QStringLiteral("coordinator")));
+        auto revoked = cli.revokeToken(QString::fromLatin1(joinToken->id.toHex().left(6)), nowMs());
+        REQUIRE_OK(revoked);
+        QCOMPARE(revoked->id, joinToken->id);
+        auto worker = newWorker(QStringLiteral("too-late"));
+        QString why;
+        QCOMPARE(timeToWelcome(*worker, *joinToken, &why), qint64(-1));
+        QVERIFY2(why.contains(QLatin1String("revoked")), qPrintable(why));
+        VERIFY_REFUSED(QStringLiteral("join refused: the join token was revoked"), 5000);
+        auto record = m_endpoint->trust().token(joinToken->id);
+        REQUIRE_OK(record);
+        QCOMPARE((*record)->usesLeft, 3);
+        QVERIFY(!worker->hasIdentity());
+        worker.reset();
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        VERIFY_FLEET();
+    }
+
+    // 12. Hundreds of idle TCP connections: 30 used to lock the coordinator out for good.
+    void idleConnectionsDoNotLockTheCoordinatorOut()
+    {
+        constexpr int kIdle = 300;
+        std::vector<std::unique_ptr<RawClient>> idle;
+        for (int i = 0; i < kIdle; ++i) {
+            idle.push_back(std::make_unique<RawClient>(QByteArray()));
+            idle.back()->connectTo(m_endpoint->port(), loopback(2 + i % 10));
+        }
+        // Every one is accepted (none waits in the kernel's queue), and held.
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->unauthenticatedCount(), kIdle, 10000);
+        QCOMPARE(m_endpoint->connectionCount(), kIdle + 1);
+        VERIFY_FLEET_EXCEPT_COUNT();
+
+        // A new machine joins (three TLS handshakes: probe, enrollment, Hello) within 2 s...
+        auto joinToken = token(2);
+        REQUIRE_OK(joinToken);
+        QString why;
+        auto fresh = newWorker(QStringLiteral("fresh"));
+        qint64 ms = timeToWelcome(*fresh, *joinToken, &why);
+        QVERIFY2(ms >= 0 && ms < 2000, qPrintable(QStringLiteral("%1 ms: %2").arg(ms).arg(why)));
+        // ...and one that restarts, as a preempted spot instance does, comes back within 2 s.
+        fresh.reset();
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), kIdle + 1, 5000);
+        auto restarted = newWorker(QStringLiteral("fresh"));
+        ms = timeToWelcome(*restarted, std::nullopt, &why);
+        QVERIFY2(ms >= 0 && ms < 2000, qPrintable(QStringLiteral("%1 ms: %2").arg(ms).arg(why)));
+        restarted.reset();
+        // No idle connection had to make way for them.
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), kIdle + 1, 5000);
+        QCOMPARE(refusalsWith(QStringLiteral("made way")), 0);
+
+        // The idle connections go: their slots are freed, and workers still get in.
+        idle.clear();
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->unauthenticatedCount(), 0, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        auto late = newWorker(QStringLiteral("late"));
+        ms = timeToWelcome(*late, *joinToken, &why);
+        QVERIFY2(ms >= 0 && ms < 2000, qPrintable(QStringLiteral("%1 ms: %2").arg(ms).arg(why)));
+        late.reset();
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        VERIFY_FLEET();
+    }
+
+    // 13. More stalled handshakes than the endpoint holds (here 50): the oldest make way, what
+    // it holds stays bounded, and a worker still joins within 2 s.
+    void stalledFloodMakesWayForWorkers_data()
+    {
+        QTest::addColumn<QString>("kind");
+        QTest::newRow("part of a ClientHello, then silence") << QStringLiteral("partial");
+        QTest::newRow("TLS without a certificate, then neither Redeem nor Hello") << QStringLiteral("tls");
+        QTest::newRow("TLS with a certificate, then no Hello") << QStringLiteral("certificate");
+    }
+
+    void stalledFloodMakesWayForWorkers()
+    {
+        QFETCH(QString, kind);
+        constexpr int kHeld = 50;
+        constexpr int kFlood = 80;
+        Credentials credentials;
+        if (kind == QLatin1String("certificate")) {
+            auto issued = issueClient(m_identity.ca, QStringLiteral("staller"), &m_endpoint->trust());
+            REQUIRE_OK(issued);
+            credentials = *issued;
+        }
+        std::vector<std::unique_ptr<RawClient>> flood;
+        for (int i = 0; i < kFlood; ++i) {
+            if (kind == QLatin1String("partial"))
+                flood.push_back(std::make_unique<RawClient>(QByteArray()));
+            else
+                flood.push_back(std::make_unique<RawClient>(
+                    m_identity.ca.certificatePem, credentials.certificatePem, credentials.keyPem));
+            RawClient *client = flood.back().get();
+            if (kind == QLatin1String("partial"))
+                QObject::connect(&client->m_socket, &QAbstractSocket::connected, &client->m_socket,
+                    [client] { client->send(partialClientHello()); });
+            client->connectTo(m_endpoint->port(), loopback(2 + i % 8));
+        }
+        // Every client got as far as it wanted to, or was closed to make room.
+        const auto settled = [&] {
+            int closed = 0;
+            for (const auto &c : flood) {
+                if (c->closed())
+                    ++closed;
+                else if (kind != QLatin1String("partial") && !c->m_socket.isEncrypted())
+                    return -1;
+                else if (kind == QLatin1String("partial") && c->m_socket.bytesToWrite() > 0)
+                    return -1;
+            }
+            return closed;
+        };
+        QTRY_VERIFY_WITH_TIMEOUT(settled() == kFlood - kHeld && m_endpoint->unauthenticatedCount() == kHeld, 20000);
+        QCOMPARE(refusalsWith(QStringLiteral("made way for a newer connection")), kFlood - kHeld);
+        VERIFY_FLEET_EXCEPT_COUNT();
+
+        // A worker joins through it: each of its connections makes way for itself.
+        auto joinToken = token();
+        REQUIRE_OK(joinToken);
+        QString why;
+        auto worker = newWorker(QStringLiteral("through"));
+        const qint64 ms = timeToWelcome(*worker, *joinToken, &why);
+        QVERIFY2(ms >= 0 && ms < 2000, qPrintable(QStringLiteral("%1 ms: %2").arg(ms).arg(why)));
+        QVERIFY(m_endpoint->unauthenticatedCount() <= kHeld);
+        // The worker's probe and enrollment connections hang up; what is left is it, the
+        // steady worker and the stalled flood.
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 2 + m_endpoint->unauthenticatedCount(), 5000);
+        worker.reset();
+        flood.clear();
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 10000);
+        QCOMPARE(m_endpoint->unauthenticatedCount(), 0);
+        VERIFY_FLEET();
+    }
+
+    // A stalled handshake is closed at the deadline, which counts from the accept.
+    void partialClientHelloIsClosedAtTheDeadline()
+    {
+        RawClient client { QByteArray() };
+        client.connectTo(m_endpoint->port());
+        QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.state() == QAbstractSocket::ConnectedState, 5000);
+        QElapsedTimer timer;
+        timer.start();
+        const quint16 localPort = client.m_socket.localPort();
+        client.send(partialClientHello());
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->unauthenticatedCount(), 1, 5000);
+        const QString expected = QStringLiteral("the TLS handshake did not finish within 2 s");
+        VERIFY_REFUSED(expected, 5000);
+        QVERIFY2(timer.elapsed() >= 1000, qPrintable(QString::number(timer.elapsed())));
+        QVERIFY2(refusedFrom(localPort, expected), qPrintable(refusals()));
+        QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
+        QCOMPARE(m_endpoint->unauthenticatedCount(), 0);
+        VERIFY_FLEET();
+    }
+
+    // 14. One address holds at most 5 (here) connections that have not authenticated: its
+    // oldest makes way, and other addresses are not touched.
+    void perSourceLimitClosesThatSourcesOldest()
+    {
+        const QHostAddress busy = loopback(2);
+        const QHostAddress other = loopback(3);
+        std::vector<std::unique_ptr<RawClient>> fromBusy;
+        std::vector<std::unique_ptr<RawClient>> fromOther;
+        // One at a time, so that the order of their accepts is known.
+        const auto open = [&](std::vector<std::unique_ptr<RawClient>> &into, const QHostAddress &from) {
+            const int before = m_endpoint->unauthenticatedCount();
+            into.push_back(std::make_unique<RawClient>(QByteArray()));
+            into.back()->connectTo(m_endpoint->port(), from);
+            return QTest::qWaitFor(
+                [&] {
+                    return into.back()->m_socket.state() == QAbstractSocket::ConnectedState
+                        && (m_endpoint->unauthenticatedCount() > before || !m_refused.isEmpty());
+                },
+                5000);
+        };
+        for (int i = 0; i < 5; ++i) {
+            QVERIFY(open(fromBusy, busy));
+            QVERIFY(open(fromOther, other));
+        }
+        QCOMPARE(m_endpoint->unauthenticatedCount(), 10);
+        QVERIFY(m_refused.isEmpty());
+        const quint16 oldestPort = fromBusy.front()->m_socket.localPort();
+
+        QVERIFY(open(fromBusy, busy));
+        QTRY_VERIFY_WITH_TIMEOUT(fromBusy.front()->closed(), 5000);
+        const QString expected = QStringLiteral("made way for a newer connection from 127.0.0.2");
+        VERIFY_REFUSED(expected, 5000);
+        QVERIFY2(refusedFrom(oldestPort, expected, busy), qPrintable(refusals()));
+        QCOMPARE(m_refused.size(), 1);
+        for (std::size_t i = 1; i < fromBusy.size(); ++i)
+            QVERIFY(!fromBusy[i]->closed());
+        for (const auto &c : fromOther)
+            QVERIFY(!c->closed());
+        QCOMPARE(m_endpoint->unauthenticatedCount(), 10);
+        VERIFY_FLEET_EXCEPT_COUNT();
+        fromBusy.clear();
+        fromOther.clear();
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        VERIFY_FLEET();
+    }
+
+    // 15. When the endpoint holds as many unauthenticated connections as it may (here 10),
+    // the oldest makes way for each new one; authenticated workers are never counted.
+    void oldestUnauthenticatedMakesWayWhenFull()
+    {
+        std::vector<std::unique_ptr<RawClient>> idle;
+        for (int i = 0; i < 13; ++i) {
+            const int before = m_endpoint->unauthenticatedCount();
+            const int refusedBefore = int(m_refused.size());
+            idle.push_back(std::make_unique<RawClient>(QByteArray()));
+            idle.back()->connectTo(m_endpoint->port(), loopback(2 + i));
+            QTRY_VERIFY_WITH_TIMEOUT(m_endpoint->unauthenticatedCount() > before || int(m_refused.size()) > refusedBefore,
+                5000);
+            QCOMPARE(m_endpoint->unauthenticatedCount(), std::min(i + 1, 10));
+            // The ones that made way are exactly the oldest.
+            for (int j = 0; j <= i; ++j) {
+                const bool shouldBeClosed = j < i + 1 - 10;
+                QTRY_COMPARE_WITH_TIMEOUT(idle[j]->closed(), shouldBeClosed, 5000);
+            }
+        }
+        QCOMPARE(refusalsWith(QStringLiteral("made way for a newer connection: the coordinator already held 10")), 3);
+        QCOMPARE(m_endpoint->connectionCount(), 11);
+        VERIFY_FLEET_EXCEPT_COUNT();
+        idle.clear();
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        VERIFY_FLEET();
+    }
+
+    // 16. Token guessing: after 3 (here) failed joins from one address in the window, its
+    // Redeems are refused unread, even with a good token, until the window has passed;
+    // other addresses are not held back.
+    void failedJoinsAreLimitedPerSource()
+    {
+        auto joinToken = token(2);
+        REQUIRE_OK(joinToken);
+        const QHostAddress guesser = loopback(2);
+        const QHostAddress neighbour = loopback(3);
+        // Redeems from an address; the client once it is closed (or enrolled).
+        const auto attempt = [&](const QHostAddress &from, const QByteArray &secret, const QString &name) {
+            auto client = std::make_unique<RawClient>(m_identity.ca.certificatePem);
+            client->connectTo(m_endpoint->port(), from);
+            if (QTest::qWaitFor([&] { return client->m_socket.isEncrypted() || client->closed(); }, 5000)
+                && client->m_socket.isEncrypted())
+                client->send(redeem(joinToken->id, secret, name));
+            (void)QTest::qWaitFor([&] { return client->closed(); }, 5000);
+            return client;
+        };
+        QElapsedTimer window;
+        window.start();
+        for (int i = 0; i < 3; ++i) {
+            auto guess = attempt(guesser, QByteArray(16, char('a' + i)), QStringLiteral("guess"));
+            VERIFY_CLIENT_READ_ERROR(*guess, QStringLiteral("secret is wrong"), true);
+        }
+        // Now even the right secret is refused, and costs the token nothing.
+        auto blocked = attempt(guesser, joinToken->secret, QStringLiteral("guess"));
+        VERIFY_CLIENT_READ_ERROR(*blocked, QStringLiteral("3 failed join attempts from 127.0.0.2 in the last 3 s"), false);
+        QVERIFY(!blocked->received(MessageType::Enrolled));
+        QCOMPARE((*m_endpoint->trust().token(joinToken->id))->usesLeft, 2);
+        if (window.elapsed() >= 3000)
+            QSKIP("this machine took longer than the 3 s window to make four attempts");
+
+        // Another address is not held back.
+        auto neighbourly = attempt(neighbour, joinToken->secret, QStringLiteral("neighbour"));
+        QVERIFY2(neighbourly->received(MessageType::Enrolled), qPrintable(refusals()));
+        QCOMPARE((*m_endpoint->trust().token(joinToken->id))->usesLeft, 1);
+
+        // Once the window has passed since those failures, the guesser may try again.
+        std::unique_ptr<RawClient> again;
+        QVERIFY(QTest::qWaitFor(
+            [&] {
+                again = attempt(guesser, joinToken->secret, QStringLiteral("patient"));
+                return again->received(MessageType::Enrolled);
+            },
+            15000));
+        // The first failure came after the window's timer started: no sooner than 3 s after it.
+        QVERIFY2(window.elapsed() >= 3000, qPrintable(QString::number(window.elapsed())));
+        QCOMPARE((*m_endpoint->trust().token(joinToken->id))->usesLeft, 0);
+        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
         VERIFY_FLEET();
     }
 

@@ -1,11 +1,13 @@
 // The control center, offscreen: the wizard's messages, a short job with the embedded worker
-// until every chart has points, pause and resume, a remote worker revoked, a chart exported,
-// and a job reopened after the app "restarted" continuing its charts from the store.
+// until every chart has points, pause and resume, a remote worker revoked, join tokens
+// listed and revoked in the token dialog, a chart exported, and a job reopened after the app
+// "restarted" continuing its charts from the store.
 #include "Dashboard.h"
 #include "DesktopSession.h"
 #include "JobWizard.h"
 #include "MainWindow.h"
 #include "TestSupport.h"
+#include "TokenDialog.h"
 #include "Views.h"
 #include "WorkerAgent.h"
 
@@ -13,8 +15,11 @@
 #include <QComboBox>
 #include <QDialogButtonBox>
 #include <QImage>
+#include <QLabel>
 #include <QLineEdit>
+#include <QCheckBox>
 #include <QLineSeries>
+#include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSpinBox>
 #include <QTableWidget>
@@ -189,6 +194,62 @@ private Q_SLOTS:
                                  60000);
         // A local worker cannot be revoked; it is switched off instead.
         QVERIFY(!m_session->revoke(QStringLiteral("local-1")));
+    }
+
+    void tokenDialogListsAndRevokesTokens()
+    {
+        ui::TokenDialog dialog(m_session.get());
+        QStringList asked;
+        dialog.askConfirmation = [&](const QString &question) {
+            asked << question;
+            return true;
+        };
+        const auto rowOf = [&](const QString &id) {
+            for (int r = 0; r < dialog.table()->rowCount(); ++r)
+                if (dialog.table()->item(r, 0)->text() == id)
+                    return r;
+            return -1;
+        };
+        dialog.uses()->setValue(3);
+        dialog.issue();
+        auto token = net::JoinToken::decode(dialog.tokenText()->toPlainText());
+        QVERIFY2(token, qPrintable(dialog.info()->text()));
+        const QString id = QString::fromLatin1(token->id.toHex());
+        const int row = rowOf(id);
+        QVERIFY2(row >= 0, qPrintable(id));
+        QCOMPARE(dialog.table()->item(row, 1)->text(), QStringLiteral("live"));
+        QCOMPARE(dialog.table()->item(row, 2)->text(), QStringLiteral("3 of 3"));
+        QCOMPARE(dialog.table()->item(row, 4)->text(), QStringLiteral("control center"));
+        // The token the revoked worker used up is not live: it is listed only on request.
+        for (int r = 0; r < dialog.table()->rowCount(); ++r)
+            QCOMPARE(dialog.table()->item(r, 1)->text(), QStringLiteral("live"));
+        dialog.showSpent()->setChecked(true);
+        QStringList states;
+        for (int r = 0; r < dialog.table()->rowCount(); ++r)
+            states << dialog.table()->item(r, 1)->text();
+        QVERIFY2(states.contains(QStringLiteral("used up")), qPrintable(states.join(u',')));
+        dialog.showSpent()->setChecked(false);
+
+        dialog.table()->selectRow(rowOf(id));
+        dialog.revokeSelected();
+        QCOMPARE(asked.size(), 1);
+        QVERIFY2(asked.first().contains(id), qPrintable(asked.first()));
+        QCOMPARE(rowOf(id), -1);
+        dialog.showSpent()->setChecked(true);
+        QVERIFY(rowOf(id) >= 0);
+        QCOMPARE(dialog.table()->item(rowOf(id), 1)->text(), QStringLiteral("revoked"));
+
+        // A machine given that token is refused.
+        WorkerAgent::Options o;
+        o.stateDir = m_dir.filePath(QStringLiteral("too-late"));
+        o.name = QStringLiteral("too-late");
+        WorkerAgent agent(o);
+        QSignalSpy finished(&agent, &WorkerAgent::finished);
+        QVERIFY(agent.start(*token));
+        QTRY_VERIFY_WITH_TIMEOUT(!finished.isEmpty(), 30000);
+        QCOMPARE(finished.first().at(0).toInt(), 1);
+        QVERIFY2(finished.first().at(1).toString().contains(QStringLiteral("revoked")),
+                 qPrintable(finished.first().at(1).toString()));
     }
 
     void reopenedJobContinuesItsCharts()

@@ -3,15 +3,24 @@
 // absurd norm, unknown leases, the same result twice, a payload whose SHA-256 does not
 // match, an upload that stops half way. Each is refused with a clear reason, the offending
 // connection is closed, the global model is untouched, and an honest worker carries on.
+// A worker is stored under the name its certificate was issued to, whatever its Hello says.
+//
+// Then `flotilla serve` as users run it, a real process: hundreds of idle TCP connections and
+// stalled handshakes do not lock it out (a worker joins and comes back within 2 s, during and
+// after them), its --token-file keeps one live token across restarts, `flotilla token --list`
+// and `--revoke` see and bar tokens, and its limits have options that refuse bad values.
 #include "CoordinatorServer.h"
 #include "LocalFleet.h"
 #include "TestSupport.h"
 #include "WireFormat.h"
 #include "WorkerClient.h"
 
+#include <QProcess>
 #include <QSslConfiguration>
 #include <QSslKey>
 #include <QSslSocket>
+#include <QTcpServer>
+#include <QTcpSocket>
 #include <QtTest>
 
 #include <torch/torch.h>
@@ -105,6 +114,154 @@ public:
     net::MessageReader reader;
     QString lastError;
 };
+
+quint16 freePort()
+{
+    QTcpServer probe;
+    probe.listen(QHostAddress::LocalHost, 0);
+    return probe.serverPort();
+}
+
+// 127.0.0.n: one of many source addresses on loopback (Linux routes all of 127/8 there).
+QHostAddress loopback(int n)
+{
+    return QHostAddress(QHostAddress(QHostAddress::LocalHost).toIPv4Address() - 1 + quint32(n));
+}
+
+// Connections waiting in the kernel's queue of the socket listening on this loopback port
+// (what `ss -tln` shows as Recv-Q), from /proc/net/tcp; -1 where there is no such file.
+int acceptQueue(quint16 port)
+{
+    QFile tcp(QStringLiteral("/proc/net/tcp"));
+    if (!tcp.open(QIODevice::ReadOnly))
+        return -1;
+    const QByteArray local = "0100007F:" + QByteArray::number(port, 16).toUpper().rightJustified(4, '0');
+    for (const QByteArray &line : tcp.readAll().split('\n')) {
+        const QList<QByteArray> f = line.simplified().split(' ');
+        // sl local rem st tx_queue:rx_queue ...; state 0A is LISTEN, whose rx_queue is the backlog.
+        if (f.size() > 4 && f[1] == local && f[3] == "0A")
+            return int(f[4].split(':').value(1).toInt(nullptr, 16));
+    }
+    return -1;
+}
+
+struct Ran
+{
+    int exitCode = -1;
+    QByteArray out;
+    QByteArray err;
+};
+
+// `flotilla ARGUMENTS`: what it printed and returned (-1: it crashed or ran over 60 s).
+Ran runFlotilla(const QStringList &arguments)
+{
+    QProcess p;
+    p.start(test::flotillaBinary(), arguments);
+    Ran r;
+    if (!p.waitForFinished(60000)) {
+        p.kill();
+        p.waitForFinished();
+        return r;
+    }
+    r.exitCode = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+    r.out = p.readAllStandardOutput();
+    r.err = p.readAllStandardError();
+    return r;
+}
+
+// `flotilla serve` on loopback with a small job that never finishes during a test; its
+// folders (identity, run, token) live in dir.
+class ServeProcess
+{
+public:
+    explicit ServeProcess(QString dir) : m_dir(std::move(dir)) {}
+    ~ServeProcess() { stop(); }
+
+    QString path(const QString &name) const { return QDir(m_dir).filePath(name); }
+    QString tokenFile() const { return path(QStringLiteral("token")); }
+    QString identityDir() const { return path(QStringLiteral("identity")); }
+    QString tokenText() const { return QString::fromUtf8(readFile(tokenFile())).trimmed(); }
+    QString output() const { return QString::fromUtf8(readFile(path(QStringLiteral("serve.out")))); }
+
+    // Started and listening (it has said where its join token is).
+    bool start(const QStringList &extra = {}, quint16 port = 0)
+    {
+        const qsizetype before = output().size();
+        m_process.setProcessChannelMode(QProcess::MergedChannels);
+        m_process.setStandardOutputFile(path(QStringLiteral("serve.out")), QIODevice::Append);
+        m_process.start(test::flotillaBinary(),
+                        QStringList{QStringLiteral("serve"), QStringLiteral("--run-dir"), path(QStringLiteral("run")),
+                                    QStringLiteral("--identity-dir"), identityDir(), QStringLiteral("--listen"),
+                                    QStringLiteral("127.0.0.1"), QStringLiteral("--host"), QStringLiteral("127.0.0.1"),
+                                    QStringLiteral("--port"), QString::number(port), QStringLiteral("--token-file"),
+                                    tokenFile(), QStringLiteral("--quiet"), QStringLiteral("--model"),
+                                    QStringLiteral("mlp"), QStringLiteral("--train-limit"), QStringLiteral("2000"),
+                                    QStringLiteral("--test-limit"), QStringLiteral("200"), QStringLiteral("--epochs"),
+                                    QStringLiteral("50"), QStringLiteral("--shards"), QStringLiteral("20"),
+                                    QStringLiteral("--preempt-mean"), QStringLiteral("0")}
+                            + extra);
+        return QTest::qWaitFor(
+                   [&] {
+                       return output().mid(before).contains(QLatin1String("join token"))
+                           || m_process.state() == QProcess::NotRunning;
+                   },
+                   120000)
+            && m_process.state() == QProcess::Running;
+    }
+
+    void stop()
+    {
+        if (m_process.state() == QProcess::NotRunning)
+            return;
+        m_process.terminate();
+        if (!m_process.waitForFinished(30000)) {
+            m_process.kill();
+            m_process.waitForFinished(10000);
+        }
+    }
+
+    bool running() const { return m_process.state() == QProcess::Running; }
+
+private:
+    QString m_dir;
+    QProcess m_process;
+};
+
+// Starts a worker (joining with the token when there is one, else from its state folder)
+// and returns the milliseconds until it was welcomed, or -1 with the reason in why.
+qint64 timeToWelcome(net::WorkerClient &worker, const std::optional<net::JoinToken> &token, QString *why)
+{
+    QSignalSpy welcomed(&worker, &net::WorkerClient::welcomed);
+    QSignalSpy failed(&worker, &net::WorkerClient::failed);
+    if (auto configured = worker.configure(token); !configured) {
+        *why = configured.error();
+        return -1;
+    }
+    QElapsedTimer timer;
+    timer.start();
+    // What the coordinator needs to price its work.
+    worker.start(QCborMap{{QStringLiteral("instance_type"), QStringLiteral("aws/c5.large")},
+                          {QStringLiteral("price_class"), QStringLiteral("spot")}});
+    if (!QTest::qWaitFor([&] { return !welcomed.isEmpty() || !failed.isEmpty(); }, 10000)) {
+        *why = QStringLiteral("not welcomed within 10 s");
+        return -1;
+    }
+    if (!failed.isEmpty()) {
+        *why = failed.first().first().toString();
+        return -1;
+    }
+    return timer.elapsed();
+}
+
+// The lines of `flotilla token --list` that name a token.
+QStringList tokenLines(const QString &listing)
+{
+    QStringList lines;
+    for (const QString &line : listing.split(u'\n'))
+        if (!line.isEmpty() && !line.startsWith(QLatin1String("ID ")) && !line.startsWith(QLatin1String("No ")))
+            lines << line;
+    return lines;
+}
 
 QCborMap resultHeader(qint64 lease, const QCborMap &manifest)
 {
@@ -381,6 +538,191 @@ private Q_SLOTS:
             reasons << e.detail;
         for (const char *expected : {"NaN or infinite", "tensor 0 of the weights", "bytes", "absurd", "987654"})
             QVERIFY2(reasons.join(u'|').contains(QString::fromLatin1(expected)), expected);
+    }
+
+    // The dashboard, the store and `flotilla revoke` see the name the certificate was issued
+    // to; a Hello that claims another is refused, and never becomes a worker.
+    void workerIsKnownByItsCertificateName()
+    {
+        const QString state = enroll();
+        QVERIFY(!state.isEmpty());
+        const QString enrolledAs = QStringLiteral("raw-%1").arg(m_enrolled);
+        RawWorker impostor(state, m_server->port());
+        QVERIFY(QTest::qWaitFor([&] { return impostor.socket.isEncrypted(); }, 10000));
+        m_closed.clear();
+        impostor.send(MessageType::Hello, QCborMap{{QStringLiteral("name"), QStringLiteral("gpu-box-1")}});
+        QVERIFY(impostor.closedByPeer());
+        QVERIFY2(impostor.lastError.contains(QStringLiteral("issued to worker '%1'").arg(enrolledAs)),
+                 qPrintable(impostor.lastError));
+        RawWorker honest(state, m_server->port());
+        QVERIFY(honest.hello());
+        auto store = Store::open(m_dir.filePath(QStringLiteral("run/flotilla.db")));
+        QVERIFY(store);
+        auto job = (*store)->latestJob();
+        QVERIFY(job && job->has_value());
+        QStringList names;
+        QTRY_VERIFY_WITH_TIMEOUT(
+            [&] {
+                names.clear();
+                const auto workers = (*store)->workers((*job)->id);
+                for (const auto &w : workers.value())
+                    names << w.name;
+                return names.contains(enrolledAs);
+            }(),
+            10000);
+        QVERIFY2(!names.contains(QStringLiteral("gpu-box-1")), qPrintable(names.join(u',')));
+    }
+
+    // 30 idle TCP connections used to lock `flotilla serve` out for good. Hundreds of them,
+    // and stalled TLS handshakes, from ten addresses: the kernel's accept queue stays empty,
+    // a new worker joins and a restarted one comes back within 2 s, and again once they go.
+    void idleConnectionsDoNotLockServeOut()
+    {
+        QTemporaryDir dir;
+        ServeProcess serve(dir.path());
+        // A long deadline: the connections stay held, so that only accepting can let workers in.
+        QVERIFY2(serve.start({QStringLiteral("--handshake-timeout"), QStringLiteral("60")}), qPrintable(serve.output()));
+        auto token = net::JoinToken::decode(serve.tokenText());
+        QVERIFY2(token, qPrintable(token.error()));
+        constexpr int kIdle = 200;
+        constexpr int kStalled = 100;
+        std::vector<std::unique_ptr<QTcpSocket>> hostile;
+        int connected = 0;
+        for (int i = 0; i < kIdle + kStalled; ++i) {
+            auto socket = std::make_unique<QTcpSocket>();
+            QTcpSocket *raw = socket.get();
+            const bool stall = i >= kIdle;
+            connect(raw, &QTcpSocket::connected, raw, [raw, stall, &connected] {
+                ++connected;
+                // The start of a ClientHello, in a record that announces more.
+                if (stall)
+                    raw->write(QByteArray::fromHex("1603010200010001fc0303") + QByteArray(32, '\x5a'));
+            });
+            raw->bind(loopback(2 + i % 10));
+            raw->connectToHost(QHostAddress::LocalHost, token->port);
+            hostile.push_back(std::move(socket));
+        }
+        QTRY_COMPARE_WITH_TIMEOUT(connected, kIdle + kStalled, 20000);
+        if (acceptQueue(token->port) >= 0)
+            QTRY_COMPARE_WITH_TIMEOUT(acceptQueue(token->port), 0, 10000);
+
+        QString why;
+        net::WorkerClient fresh({dir.filePath(QStringLiteral("fresh")), QStringLiteral("fresh"), 50, 500});
+        qint64 ms = timeToWelcome(fresh, *token, &why);
+        QVERIFY2(ms >= 0 && ms < 2000, qPrintable(QStringLiteral("joined after %1 ms: %2").arg(ms).arg(why)));
+        fresh.stop();
+        net::WorkerClient restarted({dir.filePath(QStringLiteral("fresh")), QStringLiteral("fresh"), 50, 500});
+        ms = timeToWelcome(restarted, std::nullopt, &why);
+        QVERIFY2(ms >= 0 && ms < 2000, qPrintable(QStringLiteral("came back after %1 ms: %2").arg(ms).arg(why)));
+        restarted.stop();
+        // None of the hostile connections was closed to let them in: accepting did it.
+        for (const auto &socket : hostile)
+            QCOMPARE(socket->state(), QAbstractSocket::ConnectedState);
+
+        hostile.clear();
+        net::WorkerClient late({dir.filePath(QStringLiteral("late")), QStringLiteral("late"), 50, 500});
+        ms = timeToWelcome(late, *token, &why);
+        QVERIFY2(ms >= 0 && ms < 2000, qPrintable(QStringLiteral("joined after %1 ms: %2").arg(ms).arg(why)));
+        late.stop();
+        QVERIFY(serve.running());
+    }
+
+    // --token-file keeps its token across restarts while it still works; otherwise the file
+    // gets a new one and the old one is revoked. `flotilla token --list` and `--revoke` see
+    // and bar them, and a revoked token admits no one.
+    void tokenFileKeepsOneLiveTokenAndTokensAreListedAndRevoked()
+    {
+        QTemporaryDir dir;
+        const quint16 port = freePort();
+        QString original;
+        {
+            ServeProcess first(dir.path());
+            QVERIFY2(first.start({}, port), qPrintable(first.output()));
+            original = first.tokenText();
+            QVERIFY(!original.isEmpty());
+        }
+        ServeProcess second(dir.path());
+        QVERIFY2(second.start({}, port), qPrintable(second.output()));
+        QCOMPARE(second.tokenText(), original);
+        QVERIFY2(second.output().contains(QLatin1String("still valid")), qPrintable(second.output()));
+        second.stop();
+        const QString identity = QStringLiteral("--identity-dir=") + second.identityDir();
+        const QString firstId = QString::fromLatin1(net::JoinToken::decode(original)->id.toHex());
+        const QString note = QStringLiteral("serve --token-file ") + QFileInfo(second.tokenFile()).absoluteFilePath();
+        Ran list = runFlotilla({QStringLiteral("token"), QStringLiteral("--list"), identity});
+        QCOMPARE(list.exitCode, 0);
+        QCOMPARE(tokenLines(QString::fromUtf8(list.out)).size(), 1);
+        const QString line = tokenLines(QString::fromUtf8(list.out)).first();
+        QVERIFY2(line.startsWith(firstId) && line.contains(QLatin1String("live")) && line.contains(QLatin1String("100/100"))
+                     && line.endsWith(note),
+                 qPrintable(QString::fromUtf8(list.out)));
+
+        // Asked for another number of uses: a new token, and the one it replaces is revoked.
+        ServeProcess third(dir.path());
+        QVERIFY2(third.start({QStringLiteral("--token-uses"), QStringLiteral("5")}, port), qPrintable(third.output()));
+        const QString replacement = third.tokenText();
+        QVERIFY(replacement != original);
+        const QString secondId = QString::fromLatin1(net::JoinToken::decode(replacement)->id.toHex());
+        QVERIFY2(third.output().contains(QStringLiteral("it replaces %1, now revoked").arg(firstId)),
+                 qPrintable(third.output()));
+        list = runFlotilla({QStringLiteral("token"), QStringLiteral("--list"), identity});
+        QCOMPARE(tokenLines(QString::fromUtf8(list.out)).size(), 1);
+        QVERIFY2(tokenLines(QString::fromUtf8(list.out)).first().startsWith(secondId) && QString::fromUtf8(list.out).contains(QLatin1String("5/5")),
+                 qPrintable(QString::fromUtf8(list.out)));
+        list = runFlotilla({QStringLiteral("token"), QStringLiteral("--list"), QStringLiteral("--all"), identity});
+        QCOMPARE(tokenLines(QString::fromUtf8(list.out)).size(), 2);
+        QVERIFY2(tokenLines(QString::fromUtf8(list.out)).first().startsWith(firstId) && tokenLines(QString::fromUtf8(list.out)).first().contains(QLatin1String("revoked")),
+                 qPrintable(QString::fromUtf8(list.out)));
+
+        QString why;
+        net::WorkerClient stale({dir.filePath(QStringLiteral("stale")), QStringLiteral("stale"), 50, 500});
+        QCOMPARE(timeToWelcome(stale, net::JoinToken::decode(original).value(), &why), qint64(-1));
+        QVERIFY2(why.contains(QLatin1String("revoked")), qPrintable(why));
+
+        // Revoked by hand, with the first digits of its id.
+        const Ran revoke = runFlotilla({QStringLiteral("token"), QStringLiteral("--revoke"), secondId.left(6), identity});
+        QCOMPARE(revoke.exitCode, 0);
+        QVERIFY2(QString::fromUtf8(revoke.out).contains(QStringLiteral("Revoked join token %1").arg(secondId)), qPrintable(QString::fromUtf8(revoke.out)));
+        net::WorkerClient barred({dir.filePath(QStringLiteral("barred")), QStringLiteral("barred"), 50, 500});
+        QCOMPARE(timeToWelcome(barred, net::JoinToken::decode(replacement).value(), &why), qint64(-1));
+        QVERIFY2(why.contains(QLatin1String("revoked")), qPrintable(why));
+        list = runFlotilla({QStringLiteral("token"), QStringLiteral("--list"), identity});
+        QCOMPARE(list.exitCode, 0);
+        QVERIFY2(QString::fromUtf8(list.out).contains(QLatin1String("No live join tokens")), qPrintable(QString::fromUtf8(list.out)));
+
+        // Mistakes say what was wrong.
+        Ran wrong = runFlotilla({QStringLiteral("token"), QStringLiteral("--revoke"), QStringLiteral("worker-7"), identity});
+        QCOMPARE(wrong.exitCode, 1);
+        QVERIFY2(QString::fromUtf8(wrong.err).contains(QLatin1String("not a token id")), qPrintable(QString::fromUtf8(wrong.err)));
+        wrong = runFlotilla({QStringLiteral("token"), QStringLiteral("--revoke"), secondId, identity});
+        QCOMPARE(wrong.exitCode, 1);
+        QVERIFY2(QString::fromUtf8(wrong.err).contains(QLatin1String("already revoked")), qPrintable(QString::fromUtf8(wrong.err)));
+        wrong = runFlotilla({QStringLiteral("token"), QStringLiteral("--list"), QStringLiteral("--revoke"), secondId, identity});
+        QCOMPARE(wrong.exitCode, 2);
+        QVERIFY2(QString::fromUtf8(wrong.err).contains(QLatin1String("not both")), qPrintable(QString::fromUtf8(wrong.err)));
+    }
+
+    void serveNamesItsLimitsAndRefusesBadValues()
+    {
+        const Ran help = runFlotilla({QStringLiteral("serve"), QStringLiteral("--help")});
+        QCOMPARE(help.exitCode, 0);
+        for (const char *option : {"--handshake-timeout", "--max-unauthenticated ", "--max-unauthenticated-per-address",
+                                   "--join-failures", "--token-file"})
+            QVERIFY2(QString::fromUtf8(help.out).contains(QString::fromLatin1(option)), option);
+        const QList<QPair<QStringList, QString>> bad{
+            {{QStringLiteral("--max-unauthenticated"), QStringLiteral("0")},
+             QStringLiteral("--max-unauthenticated must be a whole number from 1")},
+            {{QStringLiteral("--max-unauthenticated-per-address"), QStringLiteral("many")},
+             QStringLiteral("--max-unauthenticated-per-address must be a whole number")},
+            {{QStringLiteral("--join-failures"), QStringLiteral("-3")}, QStringLiteral("--join-failures must be")},
+            {{QStringLiteral("--handshake-timeout"), QStringLiteral("soon")},
+             QStringLiteral("--handshake-timeout must be a number of seconds")},
+        };
+        for (const auto &[flags, expected] : bad) {
+            const Ran r = runFlotilla(QStringList{QStringLiteral("serve")} + flags);
+            QCOMPARE(r.exitCode, 2);
+            QVERIFY2(QString::fromUtf8(r.err).contains(expected), qPrintable(QString::fromUtf8(r.err)));
+        }
     }
 };
 

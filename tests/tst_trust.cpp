@@ -1,8 +1,9 @@
 // Join tokens and the trust store: the token's text form and every way it can arrive
-// damaged, issuing and redeeming tokens (expiry, uses, wrong secrets, unknown ids), the
-// certificate records and their revocation by name or fingerprint prefix, two stores on
-// one folder (as `flotilla token` beside `flotilla serve`), and the file itself: private,
-// never overwritten when it cannot be read.
+// damaged, issuing, redeeming, listing and revoking tokens (expiry, uses, wrong secrets,
+// unknown ids, revocation by id prefix, notes), the certificate records and their
+// revocation by name or fingerprint prefix, two stores on one folder (as `flotilla token`
+// beside `flotilla serve`), and the file itself: private, never overwritten when it cannot
+// be read.
 #include "TrustStore.h"
 
 #include <QtTest>
@@ -338,6 +339,127 @@ private Q_SLOTS:
         QVERIFY(other->id != token->id);
         QVERIFY(other->secret != token->secret);
         REQUIRE_OK(store.redeem(other->id, other->secret, kNow));
+    }
+
+    // ---- listing and revoking tokens ----
+
+    void tokenStates()
+    {
+        TokenRecord t;
+        t.usesLeft = 2;
+        t.usesTotal = 2;
+        t.expiresMs = kNow + 1000;
+        QCOMPARE(t.state(kNow), TokenRecord::State::Live);
+        QVERIFY(t.live(kNow));
+        QCOMPARE(t.state(kNow + 1000), TokenRecord::State::Expired);
+        t.usesLeft = 0;
+        QCOMPARE(t.state(kNow), TokenRecord::State::UsedUp);
+        QCOMPARE(t.state(kNow + 1000), TokenRecord::State::UsedUp);
+        t.revokedMs = kNow - 5;
+        QCOMPARE(t.state(kNow), TokenRecord::State::Revoked);
+        QVERIFY(!t.live(kNow));
+        QCOMPARE(describe(TokenRecord::State::Live), QStringLiteral("live"));
+        QCOMPARE(describe(TokenRecord::State::Expired), QStringLiteral("expired"));
+        QCOMPARE(describe(TokenRecord::State::UsedUp), QStringLiteral("used up"));
+        QCOMPARE(describe(TokenRecord::State::Revoked), QStringLiteral("revoked"));
+        t.id = QByteArray::fromHex("00ff10ab00000001");
+        QCOMPARE(t.idHex(), QStringLiteral("00ff10ab00000001"));
+    }
+
+    void revokedTokenIsRefusedAndKeptWithItsNote()
+    {
+        TrustStore store(folder());
+        const QString note = QStringLiteral("serve --token-file /srv/flotilla/token");
+        auto token = store.issueToken(QStringLiteral("coordinator"), 7443, fingerprint(0x81), 600, 5, kNow, note);
+        REQUIRE_OK(token);
+        auto other = store.issueToken(
+            QStringLiteral("coordinator"), 7443, fingerprint(0x81), 600, 1, kNow, QStringLiteral("control center"));
+        REQUIRE_OK(other);
+        auto before = store.token(token->id);
+        REQUIRE_OK(before);
+        QVERIFY(before->has_value());
+        QCOMPARE((*before)->note, note);
+        QCOMPARE((*before)->revokedMs, qint64(0));
+        QVERIFY((*before)->live(kNow));
+        REQUIRE_OK(store.redeem(token->id, token->secret, kNow));
+
+        // `flotilla token --revoke` takes the id or its first digits.
+        auto revoked = TrustStore(folder()).revokeToken(hex(token->id).left(8).toUpper(), kNow + 1000);
+        REQUIRE_OK(revoked);
+        QCOMPARE(revoked->id, token->id);
+        QCOMPARE(revoked->revokedMs, kNow + 1000);
+        QCOMPARE(revoked->usesLeft, 4);
+        REQUIRE_ERROR(store.redeem(token->id, token->secret, kNow + 2000), QStringLiteral("revoked"),
+            QStringLiteral("2024-01-01 00:00:01 UTC"), QStringLiteral("flotilla token"));
+        // A wrong secret is still told as such: revocation says nothing to a guesser.
+        REQUIRE_ERROR(store.redeem(token->id, filled(16, 'z'), kNow + 2000), QStringLiteral("secret is wrong"));
+        auto after = store.token(token->id);
+        REQUIRE_OK(after);
+        QCOMPARE((*after)->usesLeft, 4);
+        QCOMPARE((*after)->state(kNow + 2000), TokenRecord::State::Revoked);
+        QCOMPARE((*after)->note, note);
+        REQUIRE_ERROR(store.revokeToken(hex(token->id), kNow + 3000), QStringLiteral("already revoked"));
+
+        // The other token is untouched.
+        QVERIFY((*store.token(other->id))->live(kNow + 2000));
+        REQUIRE_OK(store.redeem(other->id, other->secret, kNow + 2000));
+        auto none = store.token(filled(8, '\x01'));
+        REQUIRE_OK(none);
+        QVERIFY(!none->has_value());
+    }
+
+    void revokeTokenRefusesUnclearIds_data()
+    {
+        QTest::addColumn<QString>("id");
+        QTest::addColumn<QString>("expected");
+        QTest::newRow("empty") << QString() << QStringLiteral("not a token id");
+        QTest::newRow("three digits") << QStringLiteral("abc") << QStringLiteral("not a token id");
+        QTest::newRow("not hex") << QStringLiteral("abcz12") << QStringLiteral("not a token id");
+        QTest::newRow("a worker name") << QStringLiteral("worker-7") << QStringLiteral("not a token id");
+        QTest::newRow("unknown") << QStringLiteral("12345678") << QStringLiteral("no join token has an id starting with");
+        QTest::newRow("shared prefix") << QStringLiteral("abcd") << QStringLiteral("2 join tokens have ids starting");
+    }
+
+    void revokeTokenRefusesUnclearIds()
+    {
+        QFETCH(QString, id);
+        QFETCH(QString, expected);
+        // Two tokens whose ids share their first digits, as a trust file can hold.
+        QVERIFY(QDir().mkpath(folder()));
+        TrustStore store(folder());
+        const QByteArray json = R"({"tokens": [
+            {"id": "abcd000000000001", "secret_sha256": "00", "created_ms": 1, "expires_ms": 9e15, "uses_left": 1, "uses_total": 1},
+            {"id": "abcd000000000002", "secret_sha256": "00", "created_ms": 1, "expires_ms": 9e15, "uses_left": 1, "uses_total": 1}
+        ], "certificates": []})";
+        QVERIFY(writeFile(store.path(), json));
+        REQUIRE_ERROR(store.revokeToken(id, kNow), expected);
+        const auto tokens = store.tokens();
+        REQUIRE_OK(tokens);
+        for (const TokenRecord &t : *tokens)
+            QCOMPARE(t.revokedMs, qint64(0));
+        // With enough digits it is clear.
+        auto revoked = store.revokeToken(QStringLiteral("abcd000000000002"), kNow);
+        REQUIRE_OK(revoked);
+        QCOMPARE(hex(revoked->id), QStringLiteral("abcd000000000002"));
+    }
+
+    // A trust file written before tokens had notes and revocations still loads.
+    void tokensFromBeforeNotesAndRevocationsLoad()
+    {
+        QVERIFY(QDir().mkpath(folder()));
+        TrustStore store(folder());
+        const QByteArray json = R"({"tokens": [
+            {"id": "0102030405060708", "secret_sha256": "00", "created_ms": 1, "expires_ms": 9e15, "uses_left": 3, "uses_total": 4}
+        ], "certificates": []})";
+        QVERIFY(writeFile(store.path(), json));
+        auto tokens = store.tokens();
+        REQUIRE_OK(tokens);
+        QCOMPARE(tokens->size(), 1);
+        QCOMPARE(tokens->first().note, QString());
+        QCOMPARE(tokens->first().revokedMs, qint64(0));
+        QVERIFY(tokens->first().live(kNow));
+        REQUIRE_OK(store.revokeToken(QStringLiteral("01020304"), kNow));
+        QCOMPARE(store.tokens()->first().state(kNow), TokenRecord::State::Revoked);
     }
 
     void issueTokenRefusesNonPositiveLifetimeOrUses_data()

@@ -40,6 +40,11 @@ public:
     virtual bool contributing() const = 0;
 
     virtual Result<QString> issueToken(int uses, qint64 validSeconds) = 0;
+    // The coordinator's join tokens (all of them, or only those a worker could still use);
+    // a small file read, like issueToken's write.
+    virtual Result<QList<JoinTokenRow>> joinTokens(bool includeSpent) = 0;
+    // Bars a join token from further joins; workers that joined with it stay.
+    virtual Result<void> revokeToken(const QString &id) = 0;
     virtual Result<int> revoke(const QString &workerName) = 0;
     virtual void refreshSubtasks() = 0; // answer: subtasksLoaded
     virtual Result<void> exportMetrics(const QString &path) = 0;

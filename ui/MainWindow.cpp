@@ -2,6 +2,7 @@
 
 #include "Dashboard.h"
 #include "JobWizard.h"
+#include "TokenDialog.h"
 #include "Views.h"
 
 #include <QAction>
@@ -253,48 +254,8 @@ void MainWindow::revokeWorker(const QString &name)
 
 void MainWindow::showTokenDialog()
 {
-    QDialog dialog(this);
-    dialog.setWindowTitle(tr("Join token"));
-    auto *layout = new QVBoxLayout(&dialog);
-    auto *form = new QFormLayout;
-    auto *uses = new QSpinBox;
-    uses->setRange(1, 100000);
-    uses->setValue(1);
-    auto *hours = new QSpinBox;
-    hours->setRange(1, 24 * 365);
-    hours->setValue(24);
-    hours->setSuffix(tr(" h"));
-    form->addRow(tr("Workers that may join with it"), uses);
-    form->addRow(tr("Valid for"), hours);
-    layout->addLayout(form);
-    auto *text = new QPlainTextEdit;
-    text->setReadOnly(true);
-    text->setMinimumWidth(520);
-    auto *info = new QLabel;
-    info->setWordWrap(true);
-    layout->addWidget(text);
-    layout->addWidget(info);
-    auto *buttons = new QDialogButtonBox(QDialogButtonBox::Close);
-    auto *issue = buttons->addButton(tr("Issue"), QDialogButtonBox::ActionRole);
-    auto *copy = buttons->addButton(tr("Copy"), QDialogButtonBox::ActionRole);
-    copy->setEnabled(false);
-    layout->addWidget(buttons);
-    connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
-    connect(issue, &QPushButton::clicked, &dialog, [&] {
-        auto token = m_session->issueToken(uses->value(), qint64(hours->value()) * 3600);
-        if (!token) {
-            info->setText(token.error());
-            return;
-        }
-        text->setPlainText(*token);
-        info->setText(tr("On the worker machine: flotilla worker --join TOKEN. %1 use(s), valid until %2; the worker "
-                         "checks it reaches this coordinator (%3) by the CA fingerprint inside.")
-                          .arg(uses->value())
-                          .arg(QDateTime::currentDateTime().addSecs(qint64(hours->value()) * 3600).toString(Qt::ISODate),
-                               m_session->endpoint()));
-        copy->setEnabled(true);
-    });
-    connect(copy, &QPushButton::clicked, &dialog, [&] { QApplication::clipboard()->setText(text->toPlainText()); });
+    TokenDialog dialog(m_session, this);
+    dialog.askConfirmation = askConfirmation;
     dialog.exec();
 }
 

@@ -113,6 +113,19 @@ struct History
     QList<EventRow> events;
 };
 
+// A join token as the token dialog lists it (its secret is never kept, so never shown).
+struct JoinTokenRow
+{
+    QString id;    // 16 hex digits
+    QString state; // "live", "expired", "used up", "revoked"
+    bool live = false;
+    int usesLeft = 0;
+    int usesTotal = 0;
+    qint64 createdMs = 0;
+    qint64 expiresMs = 0;
+    QString note; // what it was issued for
+};
+
 } // namespace flotilla::ui
 
 Q_DECLARE_METATYPE(flotilla::ui::JobState)
