@@ -3,6 +3,7 @@
 #include "CommandLine.h"
 #include "JobOptions.h"
 #include "ProcStats.h"
+#include "Statistics.h"
 
 #include "Frame.h"
 #include "Pki.h"
@@ -449,14 +450,6 @@ Rate handshakeRate(quint16 port, const QByteArray &caPem, const Credentials &cre
     waitFor([&] { return active == 0; }, endMs + 30000);
     rate.perSecond = double(rate.done) / (double(clock.elapsed()) / 1000.0);
     return rate;
-}
-
-double median(std::vector<double> v)
-{
-    if (v.empty())
-        return 0;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
 }
 
 struct Figures

@@ -11,6 +11,7 @@
 
 #include "Benchmarks.h"
 #include "CommandLine.h"
+#include "ResultScreen.h"
 #include "Store.h"
 
 #include <QCoreApplication>
@@ -241,6 +242,39 @@ int benchAggregationPeers(const QCommandLineParser &parser)
     for (std::size_t i = 0; i < times.flotilla.size(); ++i)
         ratios.push_back(times.flotilla[i] / times.peer[i]);
     printSpread("ratio assimilation / memcpy", ratios, "(target <= 1.5)", 1);
+
+    // What screening a result costs (docs/security.md): sampling its weights and judging the
+    // sample against the statistics, once those are warm.
+    WeightSegments segments;
+    segments.total = parameters;
+    ResultScreen screen(segments, 1);
+    torch::manual_seed(1);
+    const torch::Tensor base = torch::randn({parameters});
+    const torch::Tensor baseSample = screen.sample(base);
+    for (int i = 0; i < 32; ++i) {
+        const torch::Tensor r = screen.sample(base + 0.01f * torch::randn({parameters}));
+        screen.accepted(r, baseSample, screen.judge(r, baseSample, 0.03, 1.0));
+    }
+    const torch::Tensor result = base + 0.01f * torch::randn({parameters});
+    std::vector<double> screening;
+    for (int rep = 0; rep < repeats; ++rep) {
+        double best = 1e30;
+        for (int i = 0; i < 5; ++i) {
+            QElapsedTimer t;
+            t.start();
+            const ResultScreen::Verdict v = screen.judge(screen.sample(result), baseSample, 0.03, 1.0);
+            best = std::min(best, double(t.nsecsElapsed()) / 1e9);
+            if (v.reject)
+                std::fprintf(stderr, "flotilla bench aggregation: an honest-looking result was screened out: %s\n",
+                             v.reason.toUtf8().constData());
+        }
+        screening.push_back(best);
+    }
+    printSpread("screening one result (ms)", screening, "", 1000);
+    std::vector<double> shares;
+    for (std::size_t i = 0; i < screening.size() && i < times.flotilla.size(); ++i)
+        shares.push_back(screening[i] / times.flotilla[i]);
+    printSpread("ratio screening / assimilation", shares, "", 1);
     return ExitOk;
 }
 

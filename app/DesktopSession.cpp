@@ -201,6 +201,10 @@ void DesktopSession::started(std::shared_ptr<Result<std::unique_ptr<LocalFleet>>
                     r.priceClass = w.priceClass;
                     r.cost = w.costActual;
                     r.costOnDemand = w.costOnDemand;
+                    r.trust = w.trust;
+                    r.rejected = w.rejected;
+                    r.quarantined = w.quarantined;
+                    r.quarantineReason = w.quarantineReason;
                     s.workers << r;
                 }
                 Q_EMIT snapshot(s);
@@ -344,6 +348,12 @@ Result<int> DesktopSession::revoke(const QString &workerName)
         return fail(tr("'%1' is this app's own worker: switch off \"Contribute this machine\" instead").arg(workerName));
     net::TrustStore trust(m_options.identityDir);
     return trust.revoke(workerName, tr("revoked from the control center"), QDateTime::currentMSecsSinceEpoch());
+}
+
+void DesktopSession::release(qint64 workerId)
+{
+    if (m_fleet)
+        m_fleet->service()->releaseAsync(workerId, tr("the operator at the control center"));
 }
 
 void DesktopSession::refreshSubtasks()

@@ -46,6 +46,7 @@ public:
     Result<QList<ui::JoinTokenRow>> joinTokens(bool includeSpent) override;
     Result<void> revokeToken(const QString &id) override;
     Result<int> revoke(const QString &workerName) override;
+    void release(qint64 workerId) override;
     void refreshSubtasks() override;
     Result<void> exportMetrics(const QString &path) override;
     Result<void> exportModel(const QString &path) override;

@@ -196,6 +196,14 @@ void CoordinatorService::setPausedAsync(bool paused)
     }, Qt::QueuedConnection);
 }
 
+void CoordinatorService::releaseAsync(qint64 workerId, const QString &by)
+{
+    QMetaObject::invokeMethod(this, [this, workerId, by] {
+        if (m_coordinator)
+            m_coordinator->releaseWorker(workerId, by);
+    }, Qt::QueuedConnection);
+}
+
 JobProgress CoordinatorService::callProgress()
 {
     return blocking([&] { return m_coordinator ? m_coordinator->progress() : JobProgress{}; });

@@ -48,6 +48,8 @@ public:
 
     // Asynchronous, for the UI thread: nothing waits.
     void setPausedAsync(bool paused);
+    // Lifts a worker's quarantine, as the operator in the control center decided.
+    void releaseAsync(qint64 workerId, const QString &by);
 
 Q_SIGNALS:
     void progressed(const flotilla::JobProgress &progress);

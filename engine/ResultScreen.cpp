@@ -24,28 +24,6 @@ void push(std::deque<double> &window, double value, int size)
 
 } // namespace
 
-double median(std::vector<double> values)
-{
-    if (values.empty())
-        return 0.0;
-    const auto mid = values.begin() + static_cast<std::ptrdiff_t>(values.size() / 2);
-    std::nth_element(values.begin(), mid, values.end());
-    if (values.size() % 2 == 1)
-        return *mid;
-    const double upper = *mid;
-    const double lower = *std::max_element(values.begin(), mid);
-    return 0.5 * (lower + upper);
-}
-
-double medianAbsoluteDeviation(const std::vector<double> &values, double center)
-{
-    std::vector<double> deviations;
-    deviations.reserve(values.size());
-    for (const double v : values)
-        deviations.push_back(std::abs(v - center));
-    return median(std::move(deviations));
-}
-
 ResultScreen::ResultScreen(const WeightSegments &segments, quint64 seed, Config config) : m_config(config)
 {
     const std::int64_t parameters = segments.onlyParameters() ? segments.total : segments.parameterEnd;

@@ -16,6 +16,7 @@
 // the worker. Used from one thread.
 
 #include "Model.h"
+#include "Statistics.h"
 
 #include <QString>
 
@@ -82,9 +83,5 @@ private:
     std::deque<double> m_sizes; // log sizes
     std::deque<double> m_cosines;
 };
-
-// Median and median absolute deviation of a set of numbers.
-double median(std::vector<double> values);
-double medianAbsoluteDeviation(const std::vector<double> &values, double center);
 
 } // namespace flotilla

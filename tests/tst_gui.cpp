@@ -40,13 +40,27 @@ JobSpec shortJob()
     return job;
 }
 
-bool hasName(QTableWidget *t, const QString &name, const QString &status = {})
+int columnNamed(QTableWidget *t, const QString &header)
+{
+    for (int c = 0; c < t->columnCount(); ++c)
+        if (t->horizontalHeaderItem(c) && t->horizontalHeaderItem(c)->text() == header)
+            return c;
+    return -1;
+}
+
+int rowOf(QTableWidget *t, const QString &name)
 {
     for (int r = 0; r < t->rowCount(); ++r)
-        if (t->item(r, 0) && t->item(r, 0)->text() == name
-            && (status.isEmpty() || (t->item(r, 13) && t->item(r, 13)->text() == status)))
-            return true;
-    return false;
+        if (t->item(r, 0) && t->item(r, 0)->text() == name)
+            return r;
+    return -1;
+}
+
+bool hasName(QTableWidget *t, const QString &name, const QString &status = {})
+{
+    const int r = rowOf(t, name);
+    const int c = columnNamed(t, QStringLiteral("Status"));
+    return r >= 0 && (status.isEmpty() || (t->item(r, c) && t->item(r, c)->text() == status));
 }
 
 } // namespace
@@ -250,6 +264,51 @@ private Q_SLOTS:
         QCOMPARE(finished.first().at(0).toInt(), 1);
         QVERIFY2(finished.first().at(1).toString().contains(QStringLiteral("revoked")),
                  qPrintable(finished.first().at(1).toString()));
+    }
+
+    void quarantinedWorkerIsShownAndReleased()
+    {
+        // A remote worker that returns its base model scaled by 50 is screened out, quarantined
+        // after its third rejected result and shown so; the operator releases it with a click.
+        auto token = m_session->issueToken(1, 600);
+        QVERIFY2(token, qPrintable(token.error()));
+        WorkerAgent::Options o;
+        o.stateDir = m_dir.filePath(QStringLiteral("attacker"));
+        o.name = QStringLiteral("attacker-1");
+        o.resultHook = [](TrainOutcome &outcome, const torch::Tensor &base) { outcome.weights = base * 50.0f; };
+        WorkerAgent agent(o);
+        QVERIFY(agent.start(net::JoinToken::decode(*token).value()));
+        m_window->tabs()->setCurrentWidget(m_window->workers());
+        QTableWidget *table = m_window->workers()->table();
+        QTRY_VERIFY_WITH_TIMEOUT(hasName(table, QStringLiteral("attacker-1"), QStringLiteral("quarantined")), 120000);
+        const int r = rowOf(table, QStringLiteral("attacker-1"));
+        QVERIFY(table->item(r, columnNamed(table, QStringLiteral("Rejected")))->text().toInt() >= 3);
+        QVERIFY(table->item(r, columnNamed(table, QStringLiteral("Trust")))->text().toDouble() < 0.2);
+        QVERIFY2(table->item(r, columnNamed(table, QStringLiteral("Status")))->toolTip().contains(QStringLiteral("rejected")),
+                 qPrintable(table->item(r, columnNamed(table, QStringLiteral("Status")))->toolTip()));
+        // Honest workers are untouched.
+        for (int row = 0; row < table->rowCount(); ++row)
+            if (row != r)
+                QCOMPARE(table->item(row, columnNamed(table, QStringLiteral("Rejected")))->text(), QStringLiteral("0"));
+
+        QPushButton *release = nullptr;
+        for (auto *b : m_window->workers()->findChildren<QPushButton *>())
+            if (b->text() == QLatin1String("Release"))
+                release = b;
+        QVERIFY(release);
+        QVERIFY(!release->isEnabled()); // nothing quarantined is selected yet
+        table->selectRow(rowOf(table, QStringLiteral("attacker-1")));
+        QVERIFY(release->isEnabled());
+        // (It may well be quarantined again soon after: it keeps attacking.)
+        QSignalSpy events(m_session.get(), &ui::ControlSession::eventAdded);
+        release->click();
+        auto released = [&] {
+            for (const auto &e : events)
+                if (e.at(0).value<ui::EventRow>().kind == QLatin1String("worker-released"))
+                    return true;
+            return false;
+        };
+        QTRY_VERIFY_WITH_TIMEOUT(released(), 30000);
     }
 
     void reopenedJobContinuesItsCharts()

@@ -50,6 +50,9 @@ JobSpec zooJob(const QString &rule)
     job.fleet.workers = 2;
     job.fleet.preemption.meanIntervalSeconds = 0;
     job.aggregation.rule = rule;
+    // scripts/gpu-check.sh runs this test on a GPU with FLOTILLA_TEST_DEVICE=cuda.
+    if (qEnvironmentVariableIsSet("FLOTILLA_TEST_DEVICE"))
+        job.training.device = qEnvironmentVariable("FLOTILLA_TEST_DEVICE");
     // Two workers' deltas from the same version add up; at the default outer learning rate
     // of 1 their sum overshoots on a run this short (with or without BatchNorm), so the
     // delta rule gets the usual 1/workers.

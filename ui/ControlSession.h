@@ -46,6 +46,8 @@ public:
     // Bars a join token from further joins; workers that joined with it stay.
     virtual Result<void> revokeToken(const QString &id) = 0;
     virtual Result<int> revoke(const QString &workerName) = 0;
+    // Lifts a worker's quarantine; the answer is a worker-released event.
+    virtual void release(qint64 workerId) = 0;
     virtual void refreshSubtasks() = 0; // answer: subtasksLoaded
     virtual Result<void> exportMetrics(const QString &path) = 0;
     virtual Result<void> exportModel(const QString &path) = 0;

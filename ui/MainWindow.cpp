@@ -110,6 +110,7 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
         if (askConfirmation(tr("Revoke worker '%1'? Its certificate will be refused from now on.").arg(name)))
             revokeWorker(name);
     });
+    connect(m_workers, &WorkersView::releaseRequested, m_session, &ControlSession::release);
     connect(m_workers, &WorkersView::tokenRequested, this, &MainWindow::showTokenDialog);
     connect(m_subtasks, &SubtasksView::refreshRequested, m_session, &ControlSession::refreshSubtasks);
     m_subtaskTimer = new QTimer(this);

@@ -29,6 +29,10 @@ struct WorkerRow
     QString priceClass;
     double cost = 0.0;         // what it costs at its price class
     double costOnDemand = 0.0; // what it would cost on demand
+    double trust = 1.0;        // 0..1: halved by each rejected result (docs/security.md)
+    int rejected = 0;          // results refused by validation or screening
+    bool quarantined = false;  // gets no subtasks until released
+    QString quarantineReason;
 };
 
 struct Snapshot

@@ -1,5 +1,6 @@
 #include "Views.h"
 
+#include <QColor>
 #include <QComboBox>
 #include <QDateTime>
 #include <QHBoxLayout>
@@ -56,20 +57,41 @@ WorkersView::WorkersView(QWidget *parent) : QWidget(parent)
     auto *bar = new QHBoxLayout;
     m_revoke = new QPushButton(tr("Revoke…"));
     m_revoke->setToolTip(tr("Refuse this worker's certificate from now on and close its connection"));
+    m_release = new QPushButton(tr("Release"));
+    m_release->setToolTip(tr("Give this quarantined worker subtasks again (its results are still screened)"));
+    m_release->setEnabled(false);
     auto *token = new QPushButton(tr("Join token…"));
     bar->addWidget(token);
     bar->addWidget(m_revoke);
+    bar->addWidget(m_release);
     bar->addStretch();
     layout->addLayout(bar);
     m_table = makeTable({tr("Name"), tr("Address"), tr("Device"), tr("Threads"), tr("Samples/s"), tr("Current subtask"),
                      tr("Progress"), tr("Leases done"), tr("Leases lost"), tr("Preemptions"), tr("Instance type"),
-                     tr("Price class"), tr("Cost (USD)"), tr("Status")});
+                     tr("Price class"), tr("Cost (USD)"), tr("Trust"), tr("Rejected"), tr("Status")});
     layout->addWidget(m_table);
     connect(token, &QPushButton::clicked, this, &WorkersView::tokenRequested);
     connect(m_revoke, &QPushButton::clicked, this, [this] {
         if (!selectedWorker().isEmpty())
             Q_EMIT revokeRequested(selectedWorker());
     });
+    connect(m_release, &QPushButton::clicked, this, [this] {
+        const QString name = selectedWorker();
+        for (const WorkerRow &w : std::as_const(m_rows))
+            if (w.name == name && w.quarantined)
+                Q_EMIT releaseRequested(w.id);
+    });
+    connect(m_table, &QTableWidget::itemSelectionChanged, this, &WorkersView::updateButtons);
+}
+
+void WorkersView::updateButtons()
+{
+    const QString name = selectedWorker();
+    bool quarantined = false;
+    for (const WorkerRow &w : std::as_const(m_rows))
+        quarantined = quarantined || (w.name == name && w.quarantined);
+    m_revoke->setEnabled(!m_rows.isEmpty());
+    m_release->setEnabled(quarantined);
 }
 
 QString WorkersView::selectedWorker() const
@@ -106,11 +128,21 @@ void WorkersView::setWorkers(const QList<WorkerRow> &workers)
         auto *cost = number(w.cost, 6);
         cost->setToolTip(tr("$%1 at on-demand prices").arg(w.costOnDemand, 0, 'f', 6));
         m_table->setItem(r, 12, cost);
-        m_table->setItem(r, 13, cell(w.online ? tr("online") : tr("offline")));
+        auto *trust = number(w.trust, 2);
+        trust->setToolTip(tr("Starts at 1; each rejected result halves it, each accepted one adds 0.05"));
+        m_table->setItem(r, 13, trust);
+        m_table->setItem(r, 14, number(w.rejected));
+        auto *status = cell(w.quarantined ? tr("quarantined") : w.online ? tr("online") : tr("offline"));
+        if (w.quarantined) {
+            status->setToolTip(w.quarantineReason);
+            status->setForeground(QColor(0xb0, 0x30, 0x20));
+        }
+        m_table->setItem(r, 15, status);
         if (w.name == selected)
             m_table->selectRow(r);
     }
-    m_revoke->setEnabled(!workers.isEmpty());
+    m_rows = workers;
+    updateButtons();
 }
 
 SubtasksView::SubtasksView(QWidget *parent) : QWidget(parent)

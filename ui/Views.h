@@ -28,11 +28,15 @@ public:
 
 Q_SIGNALS:
     void revokeRequested(const QString &name);
+    void releaseRequested(qint64 workerId);
     void tokenRequested();
 
 private:
     QTableWidget *m_table = nullptr;
     QPushButton *m_revoke = nullptr;
+    QPushButton *m_release = nullptr;
+    QList<WorkerRow> m_rows;
+    void updateButtons();
 };
 
 class SubtasksView : public QWidget
