@@ -262,6 +262,7 @@ void CoordinatorServer::receiveResult(qint64 connectionId, const Session &sessio
     }
     const SubmitReply reply = m_service->callSubmit(session.workerId, std::move(r));
     const QString status = reply.status == SubmitStatus::Assimilated ? QStringLiteral("assimilated")
+                           : reply.status == SubmitStatus::Held      ? QStringLiteral("held")
                            : reply.status == SubmitStatus::Duplicate ? QStringLiteral("duplicate")
                                                                      : QStringLiteral("rejected");
     m_endpoint->send(connectionId, MessageType::Ack,

@@ -64,6 +64,11 @@ void printScreeningSummary(Store &store, qint64 jobId, const DemoStats &stats)
                 attackerRejected, attackersQuarantined);
     std::printf("  honest results       %d assimilated, %d rejected; %d honest worker(s) quarantined\n",
                 honestAssimilated, honestRejected, honestQuarantined);
+    auto verified = store.events(jobId, QStringLiteral("result-verified"));
+    auto disagreed = store.events(jobId, QStringLiteral("results-disagree"));
+    if (verified && disagreed && (!verified->empty() || !disagreed->empty()))
+        std::printf("  redundancy           %d results confirmed by a second worker, %d disagreements\n",
+                    int(verified->size()), int(disagreed->size()));
 }
 
 void printDemoSummary(const QString &db, const DemoStats &stats, qint64 wallMs)

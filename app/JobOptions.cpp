@@ -75,6 +75,10 @@ const Flag kFlags[] = {
                                  "outliers (default: on)."},
     {"quarantine-after", "n", "Quarantine a worker with this many rejected results among its last ten (0 = never; "
                               "default 3)."},
+    {"redundancy", "share", "Give this share of subtasks (0 to 1) to two workers from the same base and compare "
+                            "their results; a disagreement goes to a third (default 0)."},
+    {"redundancy-tolerance", "r", "Two results agree when they differ by at most this much, relative to the larger "
+                                  "update (default 0.05)."},
     {"quiet", nullptr, "No live progress line."},
     {"verbose", nullptr, "Print every event (joins, leases, assimilations) to standard error."},
 };
@@ -134,6 +138,8 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
         number("preempt-notice", job.fleet.preemption.noticeFraction),
         number("rejoin-delay", job.fleet.preemption.rejoinDelaySeconds),
         integer("quarantine-after", job.fleet.quarantineAfter),
+        number("redundancy", job.fleet.redundancy),
+        number("redundancy-tolerance", job.fleet.redundancyTolerance),
         [&]() -> Result<void> {
             const QString value = p.value(QStringLiteral("screen-results"));
             if (!p.isSet(QStringLiteral("screen-results")))

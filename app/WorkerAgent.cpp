@@ -197,7 +197,8 @@ void WorkerAgent::onMessage(const net::Message &message)
         const QString status = message.header.value(QStringLiteral("status")).toString();
         if (m_pending && m_pending->leaseId == lease)
             m_pending.reset();
-        if (status != QLatin1String("assimilated"))
+        // "held": kept for comparison with another worker's result of the same subtask.
+        if (status != QLatin1String("assimilated") && status != QLatin1String("held"))
             qCWarning(lcApp).noquote() << "result of lease" << lease << "was" << status << "-"
                                        << message.header.value(QStringLiteral("reason")).toString();
         if (m_preempting) {

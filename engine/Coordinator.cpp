@@ -560,6 +560,10 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
     if (auto held = m_scheduler->activeLeaseOf(workerId))
         handleChanges(m_scheduler->handBack(held->id), QStringLiteral("the worker asked for new work instead"));
 
+    // Redundancy: a subtask waiting for another worker's result of it comes first.
+    if (auto replica = grantReplica(workerId))
+        return replica;
+
     // Heterogeneous fleets: work and deadline follow the worker's measured speed (sizeLease).
     const LeaseSizing sizing = sizeLease(worker.samplesPerSecond, m_spec.fleet.targetSubtaskSeconds,
                                          m_spec.fleet.leaseTimeoutSeconds, m_spec.training.batchSize,
@@ -580,6 +584,13 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
         m_baseSamples.emplace(m_seq, m_screen->sample(m_snapshot));
 
     const Subtask &s = grant->subtask;
+    if (replicate(s)) {
+        Quorum &q = m_quorums[s.id];
+        q.baseSeq = m_seq;
+        q.baseVersion = m_version;
+        q.base = m_snapshot;
+        q.workers.insert(workerId);
+    }
     if (s.attempts > 1) {
         ++m_reassignments;
         event(QStringLiteral("subtask-reassigned"), workerId, s.id, grant->lease.id,
@@ -735,12 +746,10 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
         return reply;
     }
 
-    Contribution contribution;
-    contribution.staleness = m_version - lease.baseVersion;
     const qint64 fullShardWork = m_spec.training.localSteps > 0
                                      ? qint64(m_spec.training.localSteps) * m_spec.training.batchSize
                                      : qint64(m_spec.training.localEpochs) * m_scheduler->shardSize(subtask.shard);
-    contribution.credit = resultCredit(result.sampleSteps, covered, result.covered, fullShardWork);
+    const double credit = resultCredit(result.sampleSteps, covered, result.covered, fullShardWork);
 
     // Screening: the update against recent accepted ones. A result whose base is no longer
     // remembered (a very late one) is judged by validate()'s absolute checks only.
@@ -751,8 +760,7 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
         if (const auto it = m_baseSamples.find(lease.baseSeq); it != m_baseSamples.end()) {
             baseSample = it->second;
             resultSample = m_screen->sample(result.weights);
-            verdict = m_screen->judge(resultSample, baseSample, trainConfigFor(subtask).learningRate,
-                                      contribution.credit);
+            verdict = m_screen->judge(resultSample, baseSample, trainConfigFor(subtask).learningRate, credit);
         }
     }
     if (verdict.reject) {
@@ -764,18 +772,47 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
         noteVerdict(workerId, true, verdict, reply.reason);
         return reply;
     }
+    PendingResult pending;
+    pending.workerId = workerId;
+    pending.lease = lease;
+    pending.subtask = subtask;
+    pending.result = std::move(result);
+    pending.covered = covered;
+    pending.credit = credit;
+    pending.verdict = verdict;
+    pending.resultSample = resultSample;
+    pending.baseSample = baseSample;
+    pending.workSeconds = workSeconds;
+    pending.late = check.late;
+    if (const auto q = m_quorums.find(subtask.id); q != m_quorums.end() && q->second.baseSeq == lease.baseSeq)
+        return holdResult(std::move(pending));
+    return fold(std::move(pending));
+}
+
+SubmitReply Coordinator::fold(PendingResult p)
+{
+    SubmitReply reply;
+    const qint64 workerId = p.workerId;
+    const Lease &lease = p.lease;
+    const Subtask &subtask = p.subtask;
+    const qint64 covered = p.covered;
+    const double workSeconds = p.workSeconds;
+    Contribution contribution;
+    contribution.staleness = m_version - lease.baseVersion;
+    contribution.credit = p.credit;
     if (m_rule->needsBase()) {
-        auto base = baseWeights(lease);
+        auto base = p.base.defined() ? Result<torch::Tensor>(p.base) : baseWeights(lease);
         if (!base) {
             reply.reason = base.error();
             ++m_rejected;
             event(QStringLiteral("result-rejected"), workerId, subtask.id, lease.id, base.error());
             handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost), base.error());
+            handleChanges(m_scheduler->release(subtask.id), base.error());
             return reply;
         }
         contribution.base = *base;
     }
-    contribution.result = std::move(result.weights);
+    contribution.result = std::move(p.result.weights);
 
     // Fold in, then make it durable: checkpoint file first, then one store transaction.
     const qint64 seq = m_seq + 1;
@@ -796,6 +833,7 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
         ++m_rejected;
         event(QStringLiteral("result-rejected"), workerId, subtask.id, lease.id, why);
         handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost), QStringLiteral("its result was rejected: %1").arg(why));
+        handleChanges(m_scheduler->release(subtask.id), why);
         noteVerdict(workerId, true, {}, why);
         return reply;
     }
@@ -828,11 +866,11 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
         return reply;
     }
     AssimilationRecord record{seq, version, subtask.epoch, subtask.shard, subtask.id, lease.id, workerId,
-                              contribution.staleness, contribution.credit, result.sampleSteps, subtask.begin,
-                              subtask.begin + covered, result.meanLoss, result.seconds, now};
+                              contribution.staleness, contribution.credit, p.result.sampleSteps, subtask.begin,
+                              subtask.begin + covered, p.result.meanLoss, p.result.seconds, now};
     // The ledger entries of this lease go in the same transaction: cost is counted once.
     std::vector<LedgerRecord> ledgerRows;
-    const auto wasted = check.late ? m_wastedSeconds.find(lease.id) : m_wastedSeconds.end();
+    const auto wasted = p.late ? m_wastedSeconds.find(lease.id) : m_wastedSeconds.end();
     if (wasted != m_wastedSeconds.end())
         ledgerRows.push_back(ledgerRecord(workerId, lease.id, QStringLiteral("wasted"), -wasted->second));
     ledgerRows.push_back(ledgerRecord(workerId, lease.id, QStringLiteral("useful"), workSeconds));
@@ -859,6 +897,7 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     m_seq = seq;
     m_version = version;
     m_checkpointSeqs.insert(seq);
+    dropQuorum(subtask.id, QStringLiteral("subtask %1 was assimilated from another result").arg(subtask.id));
     m_snapshot = torch::Tensor();
 
     // Observation, after the commit.
@@ -870,35 +909,35 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     if (worker.leaseId == lease.id)
         worker.leaseId = 0;
     ++worker.leasesCompleted;
-    if (result.seconds > 0 && result.sampleSteps > 0) {
-        const double measured = double(result.sampleSteps) / result.seconds;
+    if (p.result.seconds > 0 && p.result.sampleSteps > 0) {
+        const double measured = double(p.result.sampleSteps) / p.result.seconds;
         worker.samplesPerSecond = worker.samplesPerSecond > 0 ? 0.7 * worker.samplesPerSecond + 0.3 * measured : measured;
     }
-    m_lossEma = m_lossEma < 0 ? result.meanLoss : 0.9 * m_lossEma + 0.1 * result.meanLoss;
+    m_lossEma = m_lossEma < 0 ? p.result.meanLoss : 0.9 * m_lossEma + 0.1 * p.result.meanLoss;
     m_maxStaleness = std::max<qint64>(m_maxStaleness, contribution.staleness);
     m_recentStaleness.push_back(contribution.staleness);
     if (m_recentStaleness.size() > kStalenessWindow)
         m_recentStaleness.pop_front();
-    event(result.partial || covered < subtask.size() ? QStringLiteral("result-partial") : QStringLiteral("result-assimilated"),
+    event(p.result.partial || covered < subtask.size() ? QStringLiteral("result-partial") : QStringLiteral("result-assimilated"),
           workerId, subtask.id, lease.id,
           QStringLiteral("seq %1, version %2, staleness %3, credit %4, positions %5-%6 of shard %7%8%9")
               .arg(seq).arg(version).arg(contribution.staleness).arg(contribution.credit, 0, 'f', 3)
               .arg(subtask.begin).arg(subtask.begin + covered).arg(subtask.shard)
-              .arg(check.late ? QStringLiteral(" (late result)") : QString())
-              .arg(resultSample.defined()
+              .arg(p.late ? QStringLiteral(" (late result)") : QString())
+              .arg(p.resultSample.defined()
                        ? QStringLiteral("; screened: size z %1, cosine %2 (z %3)")
-                             .arg(verdict.sizeScore, 0, 'f', 1)
-                             .arg(verdict.cosine, 0, 'f', 2)
-                             .arg(verdict.directionScore, 0, 'f', 1)
+                             .arg(p.verdict.sizeScore, 0, 'f', 1)
+                             .arg(p.verdict.cosine, 0, 'f', 2)
+                             .arg(p.verdict.directionScore, 0, 'f', 1)
                        : QString()));
     for (const auto &l : changes.leases)
         if (l.state == LeaseState::Superseded)
             leaseEnded(l, QStringLiteral("subtask %1 was completed by lease %2").arg(subtask.id).arg(lease.id));
     if (m_hooks.assimilated)
         m_hooks.assimilated(record);
-    if (resultSample.defined()) {
-        m_screen->accepted(resultSample, baseSample, verdict);
-        noteVerdict(workerId, false, verdict, {});
+    if (p.resultSample.defined()) {
+        m_screen->accepted(p.resultSample, p.baseSample, p.verdict);
+        noteVerdict(workerId, false, p.verdict, {});
     }
     collectGarbage();
 
@@ -915,6 +954,230 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     return reply;
 }
 
+bool Coordinator::replicate(const Subtask &s) const
+{
+    const double share = m_spec.fleet.redundancy;
+    if (share <= 0.0 || m_quorums.count(s.id))
+        return false;
+    // Only when another worker could take the replica.
+    int eligible = 0;
+    for (const auto &[id, w] : m_workers)
+        eligible += w.online && !w.trust.quarantined ? 1 : 0;
+    if (eligible < 2)
+        return false;
+    // The same subtasks are chosen on every run of the same job.
+    const std::uint64_t draw = mixSeed(mixSeed(m_spec.training.seed, static_cast<std::uint64_t>(s.id)), 0x5EC0D);
+    return double(draw >> 11) * 0x1.0p-53 < share;
+}
+
+std::optional<Assignment> Coordinator::grantReplica(qint64 workerId)
+{
+    for (auto &[subtaskId, q] : m_quorums) {
+        if (q.workers.count(workerId)
+            || int(q.held.size()) + m_scheduler->activeLeasesOn(subtaskId) >= q.needed)
+            continue;
+        auto grant = m_scheduler->grantReplica(subtaskId, workerId, q.baseSeq, q.baseVersion,
+                                               qint64(m_spec.fleet.leaseTimeoutSeconds * 1000.0));
+        if (!grant)
+            continue;
+        if (auto r = persist(grant->changes); !r) {
+            setFatal(r.error());
+            return std::nullopt;
+        }
+        q.workers.insert(workerId);
+        if (m_rule->needsBase() && !m_bases.count(q.baseSeq))
+            m_bases.emplace(q.baseSeq, q.base);
+        if (m_screen && !m_baseSamples.count(q.baseSeq))
+            m_baseSamples.emplace(q.baseSeq, m_screen->sample(q.base));
+        const Subtask &s = grant->subtask;
+        event(QStringLiteral("lease-granted"), workerId, s.id, grant->lease.id,
+              QStringLiteral("epoch %1, shard %2, positions %3-%4, version %5 (replica %6 of %7, to compare)")
+                  .arg(s.epoch + 1).arg(s.shard).arg(s.begin).arg(s.end).arg(q.baseVersion)
+                  .arg(q.workers.size()).arg(q.needed));
+        WorkerState &worker = m_workers[workerId];
+        worker.leaseId = grant->lease.id;
+        worker.sampleSteps = 0;
+        worker.plannedSampleSteps = 0;
+        worker.epoch = s.epoch;
+        worker.shard = s.shard;
+        worker.begin = s.begin;
+        worker.end = s.end;
+        Assignment a;
+        a.leaseId = grant->lease.id;
+        a.subtaskId = s.id;
+        a.epoch = s.epoch;
+        a.shard = s.shard;
+        a.begin = s.begin;
+        a.end = s.end;
+        a.baseSeq = q.baseSeq;
+        a.baseVersion = q.baseVersion;
+        a.deadlineMs = grant->lease.deadlineMs;
+        a.config = trainConfigFor(s);
+        a.weights = q.base;
+        return a;
+    }
+    return std::nullopt;
+}
+
+SubmitReply Coordinator::holdResult(PendingResult p)
+{
+    const qint64 subtaskId = p.subtask.id;
+    Quorum &q = m_quorums.at(subtaskId);
+    if (auto r = persist(m_scheduler->hold(p.lease.id)); !r) {
+        setFatal(r.error());
+        return SubmitReply{SubmitStatus::Rejected, m_fatal, 0, 0, 0};
+    }
+    if (m_workers[p.workerId].leaseId == p.lease.id)
+        m_workers[p.workerId].leaseId = 0;
+    if (q.held.empty())
+        q.waitingSinceMs = m_clock->nowMs();
+    p.base = q.base;
+    SubmitReply reply;
+    reply.status = SubmitStatus::Held;
+    reply.reason = QStringLiteral("kept until another worker's result of the same subtask can be compared with it");
+    event(QStringLiteral("result-held"), p.workerId, subtaskId, p.lease.id,
+          QStringLiteral("result %1 of %2 for epoch %3, shard %4, positions %5-%6: %7")
+              .arg(q.held.size() + 1).arg(q.needed).arg(p.subtask.epoch + 1).arg(p.subtask.shard)
+              .arg(p.subtask.begin).arg(p.subtask.end).arg(reply.reason));
+    q.held.push_back(std::move(p));
+    if (int(q.held.size()) >= q.needed)
+        resolveQuorum(subtaskId);
+    return reply;
+}
+
+namespace {
+
+// How far apart two results are, relative to the larger of their updates from their common
+// base: 0 for identical results, about 1.4 for unrelated updates of the same size, 2 for
+// opposite ones.
+double disagreement(const torch::Tensor &a, const torch::Tensor &b, const torch::Tensor &base)
+{
+    const double scale = std::max((a - base).norm().item<double>(), (b - base).norm().item<double>());
+    const double distance = (a - b).norm().item<double>();
+    return scale > 0 ? distance / scale : (distance > 0 ? 1e9 : 0.0);
+}
+
+} // namespace
+
+void Coordinator::resolveQuorum(qint64 subtaskId)
+{
+    Quorum q = std::move(m_quorums.at(subtaskId));
+    m_quorums.erase(subtaskId);
+    const double tolerance = m_spec.fleet.redundancyTolerance;
+    const int n = int(q.held.size());
+    // The first pair that agrees wins; with three results, whoever agrees with neither of the
+    // others is the odd one out.
+    int first = -1;
+    int second = -1;
+    double closest = 1e30;
+    for (int i = 0; i < n && first < 0; ++i)
+        for (int j = i + 1; j < n; ++j) {
+            const double d = disagreement(q.held[i].result.weights, q.held[j].result.weights, q.base);
+            closest = std::min(closest, d);
+            if (d <= tolerance) {
+                first = i;
+                second = j;
+                break;
+            }
+        }
+    if (first < 0 && n < 3) {
+        // Two results that disagree: a third worker decides.
+        ++m_disagreements;
+        q.needed = 3;
+        event(QStringLiteral("results-disagree"), 0, subtaskId, 0,
+              QStringLiteral("two workers' results of subtask %1 differ by %2 (tolerance %3): a third worker will train it")
+                  .arg(subtaskId).arg(closest, 0, 'f', 3).arg(tolerance));
+        // The subtask stays leased with no one on it until grantReplica() hands it to a
+        // worker that has not trained it; expireQuorums() gives up if none comes.
+        q.waitingSinceMs = m_clock->nowMs();
+        m_quorums.emplace(subtaskId, std::move(q));
+        return;
+    }
+    if (first < 0) {
+        // Three results, no two alike: nothing can be trusted; the subtask is trained again.
+        ++m_disagreements;
+        const QString why = QStringLiteral("three workers' results of subtask %1 all differ (closest pair %2, "
+                                           "tolerance %3): none is assimilated, the subtask is trained again")
+                                .arg(subtaskId).arg(closest, 0, 'f', 3).arg(tolerance);
+        event(QStringLiteral("results-disagree"), 0, subtaskId, 0, why);
+        for (const auto &h : q.held)
+            ledger(h.workerId, h.lease.id, QStringLiteral("wasted"), h.workSeconds);
+        handleChanges(m_scheduler->release(subtaskId), why);
+        return;
+    }
+    // The odd one out (with three) is rejected and counts against its worker.
+    for (int i = 0; i < n; ++i) {
+        if (i == first || i == second)
+            continue;
+        const PendingResult &odd = q.held[i];
+        const QString why = QStringLiteral("disagreed with two other workers' results of the same subtask from the same "
+                                           "base (by %1, tolerance %2)")
+                                .arg(disagreement(odd.result.weights, q.held[first].result.weights, q.base), 0, 'f', 3)
+                                .arg(tolerance);
+        ++m_rejected;
+        event(QStringLiteral("result-rejected"), odd.workerId, subtaskId, odd.lease.id, why);
+        ledger(odd.workerId, odd.lease.id, QStringLiteral("wasted"), odd.workSeconds);
+        noteVerdict(odd.workerId, true, {}, why);
+    }
+    // The other of the pair verified the one folded in: its compute bought assurance, not
+    // progress, and is booked as such.
+    const PendingResult &verifier = q.held[second];
+    ++m_verified;
+    ++m_workers[verifier.workerId].leasesCompleted;
+    ledger(verifier.workerId, verifier.lease.id, QStringLiteral("wasted"), verifier.workSeconds);
+    event(QStringLiteral("result-verified"), verifier.workerId, subtaskId, verifier.lease.id,
+          QStringLiteral("agrees with lease %1's result within %2 (tolerance %3)")
+              .arg(q.held[first].lease.id)
+              .arg(disagreement(verifier.result.weights, q.held[first].result.weights, q.base), 0, 'f', 4)
+              .arg(tolerance));
+    noteVerdict(verifier.workerId, false, verifier.verdict, {});
+    fold(std::move(q.held[first]));
+}
+
+void Coordinator::dropQuorum(qint64 subtaskId, const QString &why)
+{
+    const auto it = m_quorums.find(subtaskId);
+    if (it == m_quorums.end())
+        return;
+    for (const auto &h : it->second.held) {
+        ledger(h.workerId, h.lease.id, QStringLiteral("wasted"), h.workSeconds);
+        event(QStringLiteral("result-duplicate"), h.workerId, subtaskId, h.lease.id,
+              QStringLiteral("dropped: %1").arg(why));
+    }
+    m_quorums.erase(it);
+}
+
+void Coordinator::expireQuorums()
+{
+    // A held result nobody came to check (too few workers, or they all left): after a lease
+    // timeout it is folded in unverified, or, after a disagreement, the subtask is trained
+    // again.
+    const qint64 now = m_clock->nowMs();
+    const auto waitMs = qint64(m_spec.fleet.leaseTimeoutSeconds * 1000.0);
+    std::vector<qint64> due;
+    for (const auto &[id, q] : m_quorums)
+        if (!q.held.empty() && m_scheduler->activeLeasesOn(id) == 0 && now - q.waitingSinceMs > waitMs)
+            due.push_back(id);
+    for (const qint64 id : due) {
+        Quorum q = std::move(m_quorums.at(id));
+        m_quorums.erase(id);
+        if (q.held.size() == 1) {
+            event(QStringLiteral("result-unverified"), q.held[0].workerId, id, q.held[0].lease.id,
+                  QStringLiteral("no other worker trained subtask %1 within %2 s: folded in without a comparison")
+                      .arg(id).arg(waitMs / 1000));
+            fold(std::move(q.held[0]));
+            continue;
+        }
+        const QString why = QStringLiteral("no third worker settled the disagreement on subtask %1 within %2 s: "
+                                           "the subtask is trained again")
+                                .arg(id).arg(waitMs / 1000);
+        event(QStringLiteral("results-disagree"), 0, id, 0, why);
+        for (const auto &h : q.held)
+            ledger(h.workerId, h.lease.id, QStringLiteral("wasted"), h.workSeconds);
+        handleChanges(m_scheduler->release(id), why);
+    }
+}
+
 void Coordinator::handBack(qint64 workerId, qint64 leaseId, const QString &reason)
 {
     const Scheduler::Check check = m_scheduler->check(leaseId);
@@ -928,6 +1191,7 @@ void Coordinator::tick()
     if (!m_fatal.isEmpty())
         return;
     handleChanges(m_scheduler->expire(), QStringLiteral("the lease passed its deadline without a result"));
+    expireQuorums();
     const qint64 now = m_clock->nowMs();
     std::vector<EvaluationRequest> due;
     for (auto it = m_evaluationRetries.begin(); it != m_evaluationRetries.end();) {
@@ -1274,6 +1538,8 @@ JobProgress Coordinator::progress() const
     p.preemptions = m_preemptions;
     p.rejected = m_rejected;
     p.duplicates = m_duplicates;
+    p.verified = m_verified;
+    p.disagreements = m_disagreements;
     auto totals = m_store->ledgerTotals(m_jobId);
     if (totals)
         p.cost = *totals;

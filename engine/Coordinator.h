@@ -78,7 +78,9 @@ struct SubtaskResult
     static SubtaskResult fromOutcome(qint64 leaseId, const TrainOutcome &outcome);
 };
 
-enum class SubmitStatus { Assimilated, Duplicate, Rejected };
+// Held: kept aside until another worker's result of the same subtask can be compared with it
+// (redundancy); the worker is done with it either way.
+enum class SubmitStatus { Assimilated, Held, Duplicate, Rejected };
 
 struct SubmitReply
 {
@@ -110,6 +112,8 @@ struct JobProgress
     qint64 rejected = 0;
     qint64 duplicates = 0;
     int quarantined = 0; // workers in quarantine now
+    qint64 verified = 0;      // results confirmed by another worker's (redundancy)
+    qint64 disagreements = 0; // subtasks whose replicas disagreed
     LedgerTotals cost;
     qint64 elapsedMs = 0;
     bool finished = false;
@@ -249,6 +253,47 @@ private:
     // worker when its recent record calls for it.
     void noteVerdict(qint64 workerId, bool rejected, const ResultScreen::Verdict &verdict, const QString &reason);
     void quarantine(qint64 workerId, const QString &reason);
+
+    // A result that passed validation and screening, on its way to the global model.
+    struct PendingResult
+    {
+        qint64 workerId = 0;
+        Lease lease;
+        Subtask subtask;
+        SubtaskResult result;
+        qint64 covered = 0;
+        double credit = 0.0;
+        ResultScreen::Verdict verdict;
+        torch::Tensor resultSample; // screening samples; undefined when not screened
+        torch::Tensor baseSample;
+        torch::Tensor base; // the weights it started from, when the coordinator kept them
+        double workSeconds = 0.0;
+        bool late = false;
+    };
+    // Folds a result into the global model and makes it durable.
+    SubmitReply fold(PendingResult pending);
+
+    // Redundancy (fleet.redundancy): a subtask trained from the same base by two workers, by
+    // a third when their results disagree. Held results live only in memory: after a restart
+    // the subtask is simply trained again.
+    struct Quorum
+    {
+        qint64 baseSeq = 0;
+        qint64 baseVersion = 0;
+        torch::Tensor base;
+        int needed = 2;
+        std::set<qint64> workers; // given a lease on it; none gets two
+        std::vector<PendingResult> held;
+        qint64 waitingSinceMs = 0;
+    };
+    bool replicate(const Subtask &subtask) const;
+    std::optional<Assignment> grantReplica(qint64 workerId);
+    SubmitReply holdResult(PendingResult pending);
+    void resolveQuorum(qint64 subtaskId);
+    // Forgets a quorum whose subtask was assimilated some other way; its held results are
+    // duplicates now.
+    void dropQuorum(qint64 subtaskId, const QString &why);
+    void expireQuorums();
     void saveTrust(qint64 workerId);
     void applyOperatorRequests();
     // Reloads the aggregation state of the latest committed assimilation from its checkpoint.
@@ -285,6 +330,7 @@ private:
     std::unique_ptr<ResultScreen> m_screen;  // null when the job does not screen results
     std::map<qint64, torch::Tensor> m_baseSamples; // ResultScreen::sample() of recent bases
     qint64 m_lastOperatorPollMs = 0;
+    std::map<qint64, Quorum> m_quorums; // by subtask id
     std::set<qint64> m_checkpointSeqs;    // checkpoint files on disk
 
     struct WorkerState
@@ -326,6 +372,8 @@ private:
     qint64 m_preemptions = 0;
     qint64 m_rejected = 0;
     qint64 m_duplicates = 0;
+    qint64 m_verified = 0;
+    qint64 m_disagreements = 0;
     qint64 m_startedMs = 0;
 };
 

@@ -62,6 +62,8 @@ void forEachField(Job &job, Visit &&visit)
     visit("fleet.price_table", job.fleet.priceTable);
     visit("fleet.screen_results", job.fleet.screenResults);
     visit("fleet.quarantine_after", job.fleet.quarantineAfter);
+    visit("fleet.redundancy", job.fleet.redundancy);
+    visit("fleet.redundancy_tolerance", job.fleet.redundancyTolerance);
     visit("fleet.preemption.mean_interval_s", job.fleet.preemption.meanIntervalSeconds);
     visit("fleet.preemption.notice_fraction", job.fleet.preemption.noticeFraction);
     visit("fleet.preemption.rejoin_delay_s", job.fleet.preemption.rejoinDelaySeconds);
@@ -345,6 +347,8 @@ QStringList JobSpec::problems() const
         inRange(QStringLiteral("fleet.target_subtask_s"), fleet.targetSubtaskSeconds, 0.0, 7.0 * 24 * 3600),
         inRange(QStringLiteral("fleet.heartbeat_timeout_s"), fleet.heartbeatTimeoutSeconds, 1.0, 24.0 * 3600),
         inRange(QStringLiteral("fleet.quarantine_after"), fleet.quarantineAfter, 0, 10),
+        inRange(QStringLiteral("fleet.redundancy"), fleet.redundancy, 0.0, 1.0),
+        inRange(QStringLiteral("fleet.redundancy_tolerance"), fleet.redundancyTolerance, 1e-6, 10.0),
         oneOf(QStringLiteral("fleet.price_class"), fleet.priceClass,
               {QStringLiteral("spot"), QStringLiteral("on-demand"), QStringLiteral("volunteer")}),
         inRange(QStringLiteral("fleet.preemption.mean_interval_s"), fleet.preemption.meanIntervalSeconds, 0.0, 1e7),

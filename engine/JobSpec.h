@@ -84,6 +84,11 @@ struct FleetSpec
     // this many rejected results among its last ten is quarantined (0: never).
     bool screenResults = true;
     int quarantineAfter = 3;
+    // Redundancy as BOINC does it: this share of subtasks (0..1) is also given to a second
+    // worker from the same base version; results that differ by more than the tolerance
+    // (relative to the larger update) go to a third worker, and the odd one out is rejected.
+    double redundancy = 0.0;
+    double redundancyTolerance = 0.05;
     PreemptionSpec preemption;
 };
 

@@ -204,6 +204,31 @@ std::optional<Scheduler::Grant> Scheduler::grant(qint64 workerId, qint64 baseSeq
     return g;
 }
 
+std::optional<Scheduler::Grant> Scheduler::grantReplica(qint64 subtaskId, qint64 workerId, qint64 baseSeq,
+                                                        qint64 baseVersion, qint64 durationMs)
+{
+    const auto it = m_subtasks.find(subtaskId);
+    if (it == m_subtasks.end() || it->second.state != SubtaskState::Leased)
+        return std::nullopt;
+    Subtask &s = it->second;
+    ++s.attempts;
+    Grant g;
+    Lease lease;
+    lease.id = m_nextLeaseId++;
+    lease.subtaskId = s.id;
+    lease.workerId = workerId;
+    lease.baseSeq = baseSeq;
+    lease.baseVersion = baseVersion;
+    lease.issuedMs = m_clock->nowMs();
+    lease.deadlineMs = lease.issuedMs + durationMs;
+    m_leases[lease.id] = lease;
+    indexActive(lease);
+    g.lease = lease;
+    g.subtask = s;
+    g.changes.add(lease);
+    return g;
+}
+
 Scheduler::Check Scheduler::check(qint64 leaseId) const
 {
     Check c;
@@ -313,6 +338,16 @@ SchedulerChanges Scheduler::complete(qint64 leaseId, qint64 covered, qint64 seq)
     return changes;
 }
 
+SchedulerChanges Scheduler::hold(qint64 leaseId)
+{
+    SchedulerChanges changes;
+    const auto it = m_leases.find(leaseId);
+    if (it == m_leases.end() || it->second.state != LeaseState::Active)
+        return changes;
+    endLease(it->second, LeaseState::Completed, changes);
+    return changes;
+}
+
 SchedulerChanges Scheduler::drop(qint64 leaseId, LeaseState endState)
 {
     SchedulerChanges changes;
@@ -321,11 +356,28 @@ SchedulerChanges Scheduler::drop(qint64 leaseId, LeaseState endState)
         return changes;
     endLease(it->second, endState, changes);
     Subtask &s = m_subtasks.at(it->second.subtaskId);
-    if (s.state == SubtaskState::Leased) {
+    if (s.state == SubtaskState::Leased && activeLeasesOn(s.id) == 0) {
         requeue(s);
         changes.add(s);
     }
     return changes;
+}
+
+SchedulerChanges Scheduler::release(qint64 subtaskId)
+{
+    SchedulerChanges changes;
+    const auto it = m_subtasks.find(subtaskId);
+    if (it == m_subtasks.end() || it->second.state != SubtaskState::Leased || activeLeasesOn(subtaskId) > 0)
+        return changes;
+    requeue(it->second);
+    changes.add(it->second);
+    return changes;
+}
+
+int Scheduler::activeLeasesOn(qint64 subtaskId) const
+{
+    const auto it = m_activeBySubtask.find(subtaskId);
+    return it == m_activeBySubtask.end() ? 0 : int(it->second.size());
 }
 
 SchedulerChanges Scheduler::handBack(qint64 leaseId)

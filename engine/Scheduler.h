@@ -126,6 +126,12 @@ public:
     std::optional<Grant> grant(qint64 workerId, qint64 baseSeq, qint64 baseVersion, qint64 durationMs,
                                qint64 maxPositions = 0);
 
+    // Redundancy: one more lease on a subtask that is leased already, for a second (or third)
+    // worker to train the same positions from the same base. Nothing when the subtask is not
+    // leased (queued, done, or unknown).
+    std::optional<Grant> grantReplica(qint64 subtaskId, qint64 workerId, qint64 baseSeq, qint64 baseVersion,
+                                      qint64 durationMs);
+
     enum class Verdict { Accept, Duplicate, Unknown };
     struct Check
     {
@@ -141,8 +147,13 @@ public:
     // Records an accepted result that trained positions [begin, begin + covered) of the
     // subtask. Closes the subtask, opens a remainder if covered < size.
     SchedulerChanges complete(qint64 leaseId, qint64 covered, qint64 seq);
+    // A result kept aside until another worker's result of the same subtask can be compared
+    // with it (redundancy): the lease has delivered, the subtask stays leased. A resend of the
+    // result is a duplicate; complete() can still take the lease later.
+    SchedulerChanges hold(qint64 leaseId);
     // Records a result that was checked and dropped (a duplicate, or a rejected upload):
-    // the lease ends; an active lease's subtask goes back to the queue.
+    // the lease ends; an active lease's subtask goes back to the queue unless another active
+    // lease (a replica) still trains it.
     SchedulerChanges drop(qint64 leaseId, LeaseState endState);
     // The worker gives the subtask back without a result.
     SchedulerChanges handBack(qint64 leaseId);
@@ -150,6 +161,11 @@ public:
     SchedulerChanges expire();
     // A worker is gone (crashed, killed, restarted): its active leases are lost.
     SchedulerChanges workerLost(qint64 workerId);
+    // A leased subtask nobody trains any more (its held results were given up): back to the
+    // queue.
+    SchedulerChanges release(qint64 subtaskId);
+    // Active leases on a subtask.
+    int activeLeasesOn(qint64 subtaskId) const;
 
     bool epochDone(int epoch) const;
     int epochsDone() const { return m_epochsDone; }

@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <set>
 
 using namespace flotilla;
 using flotilla::test::FakeClock;
@@ -700,6 +701,130 @@ private Q_SLOTS:
         SubtaskResult r = fakeResult(*a);
         r.weights = a->weights * 50.0f; // within validate()'s 1000× bound
         QCOMPARE(c->submitResult(w, r).status, SubmitStatus::Assimilated);
+    }
+
+    void redundantSubtasksAreComparedAndFoldedOnce()
+    {
+        // Every subtask goes to two workers from the same base; the first result is held, the
+        // second confirms it, and only then is one of them folded in. The whole job still
+        // assimilates each shard once per epoch.
+        Fixture f;
+        f.spec.fleet.redundancy = 1.0;
+        auto c = f.open();
+        QVERIFY(c);
+        const qint64 a = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 b = c->workerJoined(worker(QStringLiteral("b"))).value();
+        auto first = c->requestSubtask(a);
+        auto second = c->requestSubtask(b);
+        QVERIFY(first && second);
+        QCOMPARE(second->subtaskId, first->subtaskId);
+        QCOMPARE(second->baseSeq, first->baseSeq);
+        QVERIFY(second->leaseId != first->leaseId);
+        QVERIFY(torch::equal(second->weights, first->weights));
+        QCOMPARE(c->submitResult(a, fakeResult(*first)).status, SubmitStatus::Held);
+        QCOMPARE(c->progress().seq, 0); // nothing folded yet
+        // A resend of a held result is a duplicate, not a second vote.
+        QCOMPARE(c->submitResult(a, fakeResult(*first)).status, SubmitStatus::Duplicate);
+        QCOMPARE(c->submitResult(b, fakeResult(*second)).status, SubmitStatus::Held);
+        QCOMPARE(c->progress().seq, 1);
+        QCOMPARE(c->progress().verified, 1);
+        QCOMPARE(countEvents(*c, QStringLiteral("result-verified")), 1);
+
+        runToEnd(*c, {a, b});
+        QVERIFY(c->finished());
+        auto rows = c->store().assimilations(1);
+        QVERIFY(rows);
+        QCOMPARE(int(rows->size()), 12); // 2 epochs × 6 shards, each once
+        std::set<std::pair<int, int>> seen;
+        for (const auto &r : *rows)
+            QVERIFY(seen.insert({r.epoch, r.shard}).second);
+        QCOMPARE(c->progress().verified, 12);
+        QCOMPARE(c->progress().rejected, 0);
+    }
+
+    void disagreementGoesToAThirdWorkerAndTheOddOneIsRejected()
+    {
+        Fixture f;
+        f.spec.fleet.redundancy = 1.0;
+        auto c = f.open();
+        QVERIFY(c);
+        const qint64 honest = c->workerJoined(worker(QStringLiteral("honest"))).value();
+        const qint64 liar = c->workerJoined(worker(QStringLiteral("liar"))).value();
+        const qint64 judge = c->workerJoined(worker(QStringLiteral("judge"))).value();
+        auto h = c->requestSubtask(honest);
+        auto l = c->requestSubtask(liar);
+        QVERIFY(h && l);
+        QCOMPARE(l->subtaskId, h->subtaskId);
+        QCOMPARE(c->submitResult(honest, fakeResult(*h)).status, SubmitStatus::Held);
+        SubtaskResult lie = fakeResult(*l);
+        lie.weights = l->weights - 0.01f; // as large as an honest update, the other way
+        QCOMPARE(c->submitResult(liar, lie).status, SubmitStatus::Held);
+        QCOMPARE(countEvents(*c, QStringLiteral("results-disagree")), 1);
+        QCOMPARE(c->progress().seq, 0);
+        // The liar gets no second say on this subtask; the third worker does.
+        auto again = c->requestSubtask(liar);
+        QVERIFY(!again || again->subtaskId != h->subtaskId);
+        auto j = c->requestSubtask(judge);
+        QVERIFY(j);
+        QCOMPARE(j->subtaskId, h->subtaskId);
+        QCOMPARE(j->baseSeq, h->baseSeq);
+        c->submitResult(judge, fakeResult(*j));
+        QCOMPARE(c->progress().seq, 1);
+        QCOMPARE(countEvents(*c, QStringLiteral("result-rejected")), 1);
+        QVERIFY2(lastEventDetail(*c, QStringLiteral("result-rejected")).contains(QStringLiteral("disagreed")),
+                 qPrintable(lastEventDetail(*c, QStringLiteral("result-rejected"))));
+        std::map<qint64, WorkerStatus> statuses;
+        for (const auto &w : c->workerStatuses())
+            statuses[w.id] = w;
+        QCOMPARE(statuses[liar].rejected, 1);
+        QCOMPARE(statuses[honest].rejected, 0);
+        QCOMPARE(statuses[judge].rejected, 0);
+        // What was folded is the honest result: every weight moved up, none down.
+        QVERIFY((c->globalWeights() - h->weights).min().item<double>() > 0);
+    }
+
+    void heldResultNobodyChecksIsFoldedAfterTheLeaseTimeout()
+    {
+        Fixture f;
+        f.spec.fleet.redundancy = 1.0;
+        auto c = f.open();
+        QVERIFY(c);
+        const qint64 a = c->workerJoined(worker(QStringLiteral("a"))).value();
+        c->workerJoined(worker(QStringLiteral("b"))).value(); // online, but never asks for work
+        auto first = c->requestSubtask(a);
+        QVERIFY(first);
+        QCOMPARE(c->submitResult(a, fakeResult(*first)).status, SubmitStatus::Held);
+        f.clock.advance(30000);
+        c->tick();
+        QCOMPARE(c->progress().seq, 0);
+        f.clock.advance(31000); // past the lease timeout (60 s)
+        c->tick();
+        QCOMPARE(c->progress().seq, 1);
+        QCOMPARE(countEvents(*c, QStringLiteral("result-unverified")), 1);
+    }
+
+    void heldResultsLostInARestartAreTrainedAgain()
+    {
+        Fixture f;
+        f.spec.fleet.redundancy = 1.0;
+        auto c = f.open();
+        QVERIFY(c);
+        const qint64 a = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 b = c->workerJoined(worker(QStringLiteral("b"))).value();
+        auto first = c->requestSubtask(a);
+        QVERIFY(first);
+        QCOMPARE(c->submitResult(a, fakeResult(*first)).status, SubmitStatus::Held);
+        // The coordinator dies with the held result in memory only.
+        c.reset();
+        c = f.open();
+        QVERIFY(c);
+        QVERIFY(c->workerJoined(worker(QStringLiteral("a")), a));
+        QVERIFY(c->workerJoined(worker(QStringLiteral("b")), b));
+        runToEnd(*c, {a, b});
+        QVERIFY(c->finished());
+        auto rows = c->store().assimilations(1);
+        QVERIFY(rows);
+        QCOMPARE(int(rows->size()), 12);
     }
 
     void absurdNormIsRejected()
