@@ -119,23 +119,23 @@ private Q_SLOTS:
         QVERIFY(!queued);
         // One replica lost: the other still trains it, so it is not queued again.
         s.workerLost(2);
-        QCOMPARE(s.subtask(a->subtask.id)->state, SubtaskState::Leased);
+        QVERIFY(s.subtask(a->subtask.id)->state == SubtaskState::Leased);
         QCOMPARE(s.queuedCount(), 1);
         // A held result: the lease delivered, the subtask stays leased with nobody on it
         // until released, and a resend is a duplicate.
         s.hold(a->lease.id);
         QCOMPARE(s.check(a->lease.id).verdict, Scheduler::Verdict::Duplicate);
-        QCOMPARE(s.subtask(a->subtask.id)->state, SubtaskState::Leased);
+        QVERIFY(s.subtask(a->subtask.id)->state == SubtaskState::Leased);
         QCOMPARE(s.activeLeasesOn(a->subtask.id), 0);
         s.release(a->subtask.id);
-        QCOMPARE(s.subtask(a->subtask.id)->state, SubtaskState::Queued);
+        QVERIFY(s.subtask(a->subtask.id)->state == SubtaskState::Queued);
         QCOMPARE(s.queuedCount(), 2);
         // complete() takes a held lease later (the comparison agreed).
         auto b = s.grant(4, 0, 0, 5000);
         auto r = s.grantReplica(b->subtask.id, 5, 0, 0, 5000);
         s.hold(b->lease.id);
         const SchedulerChanges done = s.complete(b->lease.id, b->subtask.size(), 1);
-        QCOMPARE(s.subtask(b->subtask.id)->state, SubtaskState::Done);
+        QVERIFY(s.subtask(b->subtask.id)->state == SubtaskState::Done);
         bool superseded = false;
         for (const auto &l : done.leases)
             superseded = superseded || (l.id == r->lease.id && l.state == LeaseState::Superseded);
