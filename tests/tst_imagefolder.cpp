@@ -8,11 +8,14 @@
 #include "TestSupport.h"
 #include "Trainer.h"
 
+#include <QCborMap>
+#include <QCborValue>
 #include <QDir>
 #include <QImage>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QTcpServer>
 #include <QtTest>
 
 #include <torch/torch.h>
@@ -496,6 +499,79 @@ private Q_SLOTS:
         QVERIFY(bad.exitCode() != 0);
         const QString err = QString::fromUtf8(bad.readAllStandardError());
         QVERIFY2(err.contains(QStringLiteral("test class 'zebra'")), qPrintable(err));
+    }
+
+    void remoteWorkerKeepsShardsAsBytesInABoundedCache()
+    {
+        // A real coordinator and a real remote worker over TLS on loopback. Four shards of 200
+        // colour 32×32 images: 600 KiB each as bytes (2.4 MiB as float32), so a 1 MiB cache
+        // holds one of them and must evict as the worker goes through the others.
+        const QString root = freshFolder();
+        for (int i = 0; i < 400; ++i) {
+            QImage h = stripes(true, 32, i).convertToFormat(QImage::Format_RGB888);
+            QImage v = stripes(false, 32, i).convertToFormat(QImage::Format_RGB888);
+            h.setPixel(i % 32, 0, qRgb(250, 10, 10)); // some colour, so that auto picks rgb
+            v.setPixel(i % 32, 0, qRgb(10, 10, 250));
+            save(h, root + QStringLiteral("/train/h/%1.png").arg(i));
+            save(v, root + QStringLiteral("/train/v/%1.png").arg(i));
+        }
+        for (int i = 0; i < 10; ++i) {
+            save(stripes(true, 32, 500 + i).convertToFormat(QImage::Format_RGB888), root + QStringLiteral("/test/h/%1.png").arg(i));
+            save(stripes(false, 32, 500 + i).convertToFormat(QImage::Format_RGB888), root + QStringLiteral("/test/v/%1.png").arg(i));
+        }
+        quint16 port = 0;
+        {
+            QTcpServer probe;
+            QVERIFY(probe.listen(QHostAddress::LocalHost, 0));
+            port = probe.serverPort();
+        }
+        const QString fleet = m_dir.filePath(QStringLiteral("fleet"));
+        const QString tokenFile = fleet + QStringLiteral("/token");
+        QProcess serve;
+        serve.setProcessChannelMode(QProcess::MergedChannels);
+        serve.start(test::flotillaBinary(),
+                    {QStringLiteral("serve"), QStringLiteral("--run-dir"), fleet + QStringLiteral("/run"),
+                     QStringLiteral("--identity-dir"), fleet + QStringLiteral("/identity"), QStringLiteral("--listen"),
+                     QStringLiteral("127.0.0.1"), QStringLiteral("--host"), QStringLiteral("127.0.0.1"),
+                     QStringLiteral("--port"), QString::number(port), QStringLiteral("--token-file"), tokenFile,
+                     QStringLiteral("--quiet"), QStringLiteral("--dataset"), QStringLiteral("images"),
+                     QStringLiteral("--data"), root, QStringLiteral("--model"), QStringLiteral("mlp"),
+                     QStringLiteral("--epochs"), QStringLiteral("2"), QStringLiteral("--shards"), QStringLiteral("4"),
+                     QStringLiteral("--workers"), QStringLiteral("0"), QStringLiteral("--batch-size"),
+                     QStringLiteral("32"), QStringLiteral("--hflip"), QStringLiteral("--preempt-mean"),
+                     QStringLiteral("0"), QStringLiteral("--device"), QStringLiteral("cpu")});
+        QTRY_VERIFY_WITH_TIMEOUT(!readAll(tokenFile).trimmed().isEmpty(), 60000);
+        const QString state = fleet + QStringLiteral("/worker");
+        QProcess worker;
+        worker.setProcessChannelMode(QProcess::MergedChannels);
+        worker.start(test::flotillaBinary(),
+                     {QStringLiteral("worker"), QStringLiteral("--join"), QString::fromUtf8(readAll(tokenFile).trimmed()),
+                      QStringLiteral("--state-dir"), state, QStringLiteral("--name"), QStringLiteral("w1"),
+                      QStringLiteral("--shard-cache-mb"), QStringLiteral("1")});
+        QVERIFY2(serve.waitForFinished(180000), qPrintable(QString::fromUtf8(serve.readAll())));
+        QVERIFY2(serve.exitCode() == 0, qPrintable(QString::fromUtf8(serve.readAll())));
+        QVERIFY(worker.waitForFinished(30000));
+        QVERIFY2(worker.exitCode() == 0, qPrintable(QString::fromUtf8(worker.readAll())));
+        auto store = Store::open(fleet + QStringLiteral("/run/flotilla.db"));
+        QVERIFY(store);
+        const QString wrong = test::verifyExactlyOnce(**store, std::vector<qint64>(4, 200), 2);
+        QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
+
+        // What the worker kept: one shard (the budget's worth), stored as it came: one byte
+        // per pixel, eight per label, two float32 per channel for the normalization.
+        const QDir shards(state + QStringLiteral("/shards"));
+        const QStringList kept = shards.entryList({QStringLiteral("*.bin")}, QDir::Files);
+        QCOMPARE(kept.size(), qsizetype(1));
+        QCOMPARE(QFileInfo(shards.filePath(kept.front())).size(), qint64(200 * 3 * 32 * 32 + 200 * 8 + 3 * 2 * 4));
+        QString manifestName = kept.front();
+        manifestName.replace(QStringLiteral(".bin"), QStringLiteral(".cbor"));
+        const QCborMap manifest = QCborValue::fromCbor(readAll(shards.filePath(manifestName))).toMap();
+        QCOMPARE(manifest.value(QStringLiteral("dtype")).toString(), QStringLiteral("uint8"));
+        QCOMPARE(manifest.value(QStringLiteral("horizontal_flip")).toBool(), true);
+        qint64 onDisk = 0;
+        for (const QFileInfo &f : shards.entryInfoList(QDir::Files))
+            onDisk += f.size();
+        QVERIFY2(onDisk <= qint64(1) << 20, qPrintable(QString::number(onDisk)));
     }
 };
 
