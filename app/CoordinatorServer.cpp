@@ -190,7 +190,7 @@ QByteArray CoordinatorServer::shardSha(int shard)
     auto it = m_shardSha.find(shard);
     if (it == m_shardSha.end()) {
         const Dataset samples = m_data->train.select(m_data->plan.shard(shard));
-        it = m_shardSha.emplace(shard, Sha256::hash(shardToBytes(samples))).first;
+        it = m_shardSha.emplace(shard, shardDigest(shardManifest(samples), shardToBytes(samples))).first;
     }
     return it->second;
 }

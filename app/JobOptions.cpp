@@ -57,8 +57,18 @@ const Flag kFlags[] = {
     {"model", "kind", "Model: mlp, cnn, resnet, or torchscript (with --model-file)."},
     {"model-file", "file", "TorchScript model (.pt) made in Python with torch.jit.script(model).save(file)."},
     {"dropout", "p", "Dropout probability of the built-in models (0 = off)."},
-    {"dataset", "kind", "Data set: fashion-mnist, idx (a folder of IDX files) or csv."},
-    {"data", "path", "Folder of IDX files, or the CSV file."},
+    {"dataset", "kind", "Data set: fashion-mnist, idx (a folder of IDX files), csv, or images (a folder of "
+                        "class folders of .png/.jpg/.jpeg/.bmp files: DIR/train/<class>/ and DIR/test/<class>/, or "
+                        "DIR/<class>/ with --test-fraction held out)."},
+    {"data", "path", "Folder of IDX files, the CSV file, or the image folder."},
+    {"test-fraction", "f", "Share of the samples held out for testing when the data has no test split of its own."},
+    {"image-size", "n", "Images: resize every image to n×n pixels (0 = keep their size; then all must agree)."},
+    {"color", "mode", "Images: gray (1 channel), rgb (3), or auto (rgb if the first image of any class is in colour)."},
+    {"bad-images", "policy", "Images: on an unreadable or truncated file, stop (with its path) or skip (and count "
+                             "it)."},
+    {"crop-padding", "n", "Augment training images: pad each side by n pixels, then crop a window of the original size "
+                          "at random (0 = off)."},
+    {"hflip", nullptr, "Augment training images: mirror half of them left to right, at random."},
     {"label-column", "col", "CSV label column: a header name or a 1-based number (default: the last)."},
     {"train-limit", "n", "Train on only the first n training samples (0 = all)."},
     {"test-limit", "n", "Evaluate on only the first n test samples (0 = all)."},
@@ -132,6 +142,9 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
         number("dropout", job.model.dropout),
         integer("train-limit", job.dataset.trainLimit),
         integer("test-limit", job.dataset.testLimit),
+        number("test-fraction", job.dataset.testFraction),
+        integer("image-size", job.dataset.imageSize),
+        integer("crop-padding", job.dataset.cropPadding),
         number("alpha", job.aggregation.alpha),
         number("lease-timeout", job.fleet.leaseTimeoutSeconds),
         number("preempt-mean", job.fleet.preemption.meanIntervalSeconds),
@@ -166,6 +179,10 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
     if (p.isSet(QStringLiteral("data")))
         job.dataset.path = QFileInfo(p.value(QStringLiteral("data"))).absoluteFilePath();
     text("label-column", job.dataset.labelColumn);
+    text("color", job.dataset.color);
+    text("bad-images", job.dataset.badImages);
+    if (p.isSet(QStringLiteral("hflip")))
+        job.dataset.horizontalFlip = true;
     text("rule", job.aggregation.rule);
     text("instance-type", job.fleet.instanceType);
     text("price-class", job.fleet.priceClass);

@@ -1,8 +1,6 @@
 #include "WorkerAgent.h"
 
 #include "AppLog.h"
-#include "Sha256.h"
-#include "AtomicFile.h"
 #include "JobData.h"
 #include "WireFormat.h"
 
@@ -23,7 +21,10 @@ using net::MessageType;
 
 } // namespace
 
-WorkerAgent::WorkerAgent(Options options, QObject *parent) : QObject(parent), m_options(std::move(options))
+WorkerAgent::WorkerAgent(Options options, QObject *parent)
+    : QObject(parent), m_options(std::move(options)),
+      m_shards(QDir(m_options.stateDir).filePath(QStringLiteral("shards")), m_options.shardCacheBytes,
+               m_options.shardMemoryBytes)
 {
     m_pool.setMaxThreadCount(1);
     m_client = std::make_unique<net::WorkerClient>(net::WorkerClient::Options{m_options.stateDir, m_options.name});
@@ -254,50 +255,24 @@ void WorkerAgent::onAssign(const net::Message &message)
     c.work.config.seed = quint64(h.value(QStringLiteral("seed")).toInteger());
     c.work.config.threads = m_options.threads;
     c.weights = *weights;
-    m_current = c;
-    if (m_shards.count(c.shardSha)) {
-        train();
-        return;
-    }
-    if (cachedShard(c.shardSha)) {
+    if (auto cached = m_shards.find(c.shardSha)) {
         qCInfo(lcApp).noquote() << "shard" << c.shard << "read from the cache";
+        c.samples = *cached;
+        m_current = c;
         train();
         return;
     }
+    m_current = c;
     qCInfo(lcApp).noquote() << "downloading shard" << c.shard;
     m_client->send(MessageType::ShardRequest, QCborMap{{QStringLiteral("shard"), c.shard}});
-}
-
-QString WorkerAgent::shardPath(const QByteArray &sha, const char *suffix) const
-{
-    return QDir(m_options.stateDir).filePath(QStringLiteral("shards/") + QString::fromLatin1(sha.toHex())
-                                             + QString::fromLatin1(suffix));
-}
-
-std::optional<Dataset> WorkerAgent::cachedShard(const QByteArray &sha)
-{
-    // A shard downloaded before (by this or an earlier run) is read from disk, if intact.
-    QFile data(shardPath(sha, ".bin"));
-    QFile manifest(shardPath(sha, ".json"));
-    if (!data.open(QIODevice::ReadOnly) || !manifest.open(QIODevice::ReadOnly))
-        return std::nullopt;
-    const QByteArray bytes = data.readAll();
-    if (Sha256::hash(bytes) != sha) {
-        data.remove();
-        return std::nullopt;
-    }
-    auto shard = shardFromBytes(bytes, QCborValue::fromJsonValue(QJsonDocument::fromJson(manifest.readAll()).object()).toMap());
-    if (!shard)
-        return std::nullopt;
-    m_shards[sha] = *shard;
-    return *shard;
 }
 
 void WorkerAgent::onShard(const net::Message &message)
 {
     if (!m_current)
         return;
-    const QByteArray sha = Sha256::hash(message.payload);
+    // The digest covers the manifest's normalization and augmentation too, not only the bytes.
+    const QByteArray sha = shardDigest(message.header, message.payload);
     if (sha != m_current->shardSha) {
         m_client->send(MessageType::HandBack, QCborMap{{QStringLiteral("lease"), m_current->leaseId},
                                                        {QStringLiteral("reason"),
@@ -314,12 +289,8 @@ void WorkerAgent::onShard(const net::Message &message)
         requestWork();
         return;
     }
-    m_shards[sha] = *shard;
-    if (QDir().mkpath(QDir(m_options.stateDir).filePath(QStringLiteral("shards")))) {
-        QCborMap manifest = message.header;
-        (void)writeFileAtomically(shardPath(sha, ".json"), QJsonDocument(manifest.toJsonObject()).toJson());
-        (void)writeFileAtomically(shardPath(sha, ".bin"), message.payload);
-    }
+    m_shards.insert(sha, message.header, message.payload, *shard);
+    m_current->samples = std::move(shard).value();
     train();
 }
 
@@ -338,11 +309,10 @@ void WorkerAgent::train()
     m_superseded = false;
     m_done = 0;
     m_planned = 0;
-    const Dataset shard = m_shards.at(c.shardSha);
     WorkerSession *session = m_session.get();
-    m_training.setFuture(QtConcurrent::run(&m_pool, [this, session, shard, c] {
+    m_training.setFuture(QtConcurrent::run(&m_pool, [this, session, c] {
         return std::make_shared<Result<TrainOutcome>>(
-            session->train(shard, c.work, c.weights, &m_cancel, [this](std::int64_t done, std::int64_t planned) {
+            session->train(c.samples, c.work, c.weights, &m_cancel, [this](std::int64_t done, std::int64_t planned) {
                 m_done = done;
                 m_planned = planned;
             }));

@@ -1,6 +1,6 @@
 #pragma once
 // A remote worker: it takes subtasks from a coordinator over the network client, fetches
-// (and caches by SHA-256) the shards they name, trains them on a training thread, and
+// the shards they name (and caches them by digest, in memory and on disk, both bounded), trains them on a training thread, and
 // returns the results. A result whose upload was cut off is sent again after reconnecting;
 // a preemption notice (SIGTERM) stops the training, uploads the partial result within a
 // grace period, and leaves.
@@ -8,6 +8,7 @@
 // Threads: the agent and the client live on the main thread; training runs on one thread
 // of the agent's pool and owns the WorkerSession while it runs.
 
+#include "ShardCache.h"
 #include "WorkerClient.h"
 #include "WorkerSession.h"
 
@@ -44,6 +45,8 @@ public:
         // from. Empty for every real worker; the bench tool's attackers (app/Attacks.h) use
         // it to play a dishonest worker without a branch of their own in this class.
         std::function<void(TrainOutcome &outcome, const torch::Tensor &base)> resultHook;
+        qint64 shardCacheBytes = qint64(4096) << 20;  // on disk, under stateDir/shards
+        qint64 shardMemoryBytes = qint64(1024) << 20; // decoded, in memory
     };
 
     WorkerAgent(Options options, QObject *parent = nullptr);
@@ -81,6 +84,7 @@ private:
         int shard = 0;
         QByteArray shardSha;
         qint64 shardSamples = 0;
+        Dataset samples; // the shard's, set once they are here
         SubtaskWork work;
         torch::Tensor weights;
     };
@@ -100,8 +104,6 @@ private:
     void onTrained();
     void sendPending();
     void finish(int code, const QString &message);
-    std::optional<Dataset> cachedShard(const QByteArray &sha);
-    QString shardPath(const QByteArray &sha, const char *suffix) const;
 
     Options m_options;
     std::unique_ptr<net::WorkerClient> m_client;
@@ -109,7 +111,7 @@ private:
     QString m_layout;
     double m_speed = 0.0;
     quint64 m_jobSeed = 0;
-    std::map<QByteArray, Dataset> m_shards; // in memory, by SHA-256
+    ShardCache m_shards;
     std::optional<Current> m_current;
     std::optional<Pending> m_pending;
     QThreadPool m_pool;

@@ -60,6 +60,13 @@ int runWorker(const QStringList &arguments, const std::function<void(TrainOutcom
          QStringLiteral("url")},
         {QStringLiteral("preemption-poll"), QStringLiteral("Seconds between two looks at the metadata service."),
          QStringLiteral("seconds"), QStringLiteral("5")},
+        {QStringLiteral("shard-cache-mb"),
+         QStringLiteral("Disk space for the shards kept in --state-dir, in MiB; the least recently used go first "
+                        "(0 = keep none)."),
+         QStringLiteral("MiB"), QStringLiteral("4096")},
+        {QStringLiteral("shard-memory-mb"),
+         QStringLiteral("Memory for decoded shards, in MiB; the least recently used go first."), QStringLiteral("MiB"),
+         QStringLiteral("1024")},
         {QStringLiteral("verbose"), QStringLiteral("Print connection and subtask events to standard error.")},
     });
     if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("worker")))
@@ -98,6 +105,17 @@ int runWorker(const QStringList &arguments, const std::function<void(TrainOutcom
     options.modelFile = parser.value(QStringLiteral("model-file"));
     options.graceMs = std::max(1, parser.value(QStringLiteral("grace")).toInt()) * 1000;
     options.resultHook = resultHook;
+    for (const auto &[flag, field] : {std::pair{"shard-cache-mb", &options.shardCacheBytes},
+                                      std::pair{"shard-memory-mb", &options.shardMemoryBytes}}) {
+        bool ok = false;
+        const qint64 mib = parser.value(QString::fromLatin1(flag)).toLongLong(&ok);
+        if (!ok || mib < 0 || mib > (qint64(1) << 30)) {
+            std::fprintf(stderr, "flotilla worker: --%s needs a number of MiB, got '%s'\n", flag,
+                         parser.value(QString::fromLatin1(flag)).toUtf8().constData());
+            return ExitUsage;
+        }
+        *field = mib << 20;
+    }
 
     std::unique_ptr<net::PreemptionWatcher> watcher;
     if (parser.isSet(QStringLiteral("preemption-watch"))) {

@@ -59,6 +59,13 @@ void bareEpoch(BareCnn &model, torch::optim::SGD &optimizer, const torch::Tensor
 
 double seconds(const QElapsedTimer &t) { return double(t.nsecsElapsed()) / 1e9; }
 
+// What a bare loop trains on: the whole set normalized once, as float32, the way such
+// loops are written (Flotilla's trainer normalizes each batch of stored bytes instead).
+torch::Tensor normalizedFloats(const Dataset &d)
+{
+    return InputPipeline(d, torch::kCPU).rows(0, d.size()).contiguous();
+}
+
 } // namespace
 
 Result<PairedRates> benchTrainer(const TrainerBenchConfig &config)
@@ -78,13 +85,14 @@ Result<PairedRates> benchTrainer(const TrainerBenchConfig &config)
     tc.threads = config.threads;
     at::set_num_threads(config.threads);
     const double n = double(train.size());
+    const torch::Tensor bareFeatures = normalizedFloats(train);
 
     PairedRates rates;
     for (int r = 0; r < config.repeats; ++r) {
         const auto runFlotilla = [&]() -> Result<void> {
             QElapsedTimer t;
             t.start();
-            auto out = trainSubtask(**model, start, train.features, train.labels, tc, torch::kCPU);
+            auto out = trainSubtask(**model, start, train, tc, torch::kCPU);
             if (!out)
                 return out.takeError();
             rates.flotilla.push_back(n / seconds(t));
@@ -107,7 +115,7 @@ Result<PairedRates> benchTrainer(const TrainerBenchConfig &config)
                                         torch::optim::SGDOptions(config.learningRate).momentum(0.9));
             QElapsedTimer t;
             t.start();
-            bareEpoch(bare, optimizer, train.features, train.labels, config.batchSize);
+            bareEpoch(bare, optimizer, bareFeatures, train.labels, config.batchSize);
             rates.peer.push_back(n / seconds(t));
         };
         // Alternate who goes first, so neither always meets a warmer cache.
@@ -174,16 +182,18 @@ Result<void> runBareLoop(const BareLoopConfig &config, const std::function<bool(
                                 torch::optim::SGDOptions(config.learningRate).momentum(config.momentum));
     const Dataset &train = (*data)->train;
     const Dataset &test = (*data)->test;
+    const torch::Tensor trainFeatures = normalizedFloats(train);
+    const torch::Tensor testFeatures = normalizedFloats(test);
     for (int epoch = 1; epoch <= config.epochs; ++epoch) {
         const torch::Tensor order = torch::randperm(train.size(), torch::kInt64);
-        bareEpoch(model, optimizer, train.features.index_select(0, order), train.labels.index_select(0, order),
+        bareEpoch(model, optimizer, trainFeatures.index_select(0, order), train.labels.index_select(0, order),
                   config.batchSize);
         torch::NoGradGuard noGrad;
         model.eval();
         std::int64_t correct = 0;
         for (std::int64_t i = 0; i < test.size(); i += 1000) {
             const std::int64_t take = std::min<std::int64_t>(1000, test.size() - i);
-            correct += model.forward(test.features.narrow(0, i, take)).argmax(1).eq(test.labels.narrow(0, i, take))
+            correct += model.forward(testFeatures.narrow(0, i, take)).argmax(1).eq(test.labels.narrow(0, i, take))
                            .sum().item<std::int64_t>();
         }
         if (!epochDone(epoch, double(correct) / double(test.size())))

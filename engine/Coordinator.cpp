@@ -1345,7 +1345,7 @@ void Coordinator::dispatchEvaluation(EvaluationRequest request)
         evaluationFailed(request, device.error());
         return;
     }
-    auto ev = evaluate(*m_evalModel, request.weights, m_data->test.features, m_data->test.labels, *device);
+    auto ev = evaluate(*m_evalModel, request.weights, m_data->test, *device);
     if (!ev) {
         evaluationFailed(request, ev.error());
         return;

@@ -61,8 +61,8 @@ void CoordinatorService::start()
                                         : selectDevice(spec.training.device);
             Result<Evaluation> ev = !m_evaluationModel ? Result<Evaluation>(fail(QStringLiteral("no model to evaluate with")))
                                     : !device          ? Result<Evaluation>(device.takeError())
-                                                       : evaluate(*m_evaluationModel, request.weights, data->test.features,
-                                                                  data->test.labels, *device);
+                                                       : evaluate(*m_evaluationModel, request.weights, data->test,
+                                                                  *device);
             QMetaObject::invokeMethod(this, [this, request, ev] {
                 if (!m_coordinator)
                     return;

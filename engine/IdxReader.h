@@ -29,7 +29,7 @@ Result<QByteArray> readMaybeGzipped(const QString &path);
 Result<IdxArray> parseIdx(const QByteArray &bytes, const QString &origin);
 Result<IdxArray> readIdxFile(const QString &path);
 
-// Images (N×H×W or N×C×H×W unsigned bytes, scaled to [0, 1]) and labels (N bytes).
+// Images (N×H×W or N×C×H×W unsigned bytes, kept as uint8 N×C×H×W) and labels (N bytes).
 Result<Dataset> loadIdxDataset(const QString &imagesPath, const QString &labelsPath,
                                const QString &name);
 

@@ -1,10 +1,13 @@
 #include "JobData.h"
 
 #include "CsvReader.h"
+#include "EngineLog.h"
 #include "IdxReader.h"
+#include "ImageFolder.h"
 #include "Random.h"
 
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFileInfo>
 #include <QProcess>
 
@@ -45,6 +48,31 @@ Dataset firstRows(const Dataset &d, qint64 limit)
     out.features = d.features.narrow(0, 0, limit).contiguous();
     out.labels = d.labels.narrow(0, 0, limit).contiguous();
     return out;
+}
+
+Result<std::pair<Dataset, Dataset>> loadImages(const DatasetSpec &spec, quint64 seed)
+{
+    ImageFolderOptions options;
+    options.imageSize = spec.imageSize;
+    options.color = spec.color;
+    options.skipBadImages = spec.badImages == QLatin1String("skip");
+    options.orderSeed = seed;
+    options.trainLimit = spec.trainLimit;
+    options.testLimit = spec.testLimit;
+    auto loaded = loadImageFolder(spec.path, options);
+    if (!loaded)
+        return loaded.takeError();
+    qCInfo(lcEngine).noquote() << "read" << loaded->layout;
+    if (loaded->skipped > 0)
+        qCWarning(lcEngine).noquote() << "skipped" << loaded->skipped << "unreadable or truncated images; the first:"
+                                      << loaded->skippedExamples.join(QStringLiteral("; "));
+    if (loaded->hasTestSplit)
+        return std::make_pair(std::move(loaded->train), std::move(loaded->test));
+    if (loaded->train.size() < 4)
+        return fail(QStringLiteral("image folder '%1' has only %2 images; it needs enough for a training and a test split")
+                        .arg(spec.path).arg(loaded->train.size()));
+    qCInfo(lcEngine).noquote() << "no test folder: holding out" << spec.testFraction << "of the images for testing";
+    return holdOut(loaded->train, spec.testFraction, seed);
 }
 
 Result<std::pair<Dataset, Dataset>> loadIdxFolder(const QString &folder, const QString &name, const DatasetSpec &spec,
@@ -89,6 +117,8 @@ QString defaultFashionMnistDir()
 
 Result<std::shared_ptr<const JobData>> loadJobData(const JobSpec &spec)
 {
+    QElapsedTimer timer;
+    timer.start();
     const DatasetSpec &ds = spec.dataset;
     Result<std::pair<Dataset, Dataset>> splits = fail(QString());
     if (ds.kind == QLatin1String("fashion-mnist"))
@@ -105,7 +135,9 @@ Result<std::shared_ptr<const JobData>> loadJobData(const JobSpec &spec)
             return fail(QStringLiteral("'%1' has only %2 rows; it needs enough for a training and a test split")
                             .arg(ds.path).arg(all->size()));
         splits = holdOut(*all, ds.testFraction, spec.training.seed);
-    } else
+    } else if (ds.kind == QLatin1String("images"))
+        splits = loadImages(ds, spec.training.seed);
+    else
         return fail(QStringLiteral("unknown data set kind '%1'").arg(ds.kind));
     if (!splits)
         return splits.takeError();
@@ -116,14 +148,33 @@ Result<std::shared_ptr<const JobData>> loadJobData(const JobSpec &spec)
     data->numClasses = std::max(data->train.numClasses, data->test.numClasses);
     data->train.numClasses = data->test.numClasses = data->numClasses;
     data->inputShape = data->train.sampleShape();
+    // The samples stay as stored; every batch is normalized as it is made (InputPipeline).
     data->normalization = Normalization::fit(data->train);
-    data->normalization.apply(data->train);
-    data->normalization.apply(data->test);
+    data->train.normalization = data->test.normalization = data->normalization;
+    data->train.augmentation = Augmentation{ds.cropPadding, ds.horizontalFlip};
+    if (data->train.augmentation.enabled() && !data->train.isImages())
+        return fail(QStringLiteral("'dataset.crop_padding' and 'dataset.horizontal_flip' augment images, but '%1' holds "
+                                   "samples of shape %2")
+                        .arg(ds.path, shapeToString(data->inputShape)));
+    if (ds.cropPadding > 0 && data->train.isImages()
+        && ds.cropPadding > std::min(data->inputShape[1], data->inputShape[2]))
+        return fail(QStringLiteral("'dataset.crop_padding' is %1, more than the side of the images (%2); use a "
+                                   "fraction of the side, such as %3")
+                        .arg(ds.cropPadding).arg(shapeToString(data->inputShape))
+                        .arg(std::max<std::int64_t>(1, std::min(data->inputShape[1], data->inputShape[2]) / 8)));
     if (spec.training.shards > data->train.size())
         return fail(QStringLiteral("'training.shards' is %1 but the training set has only %2 samples; use at most "
                                    "one shard per sample")
                         .arg(spec.training.shards).arg(data->train.size()));
     data->plan = ShardPlan(data->train.size(), spec.training.shards, spec.training.seed);
+    const auto mib = [](const Dataset &d) { return double(d.features.numel() * d.features.element_size()) / double(1 << 20); };
+    qCInfo(lcEngine).noquote() << QStringLiteral("loaded %1 training and %2 test samples of %3 (%4, %5 MiB in memory) in %6 s")
+                                      .arg(data->train.size()).arg(data->test.size())
+                                      .arg(shapeToString(data->inputShape),
+                                           data->train.features.scalar_type() == torch::kUInt8 ? QStringLiteral("bytes")
+                                                                                              : QStringLiteral("float32"))
+                                      .arg(mib(data->train) + mib(data->test), 0, 'f', 1)
+                                      .arg(double(timer.nsecsElapsed()) / 1e9, 0, 'f', 2);
     return std::shared_ptr<const JobData>(std::move(data));
 }
 

@@ -28,6 +28,11 @@ void forEachField(Job &job, Visit &&visit)
     visit("dataset.test_fraction", job.dataset.testFraction);
     visit("dataset.train_limit", job.dataset.trainLimit);
     visit("dataset.test_limit", job.dataset.testLimit);
+    visit("dataset.image_size", job.dataset.imageSize);
+    visit("dataset.color", job.dataset.color);
+    visit("dataset.bad_images", job.dataset.badImages);
+    visit("dataset.crop_padding", job.dataset.cropPadding);
+    visit("dataset.horizontal_flip", job.dataset.horizontalFlip);
     visit("model.kind", job.model.kind);
     visit("model.path", job.model.path);
     visit("model.dropout", job.model.dropout);
@@ -202,6 +207,14 @@ Result<void> inRange(const QString &field, T value, T lo, T hi)
     return fail(QStringLiteral("'%1' is %2; it must be between %3 and %4").arg(field).arg(value).arg(lo).arg(hi));
 }
 
+Result<void> imagesOnly(const DatasetSpec &dataset, const QString &key, bool set, const QString &value)
+{
+    if (!set || dataset.kind == QLatin1String("images"))
+        return {};
+    return fail(QStringLiteral("'dataset.%1' is %2, but it applies only to data sets of kind 'images' (this one is '%3')")
+                    .arg(key, value, dataset.kind));
+}
+
 } // namespace
 
 JobSpec JobSpec::defaultJob()
@@ -292,13 +305,28 @@ QStringList JobSpec::problems() const
     const std::initializer_list<Result<void>> checks = {
         name.trimmed().isEmpty() ? Result<void>(fail(QStringLiteral("'name' must not be empty"))) : Result<void>(),
         oneOf(QStringLiteral("dataset.kind"), dataset.kind,
-              {QStringLiteral("fashion-mnist"), QStringLiteral("idx"), QStringLiteral("csv")}),
+              {QStringLiteral("fashion-mnist"), QStringLiteral("idx"), QStringLiteral("csv"), QStringLiteral("images")}),
         (dataset.kind != QLatin1String("fashion-mnist") && dataset.path.isEmpty())
             ? Result<void>(fail(QStringLiteral("'dataset.path' is required for a dataset of kind '%1'").arg(dataset.kind)))
             : Result<void>(),
         inRange(QStringLiteral("dataset.test_fraction"), dataset.testFraction, 0.01, 0.9),
         inRange<qint64>(QStringLiteral("dataset.train_limit"), dataset.trainLimit, 0, qint64(1) << 40),
         inRange<qint64>(QStringLiteral("dataset.test_limit"), dataset.testLimit, 0, qint64(1) << 40),
+        inRange(QStringLiteral("dataset.image_size"), dataset.imageSize, 0, 4096),
+        oneOf(QStringLiteral("dataset.color"), dataset.color,
+              {QStringLiteral("auto"), QStringLiteral("gray"), QStringLiteral("rgb")}),
+        oneOf(QStringLiteral("dataset.bad_images"), dataset.badImages, {QStringLiteral("stop"), QStringLiteral("skip")}),
+        // Settings of image folders on another kind would be ignored: say so instead.
+        imagesOnly(dataset, QStringLiteral("image_size"), dataset.imageSize != 0, QString::number(dataset.imageSize)),
+        imagesOnly(dataset, QStringLiteral("color"), dataset.color != QLatin1String("auto"), u'\'' + dataset.color + u'\''),
+        imagesOnly(dataset, QStringLiteral("bad_images"), dataset.badImages != QLatin1String("stop"),
+                   u'\'' + dataset.badImages + u'\''),
+        inRange(QStringLiteral("dataset.crop_padding"), dataset.cropPadding, 0, 1024),
+        (dataset.kind == QLatin1String("csv") && (dataset.cropPadding > 0 || dataset.horizontalFlip))
+            ? Result<void>(fail(QStringLiteral("'dataset.%1' augments images, but a csv data set is a table; turn it off")
+                                    .arg(dataset.cropPadding > 0 ? QStringLiteral("crop_padding")
+                                                                 : QStringLiteral("horizontal_flip"))))
+            : Result<void>(),
         oneOf(QStringLiteral("model.kind"), model.kind,
               {QStringLiteral("mlp"), QStringLiteral("cnn"), QStringLiteral("resnet"), QStringLiteral("torchscript")}),
         (model.kind == QLatin1String("torchscript") && model.path.isEmpty())

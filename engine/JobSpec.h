@@ -14,12 +14,19 @@ namespace flotilla {
 
 struct DatasetSpec
 {
-    QString kind = QStringLiteral("fashion-mnist"); // fashion-mnist | idx | csv
-    QString path;            // folder of IDX files, or CSV file; fashion-mnist: optional folder
+    QString kind = QStringLiteral("fashion-mnist"); // fashion-mnist | idx | csv | images
+    QString path;            // folder of IDX files, CSV file, or image folder; fashion-mnist: optional folder
     QString labelColumn;     // csv: name or 1-based number; empty = last column
     double testFraction = 0.1; // held out when the source has no test split of its own
     qint64 trainLimit = 0;   // use only the first N training samples (0 = all)
     qint64 testLimit = 0;    // evaluate on only the first N test samples (0 = all)
+    // images: every image is resized to this side (0 = kept as stored; then all must agree)
+    int imageSize = 0;
+    QString color = QStringLiteral("auto");     // images: auto | gray | rgb
+    QString badImages = QStringLiteral("stop"); // images: stop | skip (unreadable or truncated files)
+    // Augmentation of training batches (image data sets of any kind)
+    int cropPadding = 0;         // random crop after padding each side by this many pixels (0 = off)
+    bool horizontalFlip = false; // mirror half of the training images, at random
 };
 
 struct ModelSpec

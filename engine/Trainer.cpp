@@ -42,15 +42,16 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(Model &model, const Train
 
 } // namespace
 
-Result<TrainOutcome> trainSubtask(Model &model, const torch::Tensor &startWeights, const torch::Tensor &x,
-                                  const torch::Tensor &y, const TrainConfig &config, torch::Device device,
+Result<TrainOutcome> trainSubtask(Model &model, const torch::Tensor &startWeights, const Dataset &samples,
+                                  const TrainConfig &config, torch::Device device,
                                   const std::atomic<bool> *cancel, const TrainProgress &progress)
 {
     QElapsedTimer timer;
     timer.start();
-    const std::int64_t n = x.size(0);
-    if (n == 0 || y.size(0) != n)
-        return fail(QStringLiteral("a subtask needs samples and as many labels (got %1 and %2)").arg(n).arg(y.size(0)));
+    const torch::Tensor &y = samples.labels;
+    const std::int64_t n = samples.features.defined() ? samples.features.size(0) : 0;
+    if (n == 0 || samples.size() != n)
+        return fail(QStringLiteral("a subtask needs samples and as many labels (got %1 and %2)").arg(n).arg(samples.size()));
     at::set_num_threads(config.threads);
 
     TrainOutcome out;
@@ -62,6 +63,9 @@ Result<TrainOutcome> trainSubtask(Model &model, const torch::Tensor &startWeight
             return loaded.takeError();
         model.setTraining(true);
         auto optimizer = makeOptimizer(model, config);
+        const InputPipeline inputs(samples, device);
+        // A stream of its own, apart from the seeds of the later passes' orders.
+        const std::uint64_t augmentSeeds = mixSeed(config.seed, 0xA7A7A7A7ULL);
 
         double lossSum = 0.0;
         std::int64_t batches = 0;
@@ -86,7 +90,8 @@ Result<TrainOutcome> trainSubtask(Model &model, const torch::Tensor &startWeight
             }
             const std::int64_t take = std::min({batch, n - position, out.plannedSampleSteps - out.sampleSteps});
             const torch::Tensor idx = orderTensor.narrow(0, position, take);
-            const torch::Tensor xb = x.index_select(0, idx).to(device);
+            // Each batch draws its own crops, from the subtask's seed: a rerun is the same run.
+            const torch::Tensor xb = inputs.trainingRows(idx, mixSeed(augmentSeeds, static_cast<std::uint64_t>(batches)));
             const torch::Tensor yb = y.index_select(0, idx).to(device);
 
             optimizer->zero_grad();
@@ -123,9 +128,10 @@ Result<TrainOutcome> trainSubtask(Model &model, const torch::Tensor &startWeight
     return out;
 }
 
-Result<Evaluation> evaluate(Model &model, const torch::Tensor &weights, const torch::Tensor &x,
-                            const torch::Tensor &y, torch::Device device, int batchSize)
+Result<Evaluation> evaluate(Model &model, const torch::Tensor &weights, const Dataset &data, torch::Device device,
+                            int batchSize)
 {
+    const torch::Tensor &y = data.labels;
     Evaluation ev;
     try {
         // The evaluation model may have been built on another device than the batches go to.
@@ -134,12 +140,13 @@ Result<Evaluation> evaluate(Model &model, const torch::Tensor &weights, const to
             return loaded.takeError();
         torch::NoGradGuard noGrad;
         model.setTraining(false);
-        const std::int64_t n = x.size(0);
+        const InputPipeline inputs(data, device);
+        const std::int64_t n = data.size();
         double lossSum = 0.0;
         std::int64_t correct = 0;
         for (std::int64_t i = 0; i < n; i += batchSize) {
             const std::int64_t take = std::min<std::int64_t>(batchSize, n - i);
-            const torch::Tensor logits = model.forward(x.narrow(0, i, take).to(device));
+            const torch::Tensor logits = model.forward(inputs.rows(i, take));
             const torch::Tensor yb = y.narrow(0, i, take).to(device);
             lossSum += torch::nn::functional::cross_entropy(
                            logits, yb, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))

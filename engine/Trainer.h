@@ -4,6 +4,7 @@
 // the new weights with its metrics. A cancel flag set from another thread (a preemption
 // notice) makes it stop after the current batch and return a partial result.
 
+#include "Dataset.h"
 #include "JobSpec.h"
 #include "Model.h"
 #include "Result.h"
@@ -42,20 +43,23 @@ using TrainProgress = std::function<void(std::int64_t sampleSteps, std::int64_t 
 // The learning rate a job's schedule gives an epoch (0-based).
 double scheduledLearningRate(const TrainingSpec &training, int epoch);
 
-// x: the subtask's samples in visiting order; y: their labels. model must already be on
-// `device`; start weights are loaded into it first.
-Result<TrainOutcome> trainSubtask(Model &model, const torch::Tensor &startWeights, const torch::Tensor &x,
-                                  const torch::Tensor &y, const TrainConfig &config, torch::Device device,
+// samples: the subtask's samples in visiting order, as stored; every batch is normalized
+// (and augmented, when the data set asks for it, with draws seeded from config.seed) on
+// `device` by an InputPipeline. model must already be on `device`; start weights are loaded
+// into it first.
+Result<TrainOutcome> trainSubtask(Model &model, const torch::Tensor &startWeights, const Dataset &samples,
+                                  const TrainConfig &config, torch::Device device,
                                   const std::atomic<bool> *cancel = nullptr, const TrainProgress &progress = {});
 
-// Accuracy and mean loss of flat weights on a data set, in batches, under NoGradGuard.
+// Accuracy and mean loss of flat weights on a data set, in batches made by the same
+// InputPipeline as training's (never augmented), under NoGradGuard.
 struct Evaluation
 {
     double accuracy = 0.0;
     double loss = 0.0;
     std::int64_t samples = 0;
 };
-Result<Evaluation> evaluate(Model &model, const torch::Tensor &weights, const torch::Tensor &x,
-                            const torch::Tensor &y, torch::Device device, int batchSize = 1000);
+Result<Evaluation> evaluate(Model &model, const torch::Tensor &weights, const Dataset &data, torch::Device device,
+                            int batchSize = 1000);
 
 } // namespace flotilla

@@ -42,11 +42,8 @@ Result<TrainOutcome> WorkerSession::train(const Dataset &shard, const SubtaskWor
         return fail(QStringLiteral("positions %1-%2 are outside shard %3 of %4 samples")
                         .arg(work.begin).arg(work.end).arg(work.shard).arg(size));
     const std::vector<std::int64_t> order = ShardPlan::epochPermutation(size, work.jobSeed, work.shard, work.epoch);
-    const torch::Tensor idx = torch::tensor(
-        std::vector<std::int64_t>(order.begin() + work.begin, order.begin() + work.end), torch::kInt64);
-    const torch::Tensor x = shard.features.index_select(0, idx);
-    const torch::Tensor y = shard.labels.index_select(0, idx);
-    return trainSubtask(*m_model, weights, x, y, work.config, m_device, cancel, progress);
+    const Dataset visit = shard.select(std::vector<std::int64_t>(order.begin() + work.begin, order.begin() + work.end));
+    return trainSubtask(*m_model, weights, visit, work.config, m_device, cancel, progress);
 }
 
 double WorkerSession::measureThroughput(int batchSize, int threads, double seconds)
@@ -65,7 +62,7 @@ double WorkerSession::measureThroughput(int batchSize, int threads, double secon
     std::int64_t samples = 0;
     int rounds = 0;
     while (rounds < 3 || timer.elapsed() < qint64(seconds * 1000.0)) {
-        auto out = trainSubtask(*m_model, start, probe.features, probe.labels, config, m_device);
+        auto out = trainSubtask(*m_model, start, probe, config, m_device);
         if (!out)
             return 0.0;
         samples += out->sampleSteps;

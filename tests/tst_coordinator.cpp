@@ -464,9 +464,8 @@ private Q_SLOTS:
             auto a = c->requestSubtask(w);
             QVERIFY(a);
             const auto order = f.data->plan.epochOrder(a->shard, a->epoch);
-            const auto idx = torch::tensor(std::vector<std::int64_t>(order.begin() + a->begin, order.begin() + a->end));
-            auto out = trainSubtask(*model, a->weights, f.data->train.features.index_select(0, idx),
-                                    f.data->train.labels.index_select(0, idx), a->config, torch::kCPU);
+            const Dataset visit = f.data->train.select(std::vector<std::int64_t>(order.begin() + a->begin, order.begin() + a->end));
+            auto out = trainSubtask(*model, a->weights, visit, a->config, torch::kCPU);
             QVERIFY(out);
             QCOMPARE(c->submitResult(w, SubtaskResult::fromOutcome(a->leaseId, *out)).status, SubmitStatus::Assimilated);
         }

@@ -12,6 +12,7 @@
 #include "WorkerAgent.h"
 
 #include <QChartView>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDialogButtonBox>
 #include <QImage>
@@ -142,6 +143,40 @@ private Q_SLOTS:
         auto refused = other.loadJobFile(broken.fileName());
         QVERIFY(!refused);
         QVERIFY(refused.error().contains(QStringLiteral("training.epochs")));
+    }
+
+    void wizardOffersImageFolders()
+    {
+        ui::JobWizard wizard(JobSpec::defaultJob(), 1);
+        auto *kind = qobject_cast<QComboBox *>(wizard.field(QStringLiteral("dataset.kind")));
+        QVERIFY(kind->findText(QStringLiteral("images")) >= 0);
+        // Image settings are greyed out until the data set is an image folder.
+        QVERIFY(!wizard.field(QStringLiteral("dataset.image_size"))->isEnabled());
+        kind->setCurrentText(QStringLiteral("images"));
+        QVERIFY(wizard.field(QStringLiteral("dataset.image_size"))->isEnabled());
+        auto *path = qobject_cast<QLineEdit *>(wizard.field(QStringLiteral("dataset.path")));
+        path->setText(m_dir.filePath(QStringLiteral("no-such-folder")));
+        QVERIFY(wizard.problemText(QStringLiteral("dataset.path")).contains(QStringLiteral("the folder")));
+        path->setText(m_dir.path());
+        qobject_cast<QSpinBox *>(wizard.field(QStringLiteral("dataset.image_size")))->setValue(32);
+        qobject_cast<QComboBox *>(wizard.field(QStringLiteral("dataset.color")))->setCurrentText(QStringLiteral("rgb"));
+        qobject_cast<QComboBox *>(wizard.field(QStringLiteral("dataset.bad_images")))->setCurrentText(QStringLiteral("skip"));
+        qobject_cast<QSpinBox *>(wizard.field(QStringLiteral("dataset.crop_padding")))->setValue(4);
+        qobject_cast<QCheckBox *>(wizard.field(QStringLiteral("dataset.horizontal_flip")))->setChecked(true);
+        QVERIFY2(wizard.problems().isEmpty(), qPrintable(QStringList(wizard.problems().values()).join(u'|')));
+        const JobSpec job = wizard.job();
+        QCOMPARE(job.dataset.kind, QStringLiteral("images"));
+        QCOMPARE(job.dataset.imageSize, 32);
+        QCOMPARE(job.dataset.color, QStringLiteral("rgb"));
+        QCOMPARE(job.dataset.badImages, QStringLiteral("skip"));
+        QCOMPARE(job.dataset.cropPadding, 4);
+        QVERIFY(job.dataset.horizontalFlip);
+        // Back to Fashion-MNIST with an image size left over: the wizard says what is wrong.
+        kind->setCurrentText(QStringLiteral("fashion-mnist"));
+        path->clear();
+        QVERIFY2(wizard.problemText(QStringLiteral("dataset.image_size")).contains(QStringLiteral("only to data sets of kind 'images'")),
+                 qPrintable(wizard.problemText(QStringLiteral("dataset.image_size"))));
+        QVERIFY(wizard.field(QStringLiteral("dataset.image_size"))->isEnabled()); // so that it can be fixed
     }
 
     void jobRunsAndEveryChartGetsPoints()

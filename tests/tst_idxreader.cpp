@@ -60,14 +60,15 @@ private:
         QVERIFY2(data.ok(), qPrintable(data.error()));
         QCOMPARE(data->name, QStringLiteral("tiny"));
         QCOMPARE(data->features.sizes().vec(), (std::vector<std::int64_t>{kImages, 1, kRows, kCols}));
-        QVERIFY(data->features.scalar_type() == torch::kFloat32);
+        // Kept as the bytes of the file: batches are scaled and normalized as they are made.
+        QVERIFY(data->features.scalar_type() == torch::kUInt8);
         QVERIFY(data->features.is_contiguous());
         const QByteArray raw = pixels();
-        const float *f = data->features.data_ptr<float>();
+        const std::uint8_t *f = data->features.data_ptr<std::uint8_t>();
         for (int i = 0; i < raw.size(); ++i)
-            QCOMPARE(f[i], float(static_cast<unsigned char>(raw[i])) / 255.0f);
-        QCOMPARE(data->features.max().item<float>(), 255.0f / 255.0f);
-        QCOMPARE(data->features.min().item<float>(), 0.0f);
+            QCOMPARE(int(f[i]), int(static_cast<unsigned char>(raw[i])));
+        QCOMPARE(int(data->features.max().item<std::uint8_t>()), 255);
+        QCOMPARE(int(data->features.min().item<std::uint8_t>()), 0);
         QVERIFY(data->labels.scalar_type() == torch::kInt64);
         QCOMPARE(data->labels.sizes().vec(), (std::vector<std::int64_t>{kImages}));
         QCOMPARE(data->labels[0].item<std::int64_t>(), std::int64_t(4));
@@ -115,7 +116,8 @@ private Q_SLOTS:
         auto data = loadPair(test::idxBytes(0x08, {2, 3, 2, 2}, payload), test::idxBytes(0x08, {2}, QByteArray("\x00\x01", 2)));
         QVERIFY2(data.ok(), qPrintable(data.error()));
         QCOMPARE(data->features.sizes().vec(), (std::vector<std::int64_t>{2, 3, 2, 2}));
-        QCOMPARE(data->features.min().item<float>(), 1.0f);
+        QVERIFY(data->features.scalar_type() == torch::kUInt8);
+        QCOMPARE(int(data->features.min().item<std::uint8_t>()), 255);
         QCOMPARE(data->numClasses, 2);
     }
 
@@ -263,7 +265,7 @@ private Q_SLOTS:
         QCOMPARE(data->features.sizes().vec(), (std::vector<std::int64_t>{60000, 1, 28, 28}));
         QCOMPARE(data->numClasses, 10);
         QCOMPARE(data->labels.min().item<std::int64_t>(), std::int64_t(0));
-        QCOMPARE(data->features.max().item<float>(), 1.0f);
+        QCOMPARE(int(data->features.max().item<std::uint8_t>()), 255);
         // Fashion-MNIST is balanced: 6000 training images per class.
         const torch::Tensor counts = torch::bincount(data->labels);
         QCOMPARE(counts.min().item<std::int64_t>(), std::int64_t(6000));

@@ -118,6 +118,35 @@ private Q_SLOTS:
         QCOMPARE(back->model.hidden, (QList<int>{256, 128}));
     }
 
+    void imageFolderFieldsRoundTrip()
+    {
+        // The fields customJob() cannot have: a csv job takes no image settings.
+        JobSpec job = JobSpec::defaultJob();
+        job.dataset.kind = QStringLiteral("images");
+        job.dataset.path = QStringLiteral("/data/photos");
+        job.dataset.imageSize = 32;
+        job.dataset.color = QStringLiteral("rgb");
+        job.dataset.badImages = QStringLiteral("skip");
+        job.dataset.cropPadding = 4;
+        job.dataset.horizontalFlip = true;
+        QVERIFY2(job.validate().ok(), qPrintable(job.validate().error()));
+        auto back = JobSpec::fromJson(job.toJson());
+        QVERIFY2(back.ok(), qPrintable(back.error()));
+        QCOMPARE(back->toJson(), job.toJson());
+        QCOMPARE(back->dataset.imageSize, 32);
+        QCOMPARE(back->dataset.color, QStringLiteral("rgb"));
+        QCOMPARE(back->dataset.badImages, QStringLiteral("skip"));
+        QCOMPARE(back->dataset.cropPadding, 4);
+        QVERIFY(back->dataset.horizontalFlip);
+        // Augmentation of a table is refused by name.
+        job.dataset.kind = QStringLiteral("csv");
+        job.dataset.imageSize = 0;
+        job.dataset.color = QStringLiteral("auto");
+        job.dataset.badImages = QStringLiteral("stop");
+        QVERIFY2(job.validate().error().contains(QStringLiteral("'dataset.crop_padding' augments images")),
+                 qPrintable(job.validate().error()));
+    }
+
     void everyFieldRoundTrips()
     {
         const JobSpec job = customJob();
@@ -261,6 +290,21 @@ private Q_SLOTS:
                                                   << QStringLiteral("'model.path'");
         QTest::newRow("blank name") << QStringLiteral("name") << QJsonValue(QStringLiteral("  "))
                                     << QStringLiteral("'name' must not be empty");
+        QTest::newRow("images without path") << QStringLiteral("dataset.kind") << QJsonValue(QStringLiteral("images"))
+                                             << QStringLiteral("'dataset.path' is required for a dataset of kind 'images'");
+        QTest::newRow("image size") << QStringLiteral("dataset.image_size") << QJsonValue(5000)
+                                    << QStringLiteral("'dataset.image_size' is 5000; it must be between 0 and 4096");
+        QTest::newRow("image size elsewhere") << QStringLiteral("dataset.image_size") << QJsonValue(32)
+                                              << QStringLiteral("applies only to data sets of kind 'images' (this one "
+                                                                "is 'fashion-mnist')");
+        QTest::newRow("color") << QStringLiteral("dataset.color") << QJsonValue(QStringLiteral("cmyk"))
+                               << QStringLiteral("'dataset.color' is 'cmyk'; it must be one of: auto, gray, rgb");
+        QTest::newRow("bad images") << QStringLiteral("dataset.bad_images") << QJsonValue(QStringLiteral("ignore"))
+                                    << QStringLiteral("'dataset.bad_images' is 'ignore'; it must be one of: stop, skip");
+        QTest::newRow("crop padding") << QStringLiteral("dataset.crop_padding") << QJsonValue(-1)
+                                      << QStringLiteral("'dataset.crop_padding' is -1");
+        QTest::newRow("flip type") << QStringLiteral("dataset.horizontal_flip") << QJsonValue(1)
+                                   << QStringLiteral("'dataset.horizontal_flip' must be true or false");
     }
     void outOfRangeValuesAreNamed()
     {

@@ -40,9 +40,9 @@ private Q_SLOTS:
     {
         Setup s;
         const torch::Tensor start = s.model->flatWeights();
-        auto before = evaluate(*s.model, start, s.data->test.features, s.data->test.labels, torch::kCPU);
+        auto before = evaluate(*s.model, start, s.data->test, torch::kCPU);
         s.config.localEpochs = 3;
-        auto out = trainSubtask(*s.model, start, s.data->train.features, s.data->train.labels, s.config, torch::kCPU);
+        auto out = trainSubtask(*s.model, start, s.data->train, s.config, torch::kCPU);
         QVERIFY2(out, qPrintable(out.error()));
         QVERIFY(!out->partial);
         QCOMPARE(out->sampleSteps, qint64(3 * 256));
@@ -51,7 +51,7 @@ private Q_SLOTS:
         QVERIFY(out->seconds > 0);
         QVERIFY(out->meanLoss > 0 && std::isfinite(out->meanLoss));
         QCOMPARE(out->weights.numel(), start.numel());
-        auto after = evaluate(*s.model, out->weights, s.data->test.features, s.data->test.labels, torch::kCPU);
+        auto after = evaluate(*s.model, out->weights, s.data->test, torch::kCPU);
         QVERIFY(after->accuracy > 0.95);
         QVERIFY(after->loss < before->loss);
         QVERIFY(torch::equal(start, s.model->flatWeights()) == false);
@@ -63,8 +63,8 @@ private Q_SLOTS:
         Setup b;
         a.config.localEpochs = b.config.localEpochs = 2;
         const torch::Tensor start = a.model->flatWeights();
-        auto ra = trainSubtask(*a.model, start, a.data->train.features, a.data->train.labels, a.config, torch::kCPU);
-        auto rb = trainSubtask(*b.model, start, b.data->train.features, b.data->train.labels, b.config, torch::kCPU);
+        auto ra = trainSubtask(*a.model, start, a.data->train, a.config, torch::kCPU);
+        auto rb = trainSubtask(*b.model, start, b.data->train, b.config, torch::kCPU);
         QVERIFY(torch::equal(ra->weights, rb->weights));
     }
 
@@ -73,7 +73,7 @@ private Q_SLOTS:
         Setup s;
         std::atomic<bool> cancel{false};
         // A preemption notice arrives after 48 samples (three batches).
-        auto out = trainSubtask(*s.model, s.model->flatWeights(), s.data->train.features, s.data->train.labels,
+        auto out = trainSubtask(*s.model, s.model->flatWeights(), s.data->train,
                                 s.config, torch::kCPU, &cancel, [&](std::int64_t done, std::int64_t) {
                                     if (done >= 48)
                                         cancel = true;
@@ -90,7 +90,7 @@ private Q_SLOTS:
         Setup s;
         s.config.localEpochs = 2;
         std::atomic<bool> cancel{false};
-        auto out = trainSubtask(*s.model, s.model->flatWeights(), s.data->train.features, s.data->train.labels,
+        auto out = trainSubtask(*s.model, s.model->flatWeights(), s.data->train,
                                 s.config, torch::kCPU, &cancel, [&](std::int64_t done, std::int64_t) {
                                     if (done >= 256 + 32)
                                         cancel = true;
@@ -105,7 +105,7 @@ private Q_SLOTS:
         Setup s;
         std::atomic<bool> cancel{true};
         const torch::Tensor start = s.model->flatWeights();
-        auto out = trainSubtask(*s.model, start, s.data->train.features, s.data->train.labels, s.config, torch::kCPU,
+        auto out = trainSubtask(*s.model, start, s.data->train, s.config, torch::kCPU,
                                 &cancel);
         QVERIFY(out->partial);
         QCOMPARE(out->sampleSteps, qint64(0));
@@ -116,9 +116,10 @@ private Q_SLOTS:
     void nanLossStopsTheSubtask()
     {
         Setup s;
-        torch::Tensor x = s.data->train.features.clone();
-        x[5][1] = std::numeric_limits<float>::quiet_NaN();
-        auto out = trainSubtask(*s.model, s.model->flatWeights(), x, s.data->train.labels, s.config, torch::kCPU);
+        Dataset poisoned = s.data->train;
+        poisoned.features = s.data->train.features.clone();
+        poisoned.features[5][1] = std::numeric_limits<float>::quiet_NaN();
+        auto out = trainSubtask(*s.model, s.model->flatWeights(), poisoned, s.config, torch::kCPU);
         QVERIFY(!out);
         QVERIFY2(out.error().contains(QStringLiteral("NaN")), qPrintable(out.error()));
         QVERIFY(out.error().contains(QStringLiteral("step 1")));
@@ -127,8 +128,9 @@ private Q_SLOTS:
     void divergenceStopsTheSubtask()
     {
         Setup s;
-        torch::Tensor x = s.data->train.features * 1e30f; // overflows to inf in the first layer
-        auto out = trainSubtask(*s.model, s.model->flatWeights(), x, s.data->train.labels, s.config, torch::kCPU);
+        Dataset huge = s.data->train;
+        huge.features = s.data->train.features * 1e30f; // overflows to inf in the first layer
+        auto out = trainSubtask(*s.model, s.model->flatWeights(), huge, s.config, torch::kCPU);
         QVERIFY(!out);
         QVERIFY2(out.error().contains(QStringLiteral("learning rate")), qPrintable(out.error()));
     }
@@ -137,7 +139,7 @@ private Q_SLOTS:
     {
         Setup s;
         s.config.localSteps = 5;
-        auto out = trainSubtask(*s.model, s.model->flatWeights(), s.data->train.features, s.data->train.labels,
+        auto out = trainSubtask(*s.model, s.model->flatWeights(), s.data->train,
                                 s.config, torch::kCPU);
         QCOMPARE(out->sampleSteps, qint64(5 * 16));
         QCOMPARE(out->covered, qint64(5 * 16));
@@ -150,10 +152,10 @@ private Q_SLOTS:
         s.config.optimizer = QStringLiteral("adam");
         s.config.learningRate = 0.01;
         s.config.localEpochs = 2;
-        auto out = trainSubtask(*s.model, s.model->flatWeights(), s.data->train.features, s.data->train.labels,
+        auto out = trainSubtask(*s.model, s.model->flatWeights(), s.data->train,
                                 s.config, torch::kCPU);
         QVERIFY(out);
-        auto ev = evaluate(*s.model, out->weights, s.data->test.features, s.data->test.labels, torch::kCPU);
+        auto ev = evaluate(*s.model, out->weights, s.data->test, torch::kCPU);
         QVERIFY(ev->accuracy > 0.9);
     }
 

@@ -57,7 +57,7 @@ JobWizard::JobWizard(const JobSpec &job, int localWorkers, QWidget *parent) : QD
     check();
 }
 
-QWidget *JobWizard::withBrowse(QLineEdit *edit, bool folder, const QString &filter)
+QWidget *JobWizard::withBrowse(QLineEdit *edit, std::function<bool()> folder, const QString &filter)
 {
     auto *box = new QWidget;
     auto *row = new QHBoxLayout(box);
@@ -66,7 +66,7 @@ QWidget *JobWizard::withBrowse(QLineEdit *edit, bool folder, const QString &filt
     auto *browse = new QPushButton(tr("Browse…"));
     row->addWidget(browse);
     connect(browse, &QPushButton::clicked, this, [this, edit, folder, filter] {
-        const QString path = folder ? QFileDialog::getExistingDirectory(this, tr("Choose a folder"), edit->text())
+        const QString path = folder() ? QFileDialog::getExistingDirectory(this, tr("Choose a folder"), edit->text())
                                     : QFileDialog::getOpenFileName(this, tr("Choose a file"), edit->text(), filter);
         if (!path.isEmpty())
             edit->setText(path);
@@ -111,12 +111,16 @@ void JobWizard::build()
     QFormLayout *data = page(tr("Data"));
     m_name = new QLineEdit;
     add(data, QStringLiteral("name"), tr("Job name"), m_name);
-    m_datasetKind = combo({QStringLiteral("fashion-mnist"), QStringLiteral("idx"), QStringLiteral("csv")});
+    m_datasetKind = combo({QStringLiteral("fashion-mnist"), QStringLiteral("idx"), QStringLiteral("csv"),
+                           QStringLiteral("images")});
     add(data, QStringLiteral("dataset.kind"), tr("Data set"), m_datasetKind,
-        tr("fashion-mnist: Debian's dataset-fashion-mnist; idx: a folder of IDX files; csv: a table"));
+        tr("fashion-mnist: Debian's dataset-fashion-mnist; idx: a folder of IDX files; csv: a table; images: a folder "
+           "of class folders (train/<class>/ and test/<class>/, or <class>/ alone)"));
     m_datasetPath = new QLineEdit;
-    m_datasetPath->setPlaceholderText(tr("folder of IDX files, or the CSV file"));
-    add(data, QStringLiteral("dataset.path"), tr("Location"), withBrowse(m_datasetPath, false, tr("All files (*)")));
+    m_datasetPath->setPlaceholderText(tr("folder of IDX files, the CSV file, or the image folder"));
+    add(data, QStringLiteral("dataset.path"), tr("Location"),
+        withBrowse(m_datasetPath, [this] { return m_datasetKind->currentText() != QLatin1String("csv"); },
+                   tr("All files (*)")));
     m_fields.insert(QStringLiteral("dataset.path"), m_datasetPath);
     m_labelColumn = new QLineEdit;
     m_labelColumn->setPlaceholderText(tr("CSV: name or number of the label column (default: last)"));
@@ -130,13 +134,32 @@ void JobWizard::build()
     m_testLimit = spin(0, 100000000);
     m_testLimit->setSpecialValueText(tr("all"));
     add(data, QStringLiteral("dataset.test_limit"), tr("Test samples"), m_testLimit);
+    m_imageSize = spin(0, 4096);
+    m_imageSize->setSpecialValueText(tr("as stored"));
+    m_imageSize->setSuffix(tr(" px"));
+    add(data, QStringLiteral("dataset.image_size"), tr("Image size"), m_imageSize,
+        tr("Images: every image is resized to this many pixels square; 'as stored' needs them all the same size"));
+    m_color = combo({QStringLiteral("auto"), QStringLiteral("gray"), QStringLiteral("rgb")});
+    add(data, QStringLiteral("dataset.color"), tr("Colour"), m_color,
+        tr("Images: auto is rgb if the first image of any class is in colour, else gray"));
+    m_badImages = combo({QStringLiteral("stop"), QStringLiteral("skip")});
+    add(data, QStringLiteral("dataset.bad_images"), tr("Unreadable images"), m_badImages,
+        tr("Images: stop at the first unreadable or truncated file (naming it), or skip such files and count them"));
+    m_cropPadding = spin(0, 1024);
+    m_cropPadding->setSpecialValueText(tr("off"));
+    m_cropPadding->setSuffix(tr(" px"));
+    add(data, QStringLiteral("dataset.crop_padding"), tr("Random crop padding"), m_cropPadding,
+        tr("Augmentation of training images: pad each side, then crop the original size at a random place"));
+    m_horizontalFlip = new QCheckBox(tr("Mirror training images at random"));
+    add(data, QStringLiteral("dataset.horizontal_flip"), tr("Horizontal flip"), m_horizontalFlip);
 
     QFormLayout *model = page(tr("Model"));
     m_modelKind = combo({QStringLiteral("cnn"), QStringLiteral("mlp"), QStringLiteral("resnet"), QStringLiteral("torchscript")});
     add(model, QStringLiteral("model.kind"), tr("Model"), m_modelKind);
     m_modelPath = new QLineEdit;
     m_modelPath->setPlaceholderText(tr("torch.jit.script(model).save(\"net.pt\") in Python"));
-    add(model, QStringLiteral("model.path"), tr("TorchScript file"), withBrowse(m_modelPath, false, tr("TorchScript (*.pt)")));
+    add(model, QStringLiteral("model.path"), tr("TorchScript file"),
+        withBrowse(m_modelPath, [] { return false; }, tr("TorchScript (*.pt)")));
     m_fields.insert(QStringLiteral("model.path"), m_modelPath);
     m_dropout = dspin(0, 0.9, 2, 0.05);
     add(model, QStringLiteral("model.dropout"), tr("Dropout"), m_dropout);
@@ -218,7 +241,8 @@ void JobWizard::build()
     add(fleet, QStringLiteral("fleet.price_class"), tr("Price class"), m_priceClass);
     m_priceTable = new QLineEdit;
     m_priceTable->setPlaceholderText(tr("built-in table (approximate, June 2024)"));
-    add(fleet, QStringLiteral("fleet.price_table"), tr("Price table"), withBrowse(m_priceTable, false, tr("JSON (*.json)")));
+    add(fleet, QStringLiteral("fleet.price_table"), tr("Price table"),
+        withBrowse(m_priceTable, [] { return false; }, tr("JSON (*.json)")));
     m_fields.insert(QStringLiteral("fleet.price_table"), m_priceTable);
 
     m_buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
@@ -270,6 +294,11 @@ void JobWizard::setJob(const JobSpec &j)
     m_testFraction->setValue(j.dataset.testFraction);
     m_trainLimit->setValue(int(j.dataset.trainLimit));
     m_testLimit->setValue(int(j.dataset.testLimit));
+    m_imageSize->setValue(j.dataset.imageSize);
+    m_color->setCurrentText(j.dataset.color);
+    m_badImages->setCurrentText(j.dataset.badImages);
+    m_cropPadding->setValue(j.dataset.cropPadding);
+    m_horizontalFlip->setChecked(j.dataset.horizontalFlip);
     m_modelKind->setCurrentText(j.model.kind);
     m_modelPath->setText(j.model.path);
     m_dropout->setValue(j.model.dropout);
@@ -318,6 +347,11 @@ JobSpec JobWizard::job() const
     j.dataset.testFraction = m_testFraction->value();
     j.dataset.trainLimit = m_trainLimit->value();
     j.dataset.testLimit = m_testLimit->value();
+    j.dataset.imageSize = m_imageSize->value();
+    j.dataset.color = m_color->currentText();
+    j.dataset.badImages = m_badImages->currentText();
+    j.dataset.cropPadding = m_cropPadding->value();
+    j.dataset.horizontalFlip = m_horizontalFlip->isChecked();
     j.model.kind = m_modelKind->currentText();
     j.model.path = m_modelPath->text().trimmed();
     j.model.dropout = m_dropout->value();
@@ -378,9 +412,9 @@ void JobWizard::check()
         if (!path.isEmpty() && (!info.exists() || info.isDir() != folder))
             m_problems.insert(f, tr("'%1': %2 '%3' does not exist").arg(f, what, path));
     };
+    const bool folderKind = j.dataset.kind == QLatin1String("idx") || j.dataset.kind == QLatin1String("images");
     if (j.dataset.kind != QLatin1String("fashion-mnist"))
-        missing(QStringLiteral("dataset.path"), j.dataset.path, j.dataset.kind == QLatin1String("idx"),
-                j.dataset.kind == QLatin1String("idx") ? tr("the folder") : tr("the file"));
+        missing(QStringLiteral("dataset.path"), j.dataset.path, folderKind, folderKind ? tr("the folder") : tr("the file"));
     else if (!j.dataset.path.isEmpty())
         missing(QStringLiteral("dataset.path"), j.dataset.path, true, tr("the folder"));
     if (j.model.kind == QLatin1String("torchscript"))
@@ -395,6 +429,13 @@ void JobWizard::check()
     if (m_learningRate->text().trimmed().toDouble() <= 0)
         m_problems.insert(QStringLiteral("training.learning_rate"),
                           tr("'training.learning_rate' must be a positive number, like 0.03"));
+    // Settings that mean nothing for this kind of data are greyed out, unless they need fixing.
+    const bool images = j.dataset.kind == QLatin1String("images");
+    const bool table = j.dataset.kind == QLatin1String("csv");
+    for (const char *f : {"dataset.image_size", "dataset.color", "dataset.bad_images"})
+        m_fields.value(QString::fromLatin1(f))->setEnabled(images || m_problems.contains(QString::fromLatin1(f)));
+    for (const char *f : {"dataset.crop_padding", "dataset.horizontal_flip"})
+        m_fields.value(QString::fromLatin1(f))->setEnabled(!table || m_problems.contains(QString::fromLatin1(f)));
 
     for (auto it = m_errors.begin(); it != m_errors.end(); ++it) {
         const QString text = m_problems.value(it.key());

@@ -10,6 +10,8 @@
 #include <QDialog>
 #include <QMap>
 
+#include <functional>
+
 class QCheckBox;
 class QComboBox;
 class QDialogButtonBox;
@@ -45,7 +47,8 @@ private:
     void check();
     QWidget *add(QFormLayout *form, const QString &field, const QString &label, QWidget *editor,
                  const QString &help = {});
-    QWidget *withBrowse(QLineEdit *edit, bool folder, const QString &filter);
+    // folder: whether the browse button picks a folder (asked when it is clicked).
+    QWidget *withBrowse(QLineEdit *edit, std::function<bool()> folder, const QString &filter);
 
     JobSpec m_base;
     QTabWidget *m_tabs = nullptr;
@@ -62,6 +65,11 @@ private:
     QDoubleSpinBox *m_testFraction = nullptr;
     QSpinBox *m_trainLimit = nullptr;
     QSpinBox *m_testLimit = nullptr;
+    QSpinBox *m_imageSize = nullptr;
+    QComboBox *m_color = nullptr;
+    QComboBox *m_badImages = nullptr;
+    QSpinBox *m_cropPadding = nullptr;
+    QCheckBox *m_horizontalFlip = nullptr;
     QComboBox *m_modelKind = nullptr;
     QLineEdit *m_modelPath = nullptr;
     QDoubleSpinBox *m_dropout = nullptr;
