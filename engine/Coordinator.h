@@ -287,6 +287,9 @@ private:
         qint64 waitingSinceMs = 0;
     };
     bool replicate(const Subtask &subtask) const;
+    // Records the lease as the worker's current one and makes its assignment.
+    struct WorkerState;
+    Assignment assign(WorkerState &worker, const Lease &lease, const Subtask &subtask, const torch::Tensor &weights);
     std::optional<Assignment> grantReplica(qint64 workerId);
     SubmitReply holdResult(PendingResult pending);
     void resolveQuorum(qint64 subtaskId);

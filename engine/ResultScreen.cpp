@@ -98,14 +98,25 @@ ResultScreen::Verdict ResultScreen::judge(const torch::Tensor &result, const tor
         return v;
     }
     // Direction against the consensus of recent accepted updates: early, since the first
-    // updates of a job are the most aligned and a reversed one is plainest then.
+    // updates of a job are the most aligned and a reversed one is plainest then. Only a
+    // clearly reversed update is refused, once three cosines are known: early in a job the
+    // honest cosines cluster tightly (0.4 to 0.7), so their spread is small, yet an honest
+    // update now and then comes out near orthogonal (-0.06 was measured next to a typical
+    // 0.51), which a z-score alone would refuse.
+    // Later, as the model converges, honest updates are mostly noise (cosines from -0.45 to
+    // 0.7 around a typical 0.15 were measured): directions are judged only while the fleet
+    // has a clear one.
+    constexpr double kReversedCosine = -0.25;
+    constexpr double kClearDirection = 0.3;
+    constexpr std::size_t kDirectionEvidence = 3;
     double cosineCenter = 0.0;
     double cosineSpreadNow = 0.0;
     if (directionsKnown()) {
         cosineCenter = medianCosine();
         cosineSpreadNow = cosineSpread();
         v.directionScore = (v.cosine - cosineCenter) / cosineSpreadNow;
-        if (v.cosine < 0 && v.directionScore < -m_config.directionSpread) {
+        if (v.cosine < kReversedCosine && m_cosines.size() >= kDirectionEvidence && cosineCenter >= kClearDirection
+            && v.directionScore < -m_config.directionSpread) {
             v.reject = true;
             v.reason = QStringLiteral("its update points against the fleet's recent direction (cosine %1, typical "
                                       "%2, robust z-score %3)")

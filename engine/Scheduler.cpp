@@ -181,23 +181,10 @@ std::optional<Scheduler::Grant> Scheduler::grant(qint64 workerId, qint64 baseSeq
     }
     Subtask &s = m_subtasks.at(subtaskId);
     s.state = SubtaskState::Leased;
-    ++s.attempts;
-
-    Lease lease;
-    lease.id = m_nextLeaseId++;
-    lease.subtaskId = s.id;
-    lease.workerId = workerId;
-    lease.baseSeq = baseSeq;
-    lease.baseVersion = baseVersion;
-    lease.issuedMs = m_clock->nowMs();
-    lease.deadlineMs = lease.issuedMs + durationMs;
-    m_leases[lease.id] = lease;
-    indexActive(lease);
-
-    g.lease = lease;
+    g.lease = newLease(s, workerId, baseSeq, baseVersion, durationMs);
     g.subtask = s;
     g.changes.add(s);
-    g.changes.add(lease);
+    g.changes.add(g.lease);
     // Granting the last queued subtask of an epoch may open the next one.
     const SchedulerChanges more = openEpochs();
     g.changes.subtasks.insert(g.changes.subtasks.end(), more.subtasks.begin(), more.subtasks.end());
@@ -210,9 +197,16 @@ std::optional<Scheduler::Grant> Scheduler::grantReplica(qint64 subtaskId, qint64
     const auto it = m_subtasks.find(subtaskId);
     if (it == m_subtasks.end() || it->second.state != SubtaskState::Leased)
         return std::nullopt;
-    Subtask &s = it->second;
-    ++s.attempts;
     Grant g;
+    g.lease = newLease(it->second, workerId, baseSeq, baseVersion, durationMs);
+    g.subtask = it->second;
+    g.changes.add(g.lease);
+    return g;
+}
+
+const Lease &Scheduler::newLease(Subtask &s, qint64 workerId, qint64 baseSeq, qint64 baseVersion, qint64 durationMs)
+{
+    ++s.attempts;
     Lease lease;
     lease.id = m_nextLeaseId++;
     lease.subtaskId = s.id;
@@ -221,12 +215,8 @@ std::optional<Scheduler::Grant> Scheduler::grantReplica(qint64 subtaskId, qint64
     lease.baseVersion = baseVersion;
     lease.issuedMs = m_clock->nowMs();
     lease.deadlineMs = lease.issuedMs + durationMs;
-    m_leases[lease.id] = lease;
     indexActive(lease);
-    g.lease = lease;
-    g.subtask = s;
-    g.changes.add(lease);
-    return g;
+    return m_leases[lease.id] = lease;
 }
 
 Scheduler::Check Scheduler::check(qint64 leaseId) const

@@ -186,6 +186,8 @@ public:
 private:
     Subtask &newSubtask(int epoch, int shard, qint64 begin, qint64 end, qint64 parentId);
     void requeue(Subtask &s);
+    // A new active lease on s (counted as an attempt).
+    const Lease &newLease(Subtask &s, qint64 workerId, qint64 baseSeq, qint64 baseVersion, qint64 durationMs);
     void endLease(Lease &lease, LeaseState state, SchedulerChanges &changes);
     void advanceDoneEpochs();
     void indexActive(const Lease &lease);

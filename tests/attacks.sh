@@ -4,6 +4,8 @@
 # update). The attacker must be quarantined, no honest result refused, and the job must
 # still reach a sane accuracy.
 #   tests/attacks.sh FLOTILLA
+# Not in the suite yet: one run in about five did not finish (a demo with a sign-flip
+# attacker still running after 200 s), which is not understood; run it by hand.
 set -euo pipefail
 flotilla="$1"
 work="$(mktemp -d)"
@@ -12,6 +14,9 @@ trap 'rm -rf "$work"' EXIT
 fail() {
     echo "FAIL: $*" >&2
     cat "$summary" >&2
+    echo "refused results (worker, reason):" >&2
+    sqlite3 "$work/$attack/coordinator/flotilla.db" \
+        "SELECT w.name, e.detail FROM events e JOIN workers w ON w.id = e.worker_id WHERE e.kind = 'result-rejected'" >&2 || true
     exit 1
 }
 
