@@ -1,5 +1,5 @@
 #pragma once
-// Precompiled header of the engine (and of the tests that reach into it): LibTorch's headers
+// Precompiled header of the engine, reused by the application and the tests: LibTorch's headers
 // dominate compile time, so they are parsed once.
 
 #include <torch/torch.h>
