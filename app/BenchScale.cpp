@@ -15,6 +15,7 @@
 // so the answer is small).
 #include "BenchScale.h"
 
+#include "Cbor.h"
 #include "CommandLine.h"
 #include "JobOptions.h"
 #include "ProcStats.h"
@@ -436,9 +437,9 @@ private:
         Worker &w = m_workers[i];
         if (m_manifest.isEmpty()) {
             m_manifest = welcome.value(QStringLiteral("weights")).toMap();
-            m_numel = m_manifest.value(QStringLiteral("numel")).toInteger();
+            m_numel = cborInteger(m_manifest.value(QStringLiteral("numel")));
             const qint64 ms = m_shared.settings.heartbeatMs > 0 ? m_shared.settings.heartbeatMs
-                                                                 : welcome.value(QStringLiteral("heartbeat_ms")).toInteger(2000);
+                                                                 : cborInteger(welcome.value(QStringLiteral("heartbeat_ms")), 2000);
             m_heartbeatNs = std::max<qint64>(100, ms) * 1000000;
         }
         const bool first = !w.everWelcomed;
@@ -468,10 +469,10 @@ private:
                 ++m_stats.badAssign;
                 note(QStringLiteral("an Assign carried %1 bytes of weights, the model has %2").arg(m.payload.size()).arg(m_numel * 4));
             }
-            w.leaseId = h.value(QStringLiteral("lease")).toInteger();
-            w.shard = h.value(QStringLiteral("shard")).toInteger();
-            w.samples = h.value(QStringLiteral("end")).toInteger() - h.value(QStringLiteral("begin")).toInteger();
-            w.localEpochs = std::max<qint64>(1, h.value(QStringLiteral("local_epochs")).toInteger());
+            w.leaseId = cborInteger(h.value(QStringLiteral("lease")));
+            w.shard = cborInteger(h.value(QStringLiteral("shard")));
+            w.samples = cborInteger(h.value(QStringLiteral("end"))) - cborInteger(h.value(QStringLiteral("begin")));
+            w.localEpochs = std::max<qint64>(1, cborInteger(h.value(QStringLiteral("local_epochs"))));
             w.base = m.payload;
             w.leaseAtNs = now;
             // Machines differ: ±20% around the simulated subtask time.
@@ -489,7 +490,7 @@ private:
                 w.phase = Phase::Stopped;
                 return;
             }
-            w.retryAtNs = now + std::clamp<qint64>(h.value(QStringLiteral("retry_ms")).toInteger(), 50, 10000) * 1000000;
+            w.retryAtNs = now + std::clamp<qint64>(cborInteger(h.value(QStringLiteral("retry_ms"))), 50, 10000) * 1000000;
             return;
         case MessageType::Ack: {
             if (w.resultSentNs > 0)
@@ -504,7 +505,7 @@ private:
                 ++m_stats.rejected;
                 note(QStringLiteral("result rejected: %1").arg(h.value(QStringLiteral("reason")).toString()));
             }
-            if (h.value(QStringLiteral("lease")).toInteger() == w.leaseId)
+            if (cborInteger(h.value(QStringLiteral("lease"))) == w.leaseId)
                 w.leaseId = 0;
             if (w.leaseId == 0)
                 sendRequest(w, now);
@@ -512,7 +513,7 @@ private:
         }
         case MessageType::Cancel:
             ++m_stats.cancels;
-            if (h.value(QStringLiteral("lease")).toInteger() == w.leaseId && w.resultSentNs == 0) {
+            if (cborInteger(h.value(QStringLiteral("lease"))) == w.leaseId && w.resultSentNs == 0) {
                 w.leaseId = 0;
                 w.base.clear();
                 sendRequest(w, now);

@@ -1,6 +1,7 @@
 #include "CoordinatorServer.h"
 
 #include "AppLog.h"
+#include "Cbor.h"
 #include "Sha256.h"
 #include "WireFormat.h"
 
@@ -86,7 +87,7 @@ void CoordinatorServer::onHello(const net::PeerInfo &peer, const QCborMap &hello
     info.instanceType = hello.value(QStringLiteral("instance_type")).toString();
     info.priceClass = hello.value(QStringLiteral("price_class")).toString();
     info.device = hello.value(QStringLiteral("device")).toString().left(16);
-    info.threads = int(std::clamp<qint64>(hello.value(QStringLiteral("threads")).toInteger(), 0, 4096));
+    info.threads = int(std::clamp<qint64>(cborInteger(hello.value(QStringLiteral("threads"))), 0, 4096));
     info.samplesPerSecond = hello.value(QStringLiteral("samples_per_second")).toDouble();
     if (!std::isfinite(info.samplesPerSecond) || info.samplesPerSecond < 0)
         info.samplesPerSecond = 0;
@@ -148,15 +149,15 @@ void CoordinatorServer::onMessage(qint64 connectionId, const net::Message &messa
         sendShard(connectionId, message.header);
         return;
     case MessageType::Heartbeat:
-        m_service->callHeartbeat(session.workerId, message.header.value(QStringLiteral("lease")).toInteger(),
-                                 message.header.value(QStringLiteral("done")).toInteger(),
-                                 message.header.value(QStringLiteral("planned")).toInteger());
+        m_service->callHeartbeat(session.workerId, cborInteger(message.header.value(QStringLiteral("lease"))),
+                                 cborInteger(message.header.value(QStringLiteral("done"))),
+                                 cborInteger(message.header.value(QStringLiteral("planned"))));
         return;
     case MessageType::Result:
         receiveResult(connectionId, session, message);
         return;
     case MessageType::HandBack:
-        m_service->callHandBack(session.workerId, message.header.value(QStringLiteral("lease")).toInteger(),
+        m_service->callHandBack(session.workerId, cborInteger(message.header.value(QStringLiteral("lease"))),
                                 QStringLiteral("handed back by the worker: %1")
                                     .arg(message.header.value(QStringLiteral("reason")).toString().left(500)));
         return;
@@ -231,7 +232,7 @@ void CoordinatorServer::assign(qint64 connectionId, const Session &session, cons
 
 void CoordinatorServer::sendShard(qint64 connectionId, const QCborMap &request)
 {
-    const qint64 shard = request.value(QStringLiteral("shard")).toInteger(-1);
+    const qint64 shard = cborInteger(request.value(QStringLiteral("shard")), -1);
     if (shard < 0 || shard >= m_data->plan.numShards()) {
         m_endpoint->close(connectionId, QStringLiteral("asked for shard %1, which this job does not have").arg(shard));
         return;
@@ -246,10 +247,10 @@ void CoordinatorServer::receiveResult(qint64 connectionId, const Session &sessio
 {
     const QCborMap &h = message.header;
     SubtaskResult r;
-    r.leaseId = h.value(QStringLiteral("lease")).toInteger();
+    r.leaseId = cborInteger(h.value(QStringLiteral("lease")));
     r.meanLoss = h.value(QStringLiteral("loss")).toDouble();
-    r.sampleSteps = h.value(QStringLiteral("sample_steps")).toInteger();
-    r.covered = h.value(QStringLiteral("covered")).toInteger();
+    r.sampleSteps = cborInteger(h.value(QStringLiteral("sample_steps")));
+    r.covered = cborInteger(h.value(QStringLiteral("covered")));
     r.seconds = h.value(QStringLiteral("seconds")).toDouble();
     r.partial = h.value(QStringLiteral("partial")).toBool();
     // The manifest and the bytes are checked before the weights become a tensor.
@@ -266,7 +267,7 @@ void CoordinatorServer::receiveResult(qint64 connectionId, const Session &sessio
                            : reply.status == SubmitStatus::Duplicate ? QStringLiteral("duplicate")
                                                                      : QStringLiteral("rejected");
     m_endpoint->send(connectionId, MessageType::Ack,
-                     ack(h.value(QStringLiteral("lease")).toInteger(), status, reply.reason, reply.seq, reply.version));
+                     ack(cborInteger(h.value(QStringLiteral("lease"))), status, reply.reason, reply.seq, reply.version));
     // A duplicate is what an honest worker sends after a reconnect; a rejected result is not.
     if (reply.status == SubmitStatus::Rejected)
         m_endpoint->close(connectionId, QStringLiteral("its result was rejected: %1").arg(reply.reason));

@@ -1,6 +1,7 @@
 #include "WorkerAgent.h"
 
 #include "AppLog.h"
+#include "Cbor.h"
 #include "JobData.h"
 #include "WireFormat.h"
 
@@ -80,9 +81,9 @@ void WorkerAgent::onWelcomed(const QCborMap &welcome)
 {
     qCInfo(lcApp).noquote() << "connected to" << m_client->coordinatorAddress() << "for job"
                             << welcome.value(QStringLiteral("job")).toString() << "as worker"
-                            << welcome.value(QStringLiteral("worker_id")).toInteger();
+                            << cborInteger(welcome.value(QStringLiteral("worker_id")));
     const QString layout = welcome.value(QStringLiteral("layout")).toString();
-    m_jobSeed = quint64(welcome.value(QStringLiteral("seed")).toInteger());
+    m_jobSeed = quint64(cborInteger(welcome.value(QStringLiteral("seed"))));
     if (!m_session || layout != m_layout) {
         if (m_training.isRunning()) {
             m_cancel = true;
@@ -112,8 +113,8 @@ void WorkerAgent::onWelcomed(const QCborMap &welcome)
         }
         std::vector<std::int64_t> shape;
         for (const auto &d : welcome.value(QStringLiteral("input_shape")).toArray())
-            shape.push_back(d.toInteger());
-        auto session = WorkerSession::create(modelSpec, shape, int(welcome.value(QStringLiteral("classes")).toInteger()),
+            shape.push_back(cborInteger(d));
+        auto session = WorkerSession::create(modelSpec, shape, int(cborInteger(welcome.value(QStringLiteral("classes")))),
                                              m_options.device, layout);
         if (!session) {
             finish(1, session.error());
@@ -191,10 +192,10 @@ void WorkerAgent::onMessage(const net::Message &message)
             finish(0, QStringLiteral("the job is finished"));
             return;
         }
-        m_retry.start(int(std::clamp<qint64>(message.header.value(QStringLiteral("retry_ms")).toInteger(), 50, 10000)));
+        m_retry.start(int(std::clamp<qint64>(cborInteger(message.header.value(QStringLiteral("retry_ms"))), 50, 10000)));
         return;
     case MessageType::Ack: {
-        const qint64 lease = message.header.value(QStringLiteral("lease")).toInteger();
+        const qint64 lease = cborInteger(message.header.value(QStringLiteral("lease")));
         const QString status = message.header.value(QStringLiteral("status")).toString();
         if (m_pending && m_pending->leaseId == lease)
             m_pending.reset();
@@ -211,7 +212,7 @@ void WorkerAgent::onMessage(const net::Message &message)
         return;
     }
     case MessageType::Cancel:
-        if (m_current && m_current->leaseId == message.header.value(QStringLiteral("lease")).toInteger()) {
+        if (m_current && m_current->leaseId == cborInteger(message.header.value(QStringLiteral("lease")))) {
             m_superseded = true;
             m_cancel = true;
         }
@@ -225,34 +226,34 @@ void WorkerAgent::onAssign(const net::Message &message)
 {
     const QCborMap &h = message.header;
     if (!m_session || m_current) {
-        m_client->send(MessageType::HandBack, QCborMap{{QStringLiteral("lease"), h.value(QStringLiteral("lease")).toInteger()},
+        m_client->send(MessageType::HandBack, QCborMap{{QStringLiteral("lease"), cborInteger(h.value(QStringLiteral("lease")))},
                                                        {QStringLiteral("reason"), QStringLiteral("the worker was not ready")}});
         return;
     }
     auto weights = weightsFromBytes(message.payload, m_session->layout());
     if (!weights) {
-        m_client->send(MessageType::HandBack, QCborMap{{QStringLiteral("lease"), h.value(QStringLiteral("lease")).toInteger()},
+        m_client->send(MessageType::HandBack, QCborMap{{QStringLiteral("lease"), cborInteger(h.value(QStringLiteral("lease")))},
                                                        {QStringLiteral("reason"), weights.error()}});
         return;
     }
     Current c;
-    c.leaseId = h.value(QStringLiteral("lease")).toInteger();
-    c.shard = int(h.value(QStringLiteral("shard")).toInteger());
+    c.leaseId = cborInteger(h.value(QStringLiteral("lease")));
+    c.shard = int(cborInteger(h.value(QStringLiteral("shard"))));
     c.shardSha = h.value(QStringLiteral("shard_sha256")).toByteArray();
-    c.shardSamples = h.value(QStringLiteral("shard_samples")).toInteger();
+    c.shardSamples = cborInteger(h.value(QStringLiteral("shard_samples")));
     c.work.shard = c.shard;
-    c.work.epoch = int(h.value(QStringLiteral("epoch")).toInteger());
-    c.work.begin = h.value(QStringLiteral("begin")).toInteger();
-    c.work.end = h.value(QStringLiteral("end")).toInteger();
+    c.work.epoch = int(cborInteger(h.value(QStringLiteral("epoch"))));
+    c.work.begin = cborInteger(h.value(QStringLiteral("begin")));
+    c.work.end = cborInteger(h.value(QStringLiteral("end")));
     c.work.jobSeed = m_jobSeed;
     c.work.config.optimizer = h.value(QStringLiteral("optimizer")).toString();
     c.work.config.learningRate = h.value(QStringLiteral("learning_rate")).toDouble();
     c.work.config.momentum = h.value(QStringLiteral("momentum")).toDouble();
     c.work.config.weightDecay = h.value(QStringLiteral("weight_decay")).toDouble();
-    c.work.config.batchSize = int(h.value(QStringLiteral("batch_size")).toInteger());
-    c.work.config.localEpochs = int(h.value(QStringLiteral("local_epochs")).toInteger());
-    c.work.config.localSteps = int(h.value(QStringLiteral("local_steps")).toInteger());
-    c.work.config.seed = quint64(h.value(QStringLiteral("seed")).toInteger());
+    c.work.config.batchSize = int(cborInteger(h.value(QStringLiteral("batch_size"))));
+    c.work.config.localEpochs = int(cborInteger(h.value(QStringLiteral("local_epochs"))));
+    c.work.config.localSteps = int(cborInteger(h.value(QStringLiteral("local_steps"))));
+    c.work.config.seed = quint64(cborInteger(h.value(QStringLiteral("seed"))));
     c.work.config.threads = m_options.threads;
     c.weights = *weights;
     if (auto cached = m_shards.find(c.shardSha)) {

@@ -1,6 +1,7 @@
 #include "Checkpoint.h"
 
 #include "AtomicFile.h"
+#include "Cbor.h"
 
 #include <QCborArray>
 #include <QCborMap>
@@ -85,16 +86,16 @@ Result<Checkpoint> readCheckpoint(const QString &path, const QString &expectedSh
     const QCborMap header = headerValue.toMap();
 
     Checkpoint c;
-    c.seq = header.value(QStringLiteral("seq")).toInteger();
-    c.version = header.value(QStringLiteral("version")).toInteger();
+    c.seq = cborInteger(header.value(QStringLiteral("seq")));
+    c.version = cborInteger(header.value(QStringLiteral("version")));
     c.layoutDigest = header.value(QStringLiteral("layout")).toString();
     c.state.roundCredit = header.value(QStringLiteral("round_credit")).toDouble();
-    c.state.roundResults = static_cast<int>(header.value(QStringLiteral("round_results")).toInteger());
+    c.state.roundResults = static_cast<int>(cborInteger(header.value(QStringLiteral("round_results"))));
     qsizetype offset = prefix + headerSize;
     for (const auto &entryValue : header.value(QStringLiteral("tensors")).toArray()) {
         const QCborMap entry = entryValue.toMap();
         const QString name = entry.value(QStringLiteral("name")).toString();
-        const qint64 numel = entry.value(QStringLiteral("numel")).toInteger();
+        const qint64 numel = cborInteger(entry.value(QStringLiteral("numel")));
         if (numel < 0 || numel > (bytes.size() - offset) / 4)
             return fail(QStringLiteral("checkpoint '%1' is truncated: tensor '%2' needs %3 values").arg(path, name).arg(numel));
         torch::Tensor t = torch::empty({numel}, torch::kFloat32);

@@ -1263,8 +1263,17 @@ void Coordinator::quarantine(qint64 workerId, const QString &reason)
     w.trust.quarantined = true;
     w.trust.reason = reason;
     saveTrust(workerId);
+    // A fleet of one attacker, or an honest fleet the screen misjudged, would otherwise wait
+    // in silence: say so when nobody is left to train.
+    const bool nobodyLeft = std::none_of(m_workers.begin(), m_workers.end(), [](const auto &entry) {
+        return entry.second.online && !entry.second.trust.quarantined;
+    });
     event(QStringLiteral("worker-quarantined"), workerId, 0, 0,
-          QStringLiteral("%1: %2; it gets no more subtasks until an operator releases it").arg(w.record.name, reason));
+          QStringLiteral("%1: %2; it gets no more subtasks until an operator releases it%3")
+              .arg(w.record.name, reason,
+                   nobodyLeft ? QStringLiteral(". No other worker is connected: the job waits for one to join "
+                                               "or for a release")
+                              : QString()));
     handleChanges(m_scheduler->workerLost(workerId), QStringLiteral("the worker was quarantined"));
 }
 

@@ -1,5 +1,6 @@
 #include "WireFormat.h"
 
+#include "Cbor.h"
 #include "Sha256.h"
 
 #include <QCborArray>
@@ -19,7 +20,7 @@ QString shapeText(const QCborArray &shape)
 {
     QStringList parts;
     for (const auto &d : shape)
-        parts << QString::number(d.toInteger());
+        parts << QString::number(cborInteger(d));
     return QStringLiteral("[") + parts.join(QStringLiteral(", ")) + u']';
 }
 
@@ -63,9 +64,9 @@ Result<void> checkWeightManifest(const QCborMap &manifest, const WeightLayout &l
                             .arg(i).arg(name, shapeText(shape), QString::fromStdString(e.name),
                                         shapeText(shapeArray(e.shape))));
     }
-    if (manifest.value(QStringLiteral("numel")).toInteger() != layout.totalNumel)
+    if (cborInteger(manifest.value(QStringLiteral("numel"))) != layout.totalNumel)
         return fail(QStringLiteral("the weights announce %1 values; the model has %2")
-                        .arg(manifest.value(QStringLiteral("numel")).toInteger()).arg(layout.totalNumel));
+                        .arg(cborInteger(manifest.value(QStringLiteral("numel")))).arg(layout.totalNumel));
     return {};
 }
 
@@ -127,8 +128,8 @@ QByteArray shardDigest(const QCborMap &manifest, QByteArrayView bytes)
 
 Result<Dataset> shardFromBytes(const QByteArray &bytes, const QCborMap &manifest)
 {
-    const qint64 samples = manifest.value(QStringLiteral("samples")).toInteger(-1);
-    const qint64 classes = manifest.value(QStringLiteral("classes")).toInteger(-1);
+    const qint64 samples = cborInteger(manifest.value(QStringLiteral("samples")), -1);
+    const qint64 classes = cborInteger(manifest.value(QStringLiteral("classes")), -1);
     const QCborArray shapeValues = manifest.value(QStringLiteral("sample_shape")).toArray();
     if (samples <= 0 || classes < 2 || shapeValues.isEmpty() || shapeValues.size() > 4)
         return fail(QStringLiteral("the shard's manifest is malformed (samples %1, classes %2, shape %3)")
@@ -145,13 +146,13 @@ Result<Dataset> shardFromBytes(const QByteArray &bytes, const QCborMap &manifest
     std::vector<std::int64_t> shape{samples};
     qint64 perSample = 1;
     for (const auto &d : shapeValues) {
-        const qint64 v = d.toInteger(-1);
+        const qint64 v = cborInteger(d, -1);
         if (v <= 0 || v > (1 << 20) || perSample > (qint64(1) << 40) / v)
             return fail(QStringLiteral("the shard's sample shape %1 is malformed").arg(shapeText(shapeValues)));
         perSample *= v;
         shape.push_back(v);
     }
-    const qint64 normCount = manifest.value(QStringLiteral("normalization")).toInteger(-1);
+    const qint64 normCount = cborInteger(manifest.value(QStringLiteral("normalization")), -1);
     if (normCount != 0 && normCount != shape[1])
         return fail(QStringLiteral("the shard announces %1 normalization values; its samples of shape %2 need %3 (or 0)")
                         .arg(normCount).arg(shapeText(shapeValues)).arg(shape[1]));

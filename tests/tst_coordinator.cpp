@@ -658,6 +658,7 @@ private Q_SLOTS:
             QVERIFY2(reply.reason.startsWith(QStringLiteral("screened out")), qPrintable(reply.reason));
         }
         QCOMPARE(countEvents(*c, QStringLiteral("worker-quarantined")), 1);
+        QVERIFY(!lastEventDetail(*c, QStringLiteral("worker-quarantined")).contains(QStringLiteral("No other worker")));
         QVERIFY(!c->requestSubtask(bad)); // no more work for it
         QVERIFY(c->requestSubtask(honest));
         std::map<qint64, WorkerStatus> statuses;
@@ -687,6 +688,27 @@ private Q_SLOTS:
         QVERIFY(c->requestSubtask(bad));
         auto pending = c->store().pendingOperatorRequests(1);
         QVERIFY(pending && pending->empty());
+    }
+
+    void quarantiningTheLastWorkerSaysTheJobWaits()
+    {
+        // A fleet whose only worker is quarantined cannot progress; the event says so instead
+        // of leaving the operator to wonder why nothing happens.
+        Fixture f;
+        auto c = f.open();
+        QVERIFY(c);
+        const qint64 bad = c->workerJoined(worker(QStringLiteral("attacker"))).value();
+        for (int i = 0; i < 3; ++i) {
+            auto a = c->requestSubtask(bad);
+            QVERIFY(a);
+            SubtaskResult r = fakeResult(*a);
+            r.weights = a->weights * 50.0f;
+            QCOMPARE(c->submitResult(bad, r).status, SubmitStatus::Rejected);
+        }
+        const QString detail = lastEventDetail(*c, QStringLiteral("worker-quarantined"));
+        QVERIFY2(detail.contains(QStringLiteral("No other worker is connected: the job waits")), qPrintable(detail));
+        QVERIFY(!c->requestSubtask(bad));
+        QVERIFY(!c->progress().finished);
     }
 
     void screeningCanBeTurnedOff()

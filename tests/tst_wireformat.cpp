@@ -173,6 +173,13 @@ private Q_SLOTS:
             {"wide crop", bytes, with("crop_padding", 6), "crop padding 6"},
             {"no flip key", bytes, with("horizontal_flip", QCborValue()), "augmentation is malformed"},
             {"flipped table", shardToBytes(table), tableFlip, "cannot have"},
+            // Counts as floating-point numbers: converting 1e300 or NaN to an integer is
+            // undefined behaviour, so they are refused as malformed, never converted.
+            {"float count", bytes, with("samples", 1e300), "malformed"},
+            {"integral float count", bytes, with("samples", 3.0), "malformed"},
+            {"NaN dimension", bytes, with("sample_shape", QCborArray{1, std::nan(""), 3}), "malformed"},
+            {"infinite normalization", bytes, with("normalization", std::numeric_limits<double>::infinity()),
+             "-1 normalization values"},
         };
         for (const Case &c : cases) {
             auto r = shardFromBytes(c.bytes, c.manifest);
