@@ -143,7 +143,7 @@ private Q_SLOTS:
     // the same tensors in the same order, the same outputs, every parameter trainable.
     void builtInModelPtLoadsBackAsTorchScript()
     {
-        for (const QString kind : {QStringLiteral("mlp"), QStringLiteral("cnn"), QStringLiteral("resnet")}) {
+        for (const QString &kind : {QStringLiteral("mlp"), QStringLiteral("cnn"), QStringLiteral("resnet")}) {
             torch::manual_seed(9);
             auto model = builtIn(kind);
             QVERIFY(model);
