@@ -1,5 +1,5 @@
 #pragma once
-// Precompiled header of the engine, reused by the application and the tests: LibTorch's headers
+// Precompiled header of the engine, reused by the application (the tests build it at -O0): LibTorch's headers
 // dominate compile time, so they are parsed once.
 
 #include <torch/torch.h>
