@@ -846,6 +846,7 @@ SubmitReply Coordinator::fold(PendingResult p)
     SchedulerChanges changes = m_scheduler->complete(lease.id, covered, seq);
     // Epochs close in order: this result closed one if the count of finished epochs grew.
     const bool epochClosed = m_scheduler->epochsDone() > epochsDoneBefore;
+    bool roundClosed = false;
     if (epochClosed && m_rule->synchronous()) {
         const torch::Tensor before = m_state.weights.clone();
         bool closed = m_rule->closeRound(m_state);
@@ -859,6 +860,7 @@ SubmitReply Coordinator::fold(PendingResult p)
                       .arg(subtask.epoch + 1));
         }
         changed = changed || closed;
+        roundClosed = closed;
     }
     const qint64 version = m_version + (changed ? 1 : 0);
     const qint64 now = m_clock->nowMs();
@@ -943,6 +945,13 @@ SubmitReply Coordinator::fold(PendingResult p)
     if (p.resultSample.defined()) {
         m_screen->accepted(p.resultSample, p.baseSample, p.verdict);
         noteVerdict(workerId, false, p.verdict, {});
+    }
+    if (roundClosed && m_screen) {
+        // A synchronous round starts every worker from the round's mean, and its updates can
+        // be several times smaller than the last round's (a fifth after the first epoch of a
+        // BatchNorm CNN): each round is judged against itself. The same seed draws the same
+        // sample of coordinates, so the remembered base samples stay valid.
+        m_screen = std::make_unique<ResultScreen>(m_layout.segments(), m_spec.training.seed);
     }
     collectGarbage();
 

@@ -711,6 +711,35 @@ private Q_SLOTS:
         QVERIFY(!c->progress().finished);
     }
 
+    void syncRoundsAreScreenedAgainstTheirOwnRound()
+    {
+        // Under sync-average every result of a round starts from the same model, and the next
+        // round's updates can be several times smaller (after the first epoch of the BatchNorm
+        // CNN, a fifth). Judged against the last round's sizes they looked "barely trained",
+        // and since a retried subtask gives the same result, honest workers were quarantined
+        // and the job waited for ever. Each round is screened against itself.
+        Fixture f;
+        f.spec = test::blobsJob(12, 2);
+        f.spec.aggregation.rule = QStringLiteral("sync-average");
+        auto c = f.open();
+        QVERIFY(c);
+        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        int assimilated = 0;
+        for (int guard = 0; guard < 100 && !c->finished(); ++guard) {
+            auto a = c->requestSubtask(w);
+            QVERIFY(a);
+            SubtaskResult r = fakeResult(*a);
+            r.weights = a->weights + (a->epoch == 0 ? 0.01f : 0.001f);
+            const SubmitReply reply = c->submitResult(w, r);
+            QVERIFY2(reply.status == SubmitStatus::Assimilated,
+                     qPrintable(QStringLiteral("epoch %1: %2").arg(a->epoch + 1).arg(reply.reason)));
+            ++assimilated;
+        }
+        QVERIFY(c->finished());
+        QCOMPARE(assimilated, 24);
+        QCOMPARE(countEvents(*c, QStringLiteral("result-rejected")), 0);
+    }
+
     void screeningCanBeTurnedOff()
     {
         Fixture f;
