@@ -719,6 +719,7 @@ private Q_SLOTS:
         // and since a retried subtask gives the same result, honest workers were quarantined
         // and the job waited for ever. Each round is screened against itself.
         Fixture f;
+        f.data = test::blobs(240, 4, 12); // 12 results a round: more than the screen's warm-up
         f.spec = test::blobsJob(12, 2);
         f.spec.aggregation.rule = QStringLiteral("sync-average");
         auto c = f.open();
