@@ -4,8 +4,9 @@
 # update). The attacker must be quarantined, no honest result refused, and the job must
 # still reach a sane accuracy.
 #   tests/attacks.sh FLOTILLA
-# Not in the suite yet: one run in about five did not finish (a demo with a sign-flip
-# attacker still running after 200 s), which is not understood; run it by hand.
+# Run by hand (about two minutes); the suite covers quarantine and release with a real remote
+# attacker in tst_gui. Runs that did not finish were an earlier direction test quarantining
+# every worker, the job then waiting for one; a run is now stopped after 10 minutes.
 set -euo pipefail
 flotilla="$1"
 work="$(mktemp -d)"
@@ -22,7 +23,7 @@ fail() {
 
 for attack in scale:50 sign-flip; do
     summary="$work/$attack.txt"
-    "$flotilla" demo --workers 3 --attack "$attack" --attackers 1 --train-limit 4000 --test-limit 1000 \
+    timeout --signal=INT --kill-after=30 600 "$flotilla" demo --workers 3 --attack "$attack" --attackers 1 --train-limit 4000 --test-limit 1000 \
         --epochs 3 --chaos-mean 0 --run-dir "$work/$attack" >"$summary" 2>&1 || fail "flotilla demo --attack $attack exited with $?"
     line=$(grep -E "^ *attackers' results" "$summary") || fail "no attackers' line"
     honest=$(grep -E "^ *honest results" "$summary") || fail "no honest line"
