@@ -205,13 +205,21 @@ public:
                                     QStringLiteral("1"), QStringLiteral("--verbose")});
     }
 
-    // SIGKILL, as a spot instance taken away.
+    // SIGKILL, as a spot instance taken away. What the process printed is appended to
+    // worker-output.log in its state folder (kept with --keep).
     void kill()
     {
-        if (!m_process || m_process->state() == QProcess::NotRunning)
+        if (!m_process)
             return;
-        m_process->kill();
-        m_process->waitForFinished(10000);
+        if (m_process->state() != QProcess::NotRunning) {
+            m_process->kill();
+            m_process->waitForFinished(10000);
+        }
+        m_output += m_process->readAll();
+        QFile log(QDir(m_stateDir).filePath(QStringLiteral("worker-output.log")));
+        if (!m_output.isEmpty() && log.open(QIODevice::Append))
+            log.write(m_output);
+        m_output.clear();
     }
 
     // Milliseconds from the process's start to the coordinator's Welcome; -1 until then.
