@@ -55,7 +55,10 @@ Result<std::unique_ptr<CoordinatorServer>> CoordinatorServer::create(Coordinator
     connect(self->m_endpoint.get(), &net::CoordinatorEndpoint::helloReceived, self, &CoordinatorServer::onHello);
     connect(self->m_endpoint.get(), &net::CoordinatorEndpoint::messageReceived, self, &CoordinatorServer::onMessage);
     connect(self->m_endpoint.get(), &net::CoordinatorEndpoint::connectionClosed, self,
-            [self](qint64 connectionId, const QString &) { self->m_sessions.erase(connectionId); });
+            [self](qint64 connectionId, const QString &) { self->onClosed(connectionId); });
+    connect(service, &CoordinatorService::joinAnswered, self, &CoordinatorServer::onJoined);
+    connect(service, &CoordinatorService::requestAnswered, self, &CoordinatorServer::onAssigned);
+    connect(service, &CoordinatorService::submitAnswered, self, &CoordinatorServer::onSubmitted);
     connect(service, &CoordinatorService::leaseSuperseded, self, [self](qint64 workerId, qint64 leaseId) {
         for (const auto &[connection, session] : self->m_sessions)
             if (session.workerId == workerId)
@@ -91,18 +94,45 @@ void CoordinatorServer::onHello(const net::PeerInfo &peer, const QCborMap &hello
     info.samplesPerSecond = hello.value(QStringLiteral("samples_per_second")).toDouble();
     if (!std::isfinite(info.samplesPerSecond) || info.samplesPerSecond < 0)
         info.samplesPerSecond = 0;
-    auto joined = m_service->callJoin(info, peer.workerId);
-    if (!joined) {
-        m_endpoint->close(peer.connectionId, QStringLiteral("cannot join the job: %1").arg(joined.error()), true);
+    Pending pending;
+    pending.connectionId = peer.connectionId;
+    pending.peer = peer;
+    m_joins[m_service->join(info, peer.workerId)] = pending;
+}
+
+void CoordinatorServer::onClosed(qint64 connectionId)
+{
+    m_sessions.erase(connectionId);
+    for (auto *pending : {&m_joins, &m_requests, &m_results})
+        for (auto &[ticket, p] : *pending)
+            if (p.connectionId == connectionId)
+                p.closed = true;
+}
+
+void CoordinatorServer::onJoined(qint64 ticket, qint64 workerId, const QString &error)
+{
+    const auto it = m_joins.find(ticket);
+    if (it == m_joins.end())
+        return; // another server's
+    const Pending pending = it->second;
+    m_joins.erase(it);
+    const net::PeerInfo &peer = pending.peer;
+    if (!error.isEmpty()) {
+        if (!pending.closed)
+            m_endpoint->close(peer.connectionId, QStringLiteral("cannot join the job: %1").arg(error), true);
         return;
     }
-    if (*joined != peer.workerId) {
-        if (auto r = m_endpoint->trust().setWorkerId(peer.fingerprint, *joined); !r)
+    if (pending.closed) {
+        m_service->leave(workerId, QStringLiteral("its connection closed while it joined"));
+        return;
+    }
+    if (workerId != peer.workerId) {
+        if (auto r = m_endpoint->trust().setWorkerId(peer.fingerprint, workerId); !r)
             qCWarning(lcApp).noquote() << r.error();
     }
     // A worker connected twice (a reconnect racing the old connection): keep the newest.
     for (auto it = m_sessions.begin(); it != m_sessions.end();) {
-        if (it->second.workerId == *joined && it->first != peer.connectionId) {
+        if (it->second.workerId == workerId && it->first != peer.connectionId) {
             const qint64 old = it->first;
             it = m_sessions.erase(it);
             m_endpoint->close(old, QStringLiteral("the worker connected again"));
@@ -110,17 +140,17 @@ void CoordinatorServer::onHello(const net::PeerInfo &peer, const QCborMap &hello
             ++it;
         }
     }
-    m_sessions[peer.connectionId] = Session{*joined, peer.fingerprint, peer.workerName};
+    m_sessions[peer.connectionId] = Session{workerId, peer.fingerprint, peer.workerName};
     {
         QMutexLocker lock(&m_addressMutex);
-        m_addresses.insert(*joined, peer.address);
+        m_addresses.insert(workerId, peer.address);
     }
 
     QCborArray shape;
     for (const auto d : m_data->inputShape)
         shape.append(static_cast<qint64>(d));
     m_endpoint->send(peer.connectionId, MessageType::Welcome,
-                     QCborMap{{QStringLiteral("worker_id"), *joined},
+                     QCborMap{{QStringLiteral("worker_id"), workerId},
                               {QStringLiteral("job"), m_spec.name},
                               {QStringLiteral("model"),
                                QString::fromUtf8(QJsonDocument(m_spec.toJson().value(QStringLiteral("model")).toObject())
@@ -131,7 +161,9 @@ void CoordinatorServer::onHello(const net::PeerInfo &peer, const QCborMap &hello
                               {QStringLiteral("layout"), m_layout.digest()},
                               {QStringLiteral("weights"), weightManifest(m_layout)},
                               {QStringLiteral("seed"), static_cast<qint64>(m_spec.training.seed)},
-                              {QStringLiteral("heartbeat_ms"), 2000}});
+                              {QStringLiteral("heartbeat_ms"), m_spec.fleet.heartbeatIntervalMs()},
+                              {QStringLiteral("heartbeat_timeout_ms"),
+                               qint64(m_spec.fleet.heartbeatTimeoutSeconds * 1000.0)}});
 }
 
 void CoordinatorServer::onMessage(qint64 connectionId, const net::Message &message)
@@ -141,15 +173,19 @@ void CoordinatorServer::onMessage(qint64 connectionId, const net::Message &messa
         return;
     const Session session = it->second;
     switch (message.type) {
-    case MessageType::Request:
-        m_service->callReportSpeed(session.workerId, message.header.value(QStringLiteral("samples_per_second")).toDouble());
-        assign(connectionId, session, message.header);
+    case MessageType::Request: {
+        Pending pending;
+        pending.connectionId = connectionId;
+        pending.workerId = session.workerId;
+        m_requests[m_service->request(session.workerId,
+                                      message.header.value(QStringLiteral("samples_per_second")).toDouble())] = pending;
         return;
+    }
     case MessageType::ShardRequest:
         sendShard(connectionId, message.header);
         return;
     case MessageType::Heartbeat:
-        m_service->callHeartbeat(session.workerId, cborInteger(message.header.value(QStringLiteral("lease"))),
+        m_service->heartbeat(session.workerId, cborInteger(message.header.value(QStringLiteral("lease"))),
                                  cborInteger(message.header.value(QStringLiteral("done"))),
                                  cborInteger(message.header.value(QStringLiteral("planned"))));
         return;
@@ -157,16 +193,16 @@ void CoordinatorServer::onMessage(qint64 connectionId, const net::Message &messa
         receiveResult(connectionId, session, message);
         return;
     case MessageType::HandBack:
-        m_service->callHandBack(session.workerId, cborInteger(message.header.value(QStringLiteral("lease"))),
+        m_service->handBack(session.workerId, cborInteger(message.header.value(QStringLiteral("lease"))),
                                 QStringLiteral("handed back by the worker: %1")
                                     .arg(message.header.value(QStringLiteral("reason")).toString().left(500)));
         return;
     case MessageType::Bye: {
         const QString reason = message.header.value(QStringLiteral("reason")).toString().left(500);
         if (reason == QLatin1String("preempted"))
-            m_service->callRecordEvent(QStringLiteral("worker-preempted"), session.workerId,
+            m_service->recordEvent(QStringLiteral("worker-preempted"), session.workerId,
                                        QStringLiteral("preemption notice: the worker handed in its work and left"));
-        m_service->callLeave(session.workerId, QStringLiteral("the worker left: %1").arg(reason));
+        m_service->leave(session.workerId, QStringLiteral("the worker left: %1").arg(reason));
         m_sessions.erase(connectionId);
         m_endpoint->close(connectionId, QStringLiteral("goodbye"), false, false);
         return;
@@ -196,16 +232,25 @@ QByteArray CoordinatorServer::shardSha(int shard)
     return it->second;
 }
 
-void CoordinatorServer::assign(qint64 connectionId, const Session &session, const QCborMap &request)
+void CoordinatorServer::onAssigned(qint64 ticket, const std::optional<Assignment> &a, bool finished)
 {
-    Q_UNUSED(request);
-    std::optional<Assignment> a = m_service->callRequest(session.workerId);
+    const auto it = m_requests.find(ticket);
+    if (it == m_requests.end())
+        return;
+    const Pending pending = it->second;
+    m_requests.erase(it);
+    const qint64 connectionId = pending.connectionId;
+    if (pending.closed) {
+        if (a)
+            m_service->handBack(pending.workerId, a->leaseId,
+                                QStringLiteral("the worker's connection closed before the lease reached it"));
+        return;
+    }
     if (!a) {
         // Jittered, so that idle workers at an epoch's end do not all ask again at once.
         const int retryMs = 250 + int(QRandomGenerator::global()->bounded(500));
         m_endpoint->send(connectionId, MessageType::NoWork,
-                         QCborMap{{QStringLiteral("retry_ms"), retryMs},
-                                  {QStringLiteral("finished"), m_service->callFinished()}});
+                         QCborMap{{QStringLiteral("retry_ms"), retryMs}, {QStringLiteral("finished"), finished}});
         return;
     }
     const TrainConfig &c = a->config;
@@ -261,13 +306,28 @@ void CoordinatorServer::receiveResult(qint64 connectionId, const Session &sessio
     } else {
         r.weights = *weights;
     }
-    const SubmitReply reply = m_service->callSubmit(session.workerId, std::move(r));
+    Pending pending;
+    pending.connectionId = connectionId;
+    pending.workerId = session.workerId;
+    pending.leaseId = r.leaseId;
+    m_results[m_service->submit(session.workerId, std::move(r))] = pending;
+}
+
+void CoordinatorServer::onSubmitted(qint64 ticket, const SubmitReply &reply)
+{
+    const auto it = m_results.find(ticket);
+    if (it == m_results.end())
+        return;
+    const Pending pending = it->second;
+    m_results.erase(it);
+    if (pending.closed)
+        return; // nobody to tell: a worker that reconnects and sends it again hears "duplicate"
+    const qint64 connectionId = pending.connectionId;
     const QString status = reply.status == SubmitStatus::Assimilated ? QStringLiteral("assimilated")
                            : reply.status == SubmitStatus::Held      ? QStringLiteral("held")
                            : reply.status == SubmitStatus::Duplicate ? QStringLiteral("duplicate")
                                                                      : QStringLiteral("rejected");
-    m_endpoint->send(connectionId, MessageType::Ack,
-                     ack(cborInteger(h.value(QStringLiteral("lease"))), status, reply.reason, reply.seq, reply.version));
+    m_endpoint->send(connectionId, MessageType::Ack, ack(pending.leaseId, status, reply.reason, reply.seq, reply.version));
     // A duplicate is what an honest worker sends after a reconnect; a rejected result is not.
     if (reply.status == SubmitStatus::Rejected)
         m_endpoint->close(connectionId, QStringLiteral("its result was rejected: %1").arg(reply.reason));

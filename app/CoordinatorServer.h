@@ -4,7 +4,8 @@
 // and the coordinator's answers into messages. It is where bytes become tensors and back.
 //
 // Threads: lives on the network thread with its endpoint; the coordinator runs on its own
-// thread and is reached only through the service's blocking calls.
+// thread and is reached only through the service's asynchronous calls, whose answers come
+// back as signals: the network thread never waits for the coordinator (nor for its disk).
 
 #include "CoordinatorEndpoint.h"
 #include "CoordinatorService.h"
@@ -42,12 +43,25 @@ private:
         QString name;
     };
 
+    // Asked of the coordinator, waiting for its answer.
+    struct Pending
+    {
+        qint64 connectionId = 0;
+        qint64 workerId = 0;
+        qint64 leaseId = 0;
+        net::PeerInfo peer; // joins
+        bool closed = false; // the connection closed meanwhile
+    };
+
     CoordinatorServer() = default;
     void onHello(const net::PeerInfo &peer, const QCborMap &hello);
+    void onJoined(qint64 ticket, qint64 workerId, const QString &error);
     void onMessage(qint64 connectionId, const net::Message &message);
-    void assign(qint64 connectionId, const Session &session, const QCborMap &request);
+    void onAssigned(qint64 ticket, const std::optional<Assignment> &assignment, bool finished);
     void sendShard(qint64 connectionId, const QCborMap &request);
     void receiveResult(qint64 connectionId, const Session &session, const net::Message &message);
+    void onSubmitted(qint64 ticket, const SubmitReply &reply);
+    void onClosed(qint64 connectionId);
     QByteArray shardSha(int shard);
     const QByteArray &weightBytes(const Assignment &a);
 
@@ -58,6 +72,9 @@ private:
     WeightLayout m_layout;
     QString m_modelSha256; // TorchScript jobs: the model file workers must hold
     std::map<qint64, Session> m_sessions; // by connection
+    std::map<qint64, Pending> m_joins;     // by ticket
+    std::map<qint64, Pending> m_requests;
+    std::map<qint64, Pending> m_results;
     std::map<int, QByteArray> m_shardSha;
     mutable QMutex m_addressMutex;
     QHash<qint64, QString> m_addresses;

@@ -12,6 +12,7 @@
 #include <QJsonDocument>
 #include <QtConcurrent>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace flotilla {
@@ -84,6 +85,17 @@ void WorkerAgent::onWelcomed(const QCborMap &welcome)
                             << cborInteger(welcome.value(QStringLiteral("worker_id")));
     const QString layout = welcome.value(QStringLiteral("layout")).toString();
     m_jobSeed = quint64(cborInteger(welcome.value(QStringLiteral("seed"))));
+    // The coordinator says how often to beat; a value that would miss its own timeout (or an
+    // older coordinator that says nothing) falls back to a safe one.
+    const qint64 timeoutMs = cborInteger(welcome.value(QStringLiteral("heartbeat_timeout_ms")), 30000);
+    qint64 intervalMs = cborInteger(welcome.value(QStringLiteral("heartbeat_ms")), 2000);
+    if (intervalMs < 100 || timeoutMs <= 0 || intervalMs * 2 > timeoutMs) {
+        const qint64 safe = std::clamp<qint64>(timeoutMs / 4, 100, 2000);
+        qCWarning(lcApp).noquote() << "the coordinator's heartbeat interval" << intervalMs << "ms does not fit its"
+                                   << timeoutMs << "ms timeout; beating every" << safe << "ms";
+        intervalMs = safe;
+    }
+    m_heartbeat.setInterval(int(std::min<qint64>(intervalMs, 60000)));
     if (!m_session || layout != m_layout) {
         if (m_training.isRunning()) {
             m_cancel = true;

@@ -21,7 +21,6 @@ namespace flotilla {
 
 namespace {
 
-constexpr int kStalenessWindow = 50;
 constexpr int kEvaluationAttempts = 3;
 constexpr qint64 kEvaluationRetryMs = 2000; // times the attempt number
 constexpr qint64 kScreenedBases = 256;      // recent versions whose samples are kept
@@ -117,16 +116,20 @@ Result<void> Coordinator::prepare()
     auto rule = createAggregationRule(m_spec.aggregation, m_layout.segments());
     if (!rule)
         return rule.takeError();
-    m_rule = std::move(rule).value();
     if (m_spec.fleet.screenResults)
         m_screen = std::make_unique<ResultScreen>(m_layout.segments(), m_spec.training.seed);
 
-    Scheduler::Config config;
-    config.epochs = m_spec.training.epochs;
+    AssimilatorConfig config;
+    config.schedule.epochs = m_spec.training.epochs;
     for (int s = 0; s < m_data->plan.numShards(); ++s)
-        config.shardSizes.push_back(m_data->plan.shardSize(s));
-    config.synchronous = m_rule->synchronous();
-    m_scheduler = std::make_unique<Scheduler>(std::move(config), m_clock);
+        config.schedule.shardSizes.push_back(m_data->plan.shardSize(s));
+    config.targetSubtaskSeconds = m_spec.fleet.targetSubtaskSeconds;
+    config.leaseTimeoutSeconds = m_spec.fleet.leaseTimeoutSeconds;
+    config.batchSize = m_spec.training.batchSize;
+    config.localEpochs = m_spec.training.localEpochs;
+    config.localSteps = m_spec.training.localSteps;
+    m_core = std::make_unique<Assimilator>(std::move(config), std::move(rule).value(), m_clock);
+    m_scheduler = &m_core->scheduler();
     return {};
 }
 
@@ -138,9 +141,10 @@ QString Coordinator::checkpointPath(qint64 seq) const
 Result<void> Coordinator::createNew(const JobSpec &spec)
 {
     const qint64 now = m_clock->nowMs();
-    m_state.weights = m_evalModel->flatWeights();
-    m_rule->initialize(m_state);
-    Checkpoint checkpoint{0, 0, m_layout.digest(), m_state};
+    AggregationState initial;
+    initial.weights = m_evalModel->flatWeights();
+    m_core->start(std::move(initial), 0, 0);
+    Checkpoint checkpoint{0, 0, m_layout.digest(), m_core->state()};
     auto sha = writeCheckpoint(m_runDir + u'/' + checkpointPath(0), checkpoint);
     if (!sha)
         return sha.takeError();
@@ -192,10 +196,8 @@ Result<void> Coordinator::resume(const JobRecord &job)
     if (checkpoint->layoutDigest != m_layout.digest() || checkpoint->state.weights.numel() != m_layout.totalNumel)
         return fail(QStringLiteral("cannot resume: checkpoint '%1' does not match the %2 model of this job")
                         .arg(st.path, m_spec.model.kind));
-    m_state = checkpoint->state;
-    m_rule->initialize(m_state);
-    m_seq = st.seq;
-    m_version = st.version;
+    m_core->start(checkpoint->state, st.seq, st.version);
+    m_durableSeq = st.seq;
 
     auto subtasks = m_store->subtasks(m_jobId);
     auto leases = m_store->leases(m_jobId);
@@ -207,13 +209,10 @@ Result<void> Coordinator::resume(const JobRecord &job)
     m_scheduler->restore(*subtasks, *leases);
     if (const QString broken = m_scheduler->checkIntegrity(); !broken.isEmpty())
         return fail(QStringLiteral("cannot resume from '%1': the store is inconsistent (%2)").arg(m_store->path(), broken));
-    for (const auto &a : *assimilations) {
-        m_lossEma = m_lossEma < 0 ? a.loss : 0.9 * m_lossEma + 0.1 * a.loss;
-        m_maxStaleness = std::max(m_maxStaleness, a.staleness);
-        m_recentStaleness.push_back(a.staleness);
-        if (m_recentStaleness.size() > kStalenessWindow)
-            m_recentStaleness.pop_front();
-    }
+    for (const auto &a : *assimilations)
+        m_core->replay(a.loss, a.staleness);
+    if (auto totals = m_store->ledgerTotals(m_jobId))
+        m_costTotals = *totals;
     for (const auto &e : *evaluations) {
         m_evaluatedEpoch = std::max(m_evaluatedEpoch, e.epoch);
         m_lastAccuracy = e.accuracy;
@@ -255,7 +254,7 @@ Result<void> Coordinator::resume(const JobRecord &job)
     const QDir dir(m_runDir + QStringLiteral("/checkpoints"));
     for (const QString &name : dir.entryList({QStringLiteral("state-*.ckpt")}, QDir::Files)) {
         const qint64 seq = name.mid(6, 9).toLongLong();
-        if (seq > m_seq) {
+        if (seq > m_core->seq()) {
             QFile::remove(dir.filePath(name));
             qCInfo(lcEngine) << "removed uncommitted checkpoint" << name;
         } else {
@@ -265,7 +264,7 @@ Result<void> Coordinator::resume(const JobRecord &job)
 
     event(QStringLiteral("job-resumed"), 0, 0, 0,
           QStringLiteral("resumed at version %1 (%2 assimilations, %3 of %4 epochs done)")
-              .arg(m_version).arg(m_seq).arg(m_scheduler->epochsDone()).arg(m_scheduler->epochs()));
+              .arg(m_core->version()).arg(m_core->seq()).arg(m_scheduler->epochsDone()).arg(m_scheduler->epochs()));
     // Whatever was leased before the restart is lost: local workers died with the process,
     // remote ones will rejoin and take new leases.
     const std::vector<Lease> active = m_scheduler->activeLeases();
@@ -317,6 +316,12 @@ void Coordinator::ledger(qint64 workerId, qint64 leaseId, const QString &kind, d
 
 void Coordinator::account(const LedgerRecord &l)
 {
+    (l.kind == QLatin1String("useful") ? m_costTotals.usefulSeconds : m_costTotals.wastedSeconds) += l.seconds;
+    m_costTotals.costSpot += l.costSpot;
+    m_costTotals.costOnDemand += l.costOnDemand;
+    m_costTotals.costActual += l.costActual;
+    if (l.kind == QLatin1String("wasted"))
+        m_costTotals.wastedCostActual += l.costActual;
     const auto it = m_workers.find(l.workerId);
     if (it == m_workers.end())
         return;
@@ -395,8 +400,7 @@ Result<qint64> Coordinator::workerJoined(const WorkerInfo &info, qint64 knownWor
         w.record.priceClass = info.priceClass;
         w.record.state = QStringLiteral("online");
         w.record.lastSeenMs = now;
-        if (w.samplesPerSecond <= 0)
-            w.samplesPerSecond = info.samplesPerSecond;
+        m_core->reportSpeed(knownWorkerId, info.samplesPerSecond);
         if (auto r = m_store->updateWorker(m_jobId, w.record); !r)
             return r.takeError();
         event(QStringLiteral("worker-joined"), knownWorkerId, 0, 0, QStringLiteral("%1 came back").arg(w.record.name));
@@ -414,8 +418,8 @@ Result<qint64> Coordinator::workerJoined(const WorkerInfo &info, qint64 knownWor
     state.record = record;
     state.rates = *rates;
     state.online = true;
-    state.samplesPerSecond = info.samplesPerSecond;
     state.trust.workerId = *id;
+    m_core->reportSpeed(*id, info.samplesPerSecond);
     m_workers[*id] = state;
     event(QStringLiteral("worker-joined"), *id, 0, 0,
           QStringLiteral("%1 (%2, %3, %4 %5 thread(s))")
@@ -467,16 +471,13 @@ bool Coordinator::isOnline(qint64 workerId) const
 
 void Coordinator::reportSpeed(qint64 workerId, double samplesPerSecond)
 {
-    const auto it = m_workers.find(workerId);
-    if (it != m_workers.end() && it->second.samplesPerSecond <= 0 && samplesPerSecond > 0
-        && std::isfinite(samplesPerSecond))
-        it->second.samplesPerSecond = samplesPerSecond;
+    if (m_workers.count(workerId))
+        m_core->reportSpeed(workerId, samplesPerSecond);
 }
 
 double Coordinator::workerSpeed(qint64 workerId) const
 {
-    const auto it = m_workers.find(workerId);
-    return it == m_workers.end() ? 0.0 : it->second.samplesPerSecond;
+    return m_core->speed(workerId);
 }
 
 TrainConfig Coordinator::trainConfigFor(const Subtask &subtask) const
@@ -521,7 +522,7 @@ std::vector<WorkerStatus> Coordinator::workerStatuses() const
         s.device = w.record.device;
         s.threads = w.record.threads;
         s.online = w.online;
-        s.samplesPerSecond = w.samplesPerSecond;
+        s.samplesPerSecond = m_core->speed(id);
         s.leaseId = w.leaseId;
         s.epoch = w.epoch;
         s.shard = w.shard;
@@ -565,30 +566,26 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
         return replica;
 
     // Heterogeneous fleets: work and deadline follow the worker's measured speed (sizeLease).
-    const LeaseSizing sizing = sizeLease(worker.samplesPerSecond, m_spec.fleet.targetSubtaskSeconds,
-                                         m_spec.fleet.leaseTimeoutSeconds, m_spec.training.batchSize,
-                                         m_spec.training.localEpochs, m_spec.training.localSteps > 0,
-                                         m_data->plan.shardSize(0) + 1);
-    auto grant = m_scheduler->grant(workerId, m_seq, m_version, sizing.durationMs, sizing.maxPositions);
+    auto grant = m_core->grant(workerId);
     if (!grant)
         return std::nullopt;
     if (auto r = persist(grant->changes); !r) {
         setFatal(r.error());
         return std::nullopt;
     }
-    if (!m_snapshot.defined())
-        m_snapshot = m_state.weights.clone();
-    if (m_rule->needsBase())
-        m_bases.emplace(m_seq, m_snapshot);
-    if (m_screen && !m_baseSamples.count(m_seq))
-        m_baseSamples.emplace(m_seq, m_screen->sample(m_snapshot));
+    const qint64 seq = m_core->seq();
+    const torch::Tensor &snapshot = m_core->snapshot();
+    if (m_core->rule().needsBase())
+        m_bases.emplace(seq, snapshot);
+    if (m_screen && !m_baseSamples.count(seq))
+        m_baseSamples.emplace(seq, m_screen->sample(snapshot));
 
     const Subtask &s = grant->subtask;
     if (replicate(s)) {
         Quorum &q = m_quorums[s.id];
-        q.baseSeq = m_seq;
-        q.baseVersion = m_version;
-        q.base = m_snapshot;
+        q.baseSeq = seq;
+        q.baseVersion = m_core->version();
+        q.base = snapshot;
         q.workers.insert(workerId);
     }
     if (s.attempts > 1) {
@@ -599,8 +596,8 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
     }
     event(QStringLiteral("lease-granted"), workerId, s.id, grant->lease.id,
           QStringLiteral("epoch %1, shard %2, positions %3-%4, version %5")
-              .arg(s.epoch + 1).arg(s.shard).arg(s.begin).arg(s.end).arg(m_version));
-    return assign(worker, grant->lease, s, m_snapshot);
+              .arg(s.epoch + 1).arg(s.shard).arg(s.begin).arg(s.end).arg(m_core->version()));
+    return assign(worker, grant->lease, s, snapshot);
 }
 
 Assignment Coordinator::assign(WorkerState &worker, const Lease &lease, const Subtask &s, const torch::Tensor &weights)
@@ -644,7 +641,7 @@ QString Coordinator::validate(const SubtaskResult &r) const
         return QStringLiteral("the weights contain NaN or infinite values");
     // No honest subtask multiplies the size of a model by a thousand.
     const double norm = w.norm().item<double>();
-    const double bound = kNormFactor * std::max(1.0, m_state.weights.norm().item<double>());
+    const double bound = kNormFactor * std::max(1.0, m_core->state().weights.norm().item<double>());
     if (norm > bound)
         return QStringLiteral("the weights' L2 norm is %1, more than %2 times the global model's (%3): refused as absurd")
             .arg(norm, 0, 'g', 4).arg(kNormFactor).arg(bound / kNormFactor, 0, 'g', 4);
@@ -653,38 +650,17 @@ QString Coordinator::validate(const SubtaskResult &r) const
     return {};
 }
 
-namespace {
-
-bool isFinite(const torch::Tensor &t)
-{
-    if (!t.defined() || t.numel() == 0)
-        return true;
-    // A sum is one cheap pass and is NaN or infinite whenever an element is; only then is
-    // the exact (allocating) check run, since a sum can also overflow on finite values.
-    if (std::isfinite(t.sum().item<double>()))
-        return true;
-    return torch::isfinite(t).all().item<bool>();
-}
-
-} // namespace
-
-bool Coordinator::stateIsFinite() const
-{
-    return isFinite(m_state.weights) && isFinite(m_state.momentum) && isFinite(m_state.roundSum);
-}
-
 Result<void> Coordinator::restoreState()
 {
-    auto st = m_store->state(m_jobId, m_seq);
+    auto st = m_store->state(m_jobId, m_durableSeq);
     if (!st)
         return st.takeError();
     if (!st->has_value())
-        return fail(QStringLiteral("the store records no state at assimilation %1").arg(m_seq));
+        return fail(QStringLiteral("the store records no state at assimilation %1").arg(m_durableSeq));
     auto checkpoint = readCheckpoint(m_runDir + u'/' + (*st)->path, (*st)->sha256);
     if (!checkpoint)
         return checkpoint.takeError();
-    m_state = checkpoint->state;
-    m_rule->initialize(m_state);
+    m_core->restore(checkpoint->state);
     return {};
 }
 
@@ -692,8 +668,8 @@ Result<torch::Tensor> Coordinator::baseWeights(const Lease &lease)
 {
     if (const auto it = m_bases.find(lease.baseSeq); it != m_bases.end())
         return it->second;
-    if (lease.baseSeq == m_seq)
-        return m_state.weights.clone();
+    if (lease.baseSeq == m_core->seq())
+        return m_core->state().weights.clone();
     auto st = m_store->state(m_jobId, lease.baseSeq);
     if (st && st->has_value() && QFileInfo::exists(m_runDir + u'/' + (*st)->path)) {
         auto c = readCheckpoint(m_runDir + u'/' + (*st)->path, (*st)->sha256);
@@ -714,8 +690,7 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     if (const auto it = m_workers.find(workerId); it != m_workers.end())
         it->second.record.lastSeenMs = m_clock->nowMs();
     const Scheduler::Check check = m_scheduler->check(result.leaseId);
-    if (check.verdict == Scheduler::Verdict::Unknown || (check.verdict != Scheduler::Verdict::Unknown
-                                                         && check.lease.workerId != workerId)) {
+    if (check.verdict == Scheduler::Verdict::Unknown || (!check.forgotten && check.lease.workerId != workerId)) {
         reply.reason = check.verdict == Scheduler::Verdict::Unknown
                            ? check.reason
                            : QStringLiteral("lease %1 belongs to another worker").arg(result.leaseId);
@@ -725,16 +700,16 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     }
     const Lease &lease = check.lease;
     const Subtask &subtask = check.subtask;
-    const double workSeconds = std::max<qint64>(0, m_clock->nowMs() - lease.issuedMs) / 1000.0;
-
-    if (check.verdict == Scheduler::Verdict::Duplicate) {
+    const auto duplicate = [&](const QString &why) {
         reply.status = SubmitStatus::Duplicate;
-        reply.reason = check.reason;
+        reply.reason = why;
         ++m_duplicates;
-        event(QStringLiteral("result-duplicate"), workerId, subtask.id, lease.id, QStringLiteral("dropped: %1").arg(check.reason));
+        event(QStringLiteral("result-duplicate"), workerId, subtask.id, lease.id, QStringLiteral("dropped: %1").arg(why));
         // A superseded or already-ended lease was accounted for when it ended.
         return reply;
-    }
+    };
+    if (check.verdict == Scheduler::Verdict::Duplicate)
+        return duplicate(check.reason);
     if (const QString invalid = validate(result); !invalid.isEmpty()) {
         reply.reason = invalid;
         ++m_rejected;
@@ -743,18 +718,17 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
         noteVerdict(workerId, true, {}, invalid);
         return reply;
     }
-    const qint64 covered = std::min(result.covered, subtask.size());
-    if (covered <= 0) {
+    const Assimilator::Admission admission = m_core->admit(subtask, result.sampleSteps, result.covered);
+    if (!admission.duplicate.isEmpty()) {
+        handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost), admission.duplicate);
+        return duplicate(admission.duplicate);
+    }
+    if (admission.covered <= 0) {
         handBack(workerId, lease.id, QStringLiteral("the partial result trained no sample"));
         reply.status = SubmitStatus::Duplicate;
         reply.reason = QStringLiteral("nothing was trained");
         return reply;
     }
-
-    const qint64 fullShardWork = m_spec.training.localSteps > 0
-                                     ? qint64(m_spec.training.localSteps) * m_spec.training.batchSize
-                                     : qint64(m_spec.training.localEpochs) * m_scheduler->shardSize(subtask.shard);
-    const double credit = resultCredit(result.sampleSteps, covered, result.covered, fullShardWork);
 
     // Screening: the update against recent accepted ones. A result whose base is no longer
     // remembered (a very late one) is judged by validate()'s absolute checks only.
@@ -765,7 +739,7 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
         if (const auto it = m_baseSamples.find(lease.baseSeq); it != m_baseSamples.end()) {
             baseSample = it->second;
             resultSample = m_screen->sample(result.weights);
-            verdict = m_screen->judge(resultSample, baseSample, trainConfigFor(subtask).learningRate, credit);
+            verdict = m_screen->judge(resultSample, baseSample, trainConfigFor(subtask).learningRate, admission.credit);
         }
     }
     if (verdict.reject) {
@@ -782,16 +756,88 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     pending.lease = lease;
     pending.subtask = subtask;
     pending.result = std::move(result);
-    pending.covered = covered;
-    pending.credit = credit;
+    pending.admission = admission;
     pending.verdict = verdict;
     pending.resultSample = resultSample;
     pending.baseSample = baseSample;
-    pending.workSeconds = workSeconds;
+    pending.workSeconds = std::max<qint64>(0, m_clock->nowMs() - lease.issuedMs) / 1000.0;
     pending.late = check.late;
     if (const auto q = m_quorums.find(subtask.id); q != m_quorums.end() && q->second.baseSeq == lease.baseSeq)
         return holdResult(std::move(pending));
     return fold(std::move(pending));
+}
+
+Result<void> Coordinator::transaction(const std::function<std::vector<Result<void>>()> &steps)
+{
+    if (m_grouped) {
+        // The group's transaction: endGroup() commits it, or rolls it back after a failure.
+        for (const auto &r : steps())
+            if (!r)
+                return r;
+        return {};
+    }
+    if (auto r = m_store->begin(); !r)
+        return r;
+    for (const auto &r : steps())
+        if (!r) {
+            m_store->rollback();
+            return r;
+        }
+    return m_store->commit();
+}
+
+Result<void> Coordinator::beginGroup()
+{
+    if (m_grouped)
+        return {};
+    if (!m_fatal.isEmpty())
+        return fail(m_fatal);
+    if (auto r = m_store->begin(); !r) {
+        setFatal(QStringLiteral("cannot open a store transaction: %1").arg(r.error()));
+        return r;
+    }
+    m_grouped = true;
+    m_groupFolds = 0;
+    return {};
+}
+
+Result<void> Coordinator::endGroup()
+{
+    if (!m_grouped)
+        return m_fatal.isEmpty() ? Result<void>{} : fail(m_fatal);
+    const int folds = m_groupFolds;
+    auto finish = [&]() -> Result<void> {
+        if (!m_fatal.isEmpty())
+            return fail(m_fatal);
+        if (folds > 0)
+            if (auto r = writeState(); !r)
+                return r;
+        return m_store->commit();
+    };
+    auto r = finish();
+    m_grouped = false;
+    m_groupFolds = 0;
+    if (!r) {
+        m_store->rollback();
+        setFatal(QStringLiteral("cannot record assimilations up to %1: %2").arg(m_core->seq()).arg(r.error()));
+        return fail(m_fatal);
+    }
+    if (folds > 0) {
+        m_durableSeq = m_core->seq();
+        m_checkpointSeqs.insert(m_durableSeq);
+        collectGarbage();
+    }
+    return {};
+}
+
+Result<void> Coordinator::writeState()
+{
+    const qint64 seq = m_core->seq();
+    Checkpoint checkpoint{seq, m_core->version(), m_layout.digest(), m_core->state()};
+    auto sha = writeCheckpoint(m_runDir + u'/' + checkpointPath(seq), checkpoint);
+    if (!sha)
+        return fail(QStringLiteral("cannot write the checkpoint of assimilation %1: %2").arg(seq).arg(sha.error()));
+    return m_store->addState(m_jobId, StateRecord{seq, m_core->version(), checkpointPath(seq), *sha, m_clock->nowMs()});
 }
 
 SubmitReply Coordinator::fold(PendingResult p)
@@ -800,80 +846,62 @@ SubmitReply Coordinator::fold(PendingResult p)
     const qint64 workerId = p.workerId;
     const Lease &lease = p.lease;
     const Subtask &subtask = p.subtask;
-    const qint64 covered = p.covered;
     const double workSeconds = p.workSeconds;
-    Contribution contribution;
-    contribution.staleness = m_version - lease.baseVersion;
-    contribution.credit = p.credit;
-    if (m_rule->needsBase()) {
-        auto base = p.base.defined() ? Result<torch::Tensor>(p.base) : baseWeights(lease);
-        if (!base) {
-            reply.reason = base.error();
+    torch::Tensor base;
+    if (m_core->rule().needsBase()) {
+        auto kept = p.base.defined() ? Result<torch::Tensor>(p.base) : baseWeights(lease);
+        if (!kept) {
+            reply.reason = kept.error();
             ++m_rejected;
-            event(QStringLiteral("result-rejected"), workerId, subtask.id, lease.id, base.error());
-            handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost), base.error());
-            handleChanges(m_scheduler->release(subtask.id), base.error());
+            event(QStringLiteral("result-rejected"), workerId, subtask.id, lease.id, kept.error());
+            handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost), kept.error());
+            handleChanges(m_scheduler->release(subtask.id), kept.error());
             return reply;
         }
-        contribution.base = *base;
+        base = *kept;
     }
-    contribution.result = std::move(p.result.weights);
 
-    // Fold in, then make it durable: checkpoint file first, then one store transaction.
-    const qint64 seq = m_seq + 1;
-    bool changed = m_rule->assimilate(m_state, contribution);
-    if (!stateIsFinite()) {
-        // Every result is finite when it arrives, but a fold can still overflow (a huge
-        // update through outer momentum). The global model goes back to the last
-        // checkpoint, which is exactly the state before this fold.
-        const QString why = QStringLiteral("folding it in would have made the global model non-finite (NaN or "
-                                           "infinity); the global model stays at version %1")
-                                .arg(m_version);
-        if (auto restored = restoreState(); !restored) {
-            setFatal(QStringLiteral("cannot restore the global model after a non-finite fold: %1").arg(restored.error()));
+    // Fold in, then make it durable: checkpoint file first, then one store transaction (in a
+    // group, both at the group's end). Undoing a non-finite fold needs the state before it:
+    // the last checkpoint, unless the group holds folds that are not checkpointed yet.
+    const FoldOutcome f = m_core->fold(lease, subtask, p.admission, std::move(p.result.weights), std::move(base),
+                                       p.result.meanLoss, m_grouped && m_groupFolds > 0);
+    if (!f.folded) {
+        if (f.restoreNeeded) {
+            if (auto restored = restoreState(); !restored) {
+                setFatal(QStringLiteral("cannot restore the global model after a non-finite fold: %1").arg(restored.error()));
+                reply.reason = m_fatal;
+                return reply;
+            }
+        }
+        reply.reason = f.refusal;
+        ++m_rejected;
+        event(QStringLiteral("result-rejected"), workerId, subtask.id, lease.id, f.refusal);
+        handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost), QStringLiteral("its result was rejected: %1").arg(f.refusal));
+        handleChanges(m_scheduler->release(subtask.id), f.refusal);
+        noteVerdict(workerId, true, {}, f.refusal);
+        return reply;
+    }
+    if (!f.roundRefused.isEmpty())
+        event(QStringLiteral("round-refused"), 0, 0, 0, f.roundRefused);
+    const qint64 seq = f.seq;
+    const qint64 version = f.version;
+    const qint64 covered = f.covered;
+    const qint64 now = m_clock->nowMs();
+
+    QString sha;
+    if (!m_grouped) {
+        Checkpoint checkpoint{seq, version, m_layout.digest(), m_core->state()};
+        auto written = writeCheckpoint(m_runDir + u'/' + checkpointPath(seq), checkpoint);
+        if (!written) {
+            setFatal(QStringLiteral("cannot write the checkpoint of assimilation %1: %2").arg(seq).arg(written.error()));
             reply.reason = m_fatal;
             return reply;
         }
-        reply.reason = why;
-        ++m_rejected;
-        event(QStringLiteral("result-rejected"), workerId, subtask.id, lease.id, why);
-        handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost), QStringLiteral("its result was rejected: %1").arg(why));
-        handleChanges(m_scheduler->release(subtask.id), why);
-        noteVerdict(workerId, true, {}, why);
-        return reply;
-    }
-    const int epochsDoneBefore = m_scheduler->epochsDone();
-    SchedulerChanges changes = m_scheduler->complete(lease.id, covered, seq);
-    // Epochs close in order: this result closed one if the count of finished epochs grew.
-    const bool epochClosed = m_scheduler->epochsDone() > epochsDoneBefore;
-    bool roundClosed = false;
-    if (epochClosed && m_rule->synchronous()) {
-        const torch::Tensor before = m_state.weights.clone();
-        bool closed = m_rule->closeRound(m_state);
-        if (!stateIsFinite()) {
-            // The round's mean overflowed: keep the model as it was before the round closed.
-            m_state.weights.copy_(before);
-            closed = false;
-            event(QStringLiteral("round-refused"), 0, 0, 0,
-                  QStringLiteral("the mean of epoch %1's results is not finite; the global model keeps its weights "
-                                 "from before the round")
-                      .arg(subtask.epoch + 1));
-        }
-        changed = changed || closed;
-        roundClosed = closed;
-    }
-    const qint64 version = m_version + (changed ? 1 : 0);
-    const qint64 now = m_clock->nowMs();
-
-    Checkpoint checkpoint{seq, version, m_layout.digest(), m_state};
-    auto sha = writeCheckpoint(m_runDir + u'/' + checkpointPath(seq), checkpoint);
-    if (!sha) {
-        setFatal(QStringLiteral("cannot write the checkpoint of assimilation %1: %2").arg(seq).arg(sha.error()));
-        reply.reason = m_fatal;
-        return reply;
+        sha = *written;
     }
     AssimilationRecord record{seq, version, subtask.epoch, subtask.shard, subtask.id, lease.id, workerId,
-                              contribution.staleness, contribution.credit, p.result.sampleSteps, subtask.begin,
+                              f.staleness, p.admission.credit, p.result.sampleSteps, subtask.begin,
                               subtask.begin + covered, p.result.meanLoss, p.result.seconds, now};
     // The ledger entries of this lease go in the same transaction: cost is counted once.
     std::vector<LedgerRecord> ledgerRows;
@@ -881,33 +909,28 @@ SubmitReply Coordinator::fold(PendingResult p)
     if (wasted != m_wastedSeconds.end())
         ledgerRows.push_back(ledgerRecord(workerId, lease.id, QStringLiteral("wasted"), -wasted->second));
     ledgerRows.push_back(ledgerRecord(workerId, lease.id, QStringLiteral("useful"), workSeconds));
-    auto transaction = [&]() -> Result<void> {
-        if (auto r = m_store->begin(); !r)
-            return r;
-        std::vector<Result<void>> steps{
-            m_store->addState(m_jobId, StateRecord{seq, version, checkpointPath(seq), *sha, now}),
-            m_store->addAssimilation(m_jobId, record), persist(changes)};
+    auto committed = transaction([&] {
+        std::vector<Result<void>> steps{m_store->addAssimilation(m_jobId, record), persist(f.changes)};
+        if (!m_grouped)
+            steps.push_back(m_store->addState(m_jobId, StateRecord{seq, version, checkpointPath(seq), sha, now}));
         for (const auto &row : ledgerRows)
             steps.push_back(m_store->addLedger(m_jobId, row));
-        for (const auto &r : steps)
-            if (!r) {
-                m_store->rollback();
-                return r;
-            }
-        return m_store->commit();
-    };
-    if (auto r = transaction(); !r) {
-        setFatal(QStringLiteral("cannot record assimilation %1: %2").arg(seq).arg(r.error()));
+        return steps;
+    });
+    if (!committed) {
+        setFatal(QStringLiteral("cannot record assimilation %1: %2").arg(seq).arg(committed.error()));
         reply.reason = m_fatal;
         return reply;
     }
-    m_seq = seq;
-    m_version = version;
-    m_checkpointSeqs.insert(seq);
+    if (m_grouped) {
+        ++m_groupFolds;
+    } else {
+        m_durableSeq = seq;
+        m_checkpointSeqs.insert(seq);
+    }
     dropQuorum(subtask.id, QStringLiteral("subtask %1 was assimilated from another result").arg(subtask.id));
-    m_snapshot = torch::Tensor();
 
-    // Observation, after the commit.
+    // Observation, after the commit (in a group: after the fold; the group's end commits).
     if (wasted != m_wastedSeconds.end())
         m_wastedSeconds.erase(wasted);
     for (const auto &row : ledgerRows)
@@ -916,19 +939,11 @@ SubmitReply Coordinator::fold(PendingResult p)
     if (worker.leaseId == lease.id)
         worker.leaseId = 0;
     ++worker.leasesCompleted;
-    if (p.result.seconds > 0 && p.result.sampleSteps > 0) {
-        const double measured = double(p.result.sampleSteps) / p.result.seconds;
-        worker.samplesPerSecond = worker.samplesPerSecond > 0 ? 0.7 * worker.samplesPerSecond + 0.3 * measured : measured;
-    }
-    m_lossEma = m_lossEma < 0 ? p.result.meanLoss : 0.9 * m_lossEma + 0.1 * p.result.meanLoss;
-    m_maxStaleness = std::max<qint64>(m_maxStaleness, contribution.staleness);
-    m_recentStaleness.push_back(contribution.staleness);
-    if (m_recentStaleness.size() > kStalenessWindow)
-        m_recentStaleness.pop_front();
+    m_core->measureSpeed(workerId, p.result.sampleSteps, p.result.seconds);
     event(p.result.partial || covered < subtask.size() ? QStringLiteral("result-partial") : QStringLiteral("result-assimilated"),
           workerId, subtask.id, lease.id,
           QStringLiteral("seq %1, version %2, staleness %3, credit %4, positions %5-%6 of shard %7%8%9")
-              .arg(seq).arg(version).arg(contribution.staleness).arg(contribution.credit, 0, 'f', 3)
+              .arg(seq).arg(version).arg(f.staleness).arg(p.admission.credit, 0, 'f', 3)
               .arg(subtask.begin).arg(subtask.begin + covered).arg(subtask.shard)
               .arg(p.late ? QStringLiteral(" (late result)") : QString())
               .arg(p.resultSample.defined()
@@ -937,16 +952,16 @@ SubmitReply Coordinator::fold(PendingResult p)
                              .arg(p.verdict.cosine, 0, 'f', 2)
                              .arg(p.verdict.directionScore, 0, 'f', 1)
                        : QString()));
-    for (const auto &l : changes.leases)
+    for (const auto &l : f.changes.leases)
         if (l.state == LeaseState::Superseded)
-            leaseEnded(l, QStringLiteral("subtask %1 was completed by lease %2").arg(subtask.id).arg(lease.id));
+            leaseEnded(l, QStringLiteral("subtask %1 was completed by lease %2").arg(l.subtaskId).arg(lease.id));
     if (m_hooks.assimilated)
         m_hooks.assimilated(record);
     if (p.resultSample.defined()) {
         m_screen->accepted(p.resultSample, p.baseSample, p.verdict);
         noteVerdict(workerId, false, p.verdict, {});
     }
-    if (roundClosed && m_screen) {
+    if (f.roundClosed && m_screen) {
         // A synchronous round starts every worker from the round's mean, and its updates can
         // be several times smaller than the last round's (a fifth after the first epoch of a
         // BatchNorm CNN): each round is judged against itself. The same seed draws the same
@@ -955,16 +970,20 @@ SubmitReply Coordinator::fold(PendingResult p)
     }
     collectGarbage();
 
-    if (epochClosed) {
+    if (f.epochClosed) {
         const int epoch = m_scheduler->epochsDone() - 1;
         event(QStringLiteral("epoch-completed"), 0, 0, 0,
               QStringLiteral("epoch %1 of %2 at version %3").arg(epoch + 1).arg(m_spec.training.epochs).arg(version));
+        // Leases of finished epochs left the scheduler: their wasted time can no longer be
+        // reversed by a late result.
+        for (auto it = m_wastedSeconds.begin(); it != m_wastedSeconds.end();)
+            it = m_scheduler->check(it->first).forgotten ? m_wastedSeconds.erase(it) : std::next(it);
         requestEvaluation(epoch);
     }
     reply.status = SubmitStatus::Assimilated;
     reply.seq = seq;
     reply.version = version;
-    reply.staleness = contribution.staleness;
+    reply.staleness = f.staleness;
     return reply;
 }
 
@@ -999,7 +1018,7 @@ std::optional<Assignment> Coordinator::grantReplica(qint64 workerId)
             return std::nullopt;
         }
         q.workers.insert(workerId);
-        if (m_rule->needsBase() && !m_bases.count(q.baseSeq))
+        if (m_core->rule().needsBase() && !m_bases.count(q.baseSeq))
             m_bases.emplace(q.baseSeq, q.base);
         if (m_screen && !m_baseSamples.count(q.baseSeq))
             m_baseSamples.emplace(q.baseSeq, m_screen->sample(q.base));
@@ -1337,7 +1356,7 @@ void Coordinator::requestEvaluation(int epoch)
     if (epoch <= m_requestedEpoch)
         return;
     m_requestedEpoch = epoch;
-    dispatchEvaluation(EvaluationRequest{epoch, m_version, m_seq, m_state.weights.clone()});
+    dispatchEvaluation(EvaluationRequest{epoch, m_core->version(), m_core->seq(), m_core->state().weights.clone()});
 }
 
 void Coordinator::dispatchEvaluation(EvaluationRequest request)
@@ -1427,12 +1446,12 @@ void Coordinator::recordEvaluation(const EvaluationRequest &request, const Evalu
 
 void Coordinator::collectGarbage()
 {
-    // Keep the bases of active leases (async-delta needs them) and the two latest states.
-    std::set<qint64> needed{m_seq};
-    if (m_seq > 0)
-        needed.insert(m_seq - 1);
-    for (const auto &lease : m_scheduler->activeLeases())
-        if (m_rule->needsBase())
+    // Keep the bases of active leases (async-delta needs them), the current one, and the two
+    // latest checkpoints.
+    const qint64 seq = m_core->seq();
+    std::set<qint64> needed{seq};
+    if (m_core->rule().needsBase())
+        for (const auto &lease : m_scheduler->activeLeases())
             needed.insert(lease.baseSeq);
     for (auto it = m_bases.begin(); it != m_bases.end();)
         it = needed.count(it->first) ? std::next(it) : m_bases.erase(it);
@@ -1443,8 +1462,11 @@ void Coordinator::collectGarbage()
         for (const auto &lease : m_scheduler->activeLeases())
             active.insert(lease.baseSeq);
         for (auto it = m_baseSamples.begin(); it != m_baseSamples.end();)
-            it = it->first >= m_seq - kScreenedBases || active.count(it->first) ? std::next(it) : m_baseSamples.erase(it);
+            it = it->first >= seq - kScreenedBases || active.count(it->first) ? std::next(it) : m_baseSamples.erase(it);
     }
+    int latest = 0;
+    for (auto it = m_checkpointSeqs.rbegin(); it != m_checkpointSeqs.rend() && latest < 2; ++it, ++latest)
+        needed.insert(*it);
     for (auto it = m_checkpointSeqs.begin(); it != m_checkpointSeqs.end();) {
         if (needed.count(*it)) {
             ++it;
@@ -1458,7 +1480,7 @@ void Coordinator::collectGarbage()
 Result<void> Coordinator::finalize()
 {
     // The final model, in a form Python loads, and the metrics as CSV.
-    if (auto r = m_evalModel->loadFlatWeights(m_state.weights); !r)
+    if (auto r = m_evalModel->loadFlatWeights(m_core->state().weights); !r)
         return r;
     if (auto r = m_evalModel->save(m_runDir + QStringLiteral("/model.pt")); !r)
         return r;
@@ -1509,7 +1531,7 @@ Result<void> Coordinator::finalize()
                                        .arg(m_lastEvaluationError);
     event(QStringLiteral("job-finished"), 0, 0, 0,
           QStringLiteral("%1 epochs, version %2, %3; model saved to %4/model.pt")
-              .arg(m_spec.training.epochs).arg(m_version).arg(accuracy, m_runDir));
+              .arg(m_spec.training.epochs).arg(m_core->version()).arg(accuracy, m_runDir));
     if (m_hooks.finished)
         m_hooks.finished();
     return {};
@@ -1521,9 +1543,9 @@ JobProgress Coordinator::progress() const
     p.name = m_spec.name;
     p.epochsDone = m_scheduler->epochsDone();
     p.epochs = m_scheduler->epochs();
-    p.seq = m_seq;
-    p.version = m_version;
-    p.lossEma = m_lossEma;
+    p.seq = m_core->seq();
+    p.version = m_core->version();
+    p.lossEma = m_core->lossEma();
     p.testAccuracy = m_lastAccuracy;
     p.testLoss = m_lastTestLoss;
     p.evaluatedEpoch = m_evaluatedEpoch;
@@ -1533,22 +1555,15 @@ JobProgress Coordinator::progress() const
     }
     p.activeLeases = m_scheduler->activeLeaseCount();
     p.queuedSubtasks = m_scheduler->queuedCount();
-    if (!m_recentStaleness.empty()) {
-        double sum = 0;
-        for (const auto s : m_recentStaleness)
-            sum += double(s);
-        p.recentStaleness = sum / double(m_recentStaleness.size());
-    }
-    p.maxStaleness = m_maxStaleness;
+    p.recentStaleness = m_core->recentStaleness();
+    p.maxStaleness = m_core->maxStaleness();
     p.reassignments = m_reassignments;
     p.preemptions = m_preemptions;
     p.rejected = m_rejected;
     p.duplicates = m_duplicates;
     p.verified = m_verified;
     p.disagreements = m_disagreements;
-    auto totals = m_store->ledgerTotals(m_jobId);
-    if (totals)
-        p.cost = *totals;
+    p.cost = m_costTotals;
     p.elapsedMs = m_clock->nowMs() - m_startedMs;
     p.finished = m_finished;
     p.paused = m_paused;

@@ -4,16 +4,27 @@
 // every assimilation, evaluates the global model after each epoch, accounts cost, and
 // persists everything so that a killed job resumes where it stopped.
 //
+// The folding itself (scheduler, rule, seq/version, staleness, credit, speeds, rounds) is the
+// Assimilator's, shared with the simulator; the coordinator adds validation, screening,
+// redundancy, trust, cost, events and durability.
+//
 // Durability of an assimilation: the new global state is written to a checkpoint file
 // (temporary file, fsync, rename) and its SHA-256 is recorded in the same store transaction
 // as the assimilation itself, after the file is on disk. A crash before the commit leaves an
 // orphan file that is ignored; a crash after it loses nothing.
+//
+// Group commit: between beginGroup() and endGroup() every store write joins one transaction
+// and assimilations write no checkpoint of their own; endGroup() writes one checkpoint of the
+// latest state and commits, so results that arrive together share one fsync. Whatever
+// promises durability (a result's Ack, a lease handed to a worker) may be told to its worker
+// only after endGroup() succeeded. Outside a group every call is durable when it returns.
 //
 // It does not know how workers reach it: a worker is anything that joins, asks for a
 // subtask and returns a result, be it a thread of this process or a remote process. All
 // methods must be called from one thread, the coordinator's owner.
 
 #include "Aggregation.h"
+#include "Assimilator.h"
 #include "Clock.h"
 #include "JobData.h"
 #include "JobSpec.h"
@@ -21,7 +32,6 @@
 #include "PriceTable.h"
 #include "Result.h"
 #include "ResultScreen.h"
-#include "Scheduler.h"
 #include "Store.h"
 #include "Trainer.h"
 
@@ -205,6 +215,12 @@ public:
     // The worker's own measurement of its speed; used until results give a measured one.
     void reportSpeed(qint64 workerId, double samplesPerSecond);
 
+    // See the group commit above. endGroup() fails (and the job stops) when the checkpoint
+    // or the commit could not be written; nothing of the group is then acknowledged.
+    Result<void> beginGroup();
+    Result<void> endGroup();
+    bool inGroup() const { return m_grouped; }
+
     std::optional<Assignment> requestSubtask(qint64 workerId);
     SubmitReply submitResult(qint64 workerId, SubtaskResult result);
     void handBack(qint64 workerId, qint64 leaseId, const QString &reason);
@@ -231,7 +247,7 @@ public:
     // it from the store loses nothing that was acknowledged.
     QString fatalError() const { return m_fatal; }
     JobProgress progress() const;
-    torch::Tensor globalWeights() const { return m_state.weights; }
+    torch::Tensor globalWeights() const { return m_core->state().weights; }
     const WeightLayout &layout() const { return m_layout; }
 
 private:
@@ -248,7 +264,9 @@ private:
     void handleChanges(const SchedulerChanges &changes, const QString &why);
     void setFatal(const QString &message);
     QString validate(const SubtaskResult &result) const;
-    bool stateIsFinite() const;
+    // Runs a store transaction's steps: in a group they join its transaction.
+    Result<void> transaction(const std::function<std::vector<Result<void>>()> &steps);
+    Result<void> writeState(); // the checkpoint of the latest state, and its record
     // Records a screened or invalid result's verdict against its worker, and quarantines the
     // worker when its recent record calls for it.
     void noteVerdict(qint64 workerId, bool rejected, const ResultScreen::Verdict &verdict, const QString &reason);
@@ -261,8 +279,7 @@ private:
         Lease lease;
         Subtask subtask;
         SubtaskResult result;
-        qint64 covered = 0;
-        double credit = 0.0;
+        Assimilator::Admission admission;
         ResultScreen::Verdict verdict;
         torch::Tensor resultSample; // screening samples; undefined when not screened
         torch::Tensor baseSample;
@@ -313,8 +330,8 @@ private:
     const Clock *m_clock = nullptr;
     std::shared_ptr<const JobData> m_data;
     std::unique_ptr<Store> m_store;
-    std::unique_ptr<Scheduler> m_scheduler;
-    std::unique_ptr<AggregationRule> m_rule;
+    std::unique_ptr<Assimilator> m_core;
+    Scheduler *m_scheduler = nullptr; // the core's
     std::unique_ptr<Model> m_evalModel;
     WeightLayout m_layout;
     PriceTable m_prices;
@@ -325,10 +342,9 @@ private:
     bool m_paused = false;
     QString m_fatal;
 
-    AggregationState m_state;
-    qint64 m_seq = 0;
-    qint64 m_version = 0;
-    torch::Tensor m_snapshot;             // read-only copy of W handed to workers at m_seq
+    bool m_grouped = false;
+    int m_groupFolds = 0;    // assimilations in the open group, not yet checkpointed
+    qint64 m_durableSeq = 0; // the latest checkpointed state
     std::map<qint64, torch::Tensor> m_bases; // async-delta: W at the base of active leases
     std::unique_ptr<ResultScreen> m_screen;  // null when the job does not screen results
     std::map<qint64, torch::Tensor> m_baseSamples; // ResultScreen::sample() of recent bases
@@ -344,7 +360,6 @@ private:
         qint64 leaseId = 0;
         qint64 sampleSteps = 0;
         qint64 plannedSampleSteps = 0;
-        double samplesPerSecond = 0.0; // measured from results, else as reported
         int epoch = 0;                 // of the current lease
         int shard = 0;
         qint64 begin = 0;
@@ -361,16 +376,14 @@ private:
     };
     void account(const LedgerRecord &l);
     std::map<qint64, WorkerState> m_workers;
+    LedgerTotals m_costTotals; // running totals of the ledger
     std::map<qint64, double> m_wastedSeconds; // recorded as wasted, reversed if a late result lands
     int m_evaluatedEpoch = -1;
     int m_requestedEpoch = -1;
     std::vector<std::pair<qint64, EvaluationRequest>> m_evaluationRetries; // (due time, request)
     QString m_lastEvaluationError;
-    double m_lossEma = -1.0;
     double m_lastAccuracy = -1.0;
     double m_lastTestLoss = -1.0;
-    std::deque<qint64> m_recentStaleness;
-    qint64 m_maxStaleness = 0;
     qint64 m_reassignments = 0;
     qint64 m_preemptions = 0;
     qint64 m_rejected = 0;

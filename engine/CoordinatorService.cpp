@@ -4,6 +4,10 @@
 
 #include <QMetaObject>
 
+#include <algorithm>
+#include <chrono>
+#include <future>
+
 #include <ATen/Parallel.h>
 
 namespace flotilla {
@@ -16,6 +20,8 @@ CoordinatorService::CoordinatorService(std::unique_ptr<Coordinator> coordinator)
     qRegisterMetaType<flotilla::AssimilationRecord>();
     qRegisterMetaType<flotilla::EvaluationRecord>();
     qRegisterMetaType<std::vector<flotilla::WorkerStatus>>();
+    qRegisterMetaType<flotilla::SubmitReply>();
+    qRegisterMetaType<std::optional<flotilla::Assignment>>();
     m_evaluationPool.setMaxThreadCount(1);
     m_thread.setObjectName(QStringLiteral("coordinator"));
     moveToThread(&m_thread);
@@ -28,20 +34,83 @@ CoordinatorService::~CoordinatorService()
     shutdown();
 }
 
-template <typename F>
-auto CoordinatorService::blocking(F &&f) -> decltype(f())
+void CoordinatorService::openGroup()
 {
-    using R = decltype(f());
-    if (QThread::currentThread() == &m_thread)
-        return f();
-    if constexpr (std::is_void_v<R>) {
-        QMetaObject::invokeMethod(this, std::forward<F>(f), Qt::BlockingQueuedConnection);
-    } else {
-        std::optional<R> out;
-        QMetaObject::invokeMethod(this, [&] { out.emplace(f()); }, Qt::BlockingQueuedConnection);
-        return std::move(*out);
+    if (!m_groupEndPosted) {
+        // Runs after every call queued so far: they share the group.
+        m_groupEndPosted = true;
+        QMetaObject::invokeMethod(this, &CoordinatorService::endGroup, Qt::QueuedConnection);
     }
+    if (!m_groupOpen && m_coordinator && m_coordinator->beginGroup())
+        m_groupOpen = true;
 }
+
+void CoordinatorService::endGroup()
+{
+    m_groupEndPosted = false;
+    QString failure;
+    if (m_groupOpen) {
+        m_groupOpen = false;
+        if (auto r = m_coordinator->endGroup(); !r)
+            failure = r.error();
+    }
+    if (!m_coordinator)
+        failure = QStringLiteral("the coordinator has stopped");
+    auto deliveries = std::move(m_deliveries);
+    m_deliveries.clear();
+    for (auto &deliver : deliveries)
+        deliver(failure);
+}
+
+template <typename R, typename Op, typename Lost>
+void CoordinatorService::queue(Op op, Lost lost, std::function<void(R)> deliver)
+{
+    QMetaObject::invokeMethod(this, [this, op = std::move(op), lost, deliver = std::move(deliver)]() mutable {
+        openGroup();
+        std::optional<R> answer;
+        if (m_coordinator)
+            answer.emplace(op(*m_coordinator));
+        m_deliveries.push_back([answer = std::move(answer), lost, deliver](const QString &failure) mutable {
+            deliver(answer && failure.isEmpty() ? std::move(*answer) : lost(failure));
+        });
+    }, Qt::QueuedConnection);
+}
+
+void CoordinatorService::post(std::function<void(Coordinator &)> op, bool grouped)
+{
+    QMetaObject::invokeMethod(this, [this, op = std::move(op), grouped] {
+        if (grouped)
+            openGroup();
+        if (m_coordinator)
+            op(*m_coordinator);
+    }, Qt::QueuedConnection);
+}
+
+namespace {
+
+Result<qint64> joinLost(const QString &why)
+{
+    return fail(why);
+}
+
+SubmitReply submitLost(const QString &why)
+{
+    return SubmitReply{SubmitStatus::Rejected, QStringLiteral("the coordinator could not record it: %1").arg(why), 0, 0, 0};
+}
+
+// Waits for an answer given on another thread.
+template <typename R>
+struct Awaited
+{
+    std::shared_ptr<std::promise<R>> promise = std::make_shared<std::promise<R>>();
+    std::function<void(R)> deliver() const
+    {
+        return [p = promise](R r) { p->set_value(std::move(r)); };
+    }
+    R get() { return promise->get_future().get(); }
+};
+
+} // namespace
 
 void CoordinatorService::start()
 {
@@ -66,6 +135,7 @@ void CoordinatorService::start()
             QMetaObject::invokeMethod(this, [this, request, ev] {
                 if (!m_coordinator)
                     return;
+                openGroup();
                 if (!ev) {
                     qCWarning(lcEngine).noquote() << "evaluation failed:" << ev.error();
                     m_coordinator->evaluationFailed(request, ev.error());
@@ -100,11 +170,14 @@ void CoordinatorService::start()
 
 void CoordinatorService::onTick()
 {
+    openGroup();
     m_coordinator->tick();
     const JobProgress p = m_coordinator->progress();
     Q_EMIT progressed(p);
     if (++m_ticks % 4 == 0)
         Q_EMIT snapshot(p, m_coordinator->workerStatuses());
+    if (m_ticks % 240 == 0) // once a minute
+        reportHeartbeatWaits();
     if (!m_coordinator->fatalError().isEmpty() && !m_ended) {
         m_ended = true;
         Q_EMIT jobEnded(false, m_coordinator->fatalError());
@@ -116,8 +189,11 @@ void CoordinatorService::shutdown()
     if (!m_thread.isRunning())
         return;
     m_evaluationPool.waitForDone();
-    // Destroy the coordinator (its store connection, its timer) on the thread that used it.
+    // Destroy the coordinator (its store connection, its timer) on the thread that used it,
+    // after the open group is committed and answered.
     QMetaObject::invokeMethod(this, [this] {
+        endGroup();
+        reportHeartbeatWaits();
         delete m_tickTimer;
         m_tickTimer = nullptr;
         // Evaluations queued back after the pool drained are dropped with the coordinator.
@@ -128,98 +204,132 @@ void CoordinatorService::shutdown()
     m_thread.wait();
 }
 
-Result<qint64> CoordinatorService::callJoin(const WorkerInfo &info, qint64 knownWorkerId)
+qint64 CoordinatorService::join(const WorkerInfo &info, qint64 knownWorkerId)
 {
-    return blocking([&] { return m_coordinator ? m_coordinator->workerJoined(info, knownWorkerId)
-                                               : Result<qint64>(fail(QStringLiteral("the coordinator has stopped"))); });
+    const qint64 ticket = m_nextTicket++;
+    queue<Result<qint64>>([info, knownWorkerId](Coordinator &c) { return c.workerJoined(info, knownWorkerId); },
+                          joinLost, [this, ticket](Result<qint64> joined) {
+                              Q_EMIT joinAnswered(ticket, joined ? *joined : 0, joined ? QString() : joined.error());
+                          });
+    return ticket;
 }
 
-void CoordinatorService::callLeave(qint64 workerId, const QString &reason)
+qint64 CoordinatorService::request(qint64 workerId, double samplesPerSecond)
 {
-    blocking([&] {
-        if (m_coordinator)
-            m_coordinator->workerLeft(workerId, reason);
-    });
+    const qint64 ticket = m_nextTicket++;
+    queue<RequestAnswer>(
+        [workerId, samplesPerSecond](Coordinator &c) {
+            c.reportSpeed(workerId, samplesPerSecond);
+            return RequestAnswer{c.requestSubtask(workerId), c.finished()};
+        },
+        [](const QString &) { return RequestAnswer{}; },
+        [this, ticket](RequestAnswer a) { Q_EMIT requestAnswered(ticket, a.assignment, a.finished); });
+    return ticket;
 }
 
-std::optional<Assignment> CoordinatorService::callRequest(qint64 workerId)
+qint64 CoordinatorService::submit(qint64 workerId, SubtaskResult result)
 {
-    return blocking([&] { return m_coordinator ? m_coordinator->requestSubtask(workerId) : std::optional<Assignment>{}; });
+    const qint64 ticket = m_nextTicket++;
+    auto shared = std::make_shared<SubtaskResult>(std::move(result));
+    queue<SubmitReply>([workerId, shared](Coordinator &c) { return c.submitResult(workerId, std::move(*shared)); },
+                       submitLost, [this, ticket](SubmitReply r) { Q_EMIT submitAnswered(ticket, r); });
+    return ticket;
 }
 
-SubmitReply CoordinatorService::callSubmit(qint64 workerId, SubtaskResult result)
+void CoordinatorService::leave(qint64 workerId, const QString &reason)
 {
-    return blocking([&] {
-        if (!m_coordinator)
-            return SubmitReply{SubmitStatus::Rejected, QStringLiteral("the coordinator has stopped"), 0, 0, 0};
-        return m_coordinator->submitResult(workerId, std::move(result));
-    });
+    post([workerId, reason](Coordinator &c) { c.workerLeft(workerId, reason); });
 }
 
-void CoordinatorService::callHandBack(qint64 workerId, qint64 leaseId, const QString &reason)
+void CoordinatorService::handBack(qint64 workerId, qint64 leaseId, const QString &reason)
 {
-    blocking([&] {
-        if (m_coordinator)
-            m_coordinator->handBack(workerId, leaseId, reason);
-    });
+    post([workerId, leaseId, reason](Coordinator &c) { c.handBack(workerId, leaseId, reason); });
 }
 
-void CoordinatorService::callHeartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps, qint64 planned)
+void CoordinatorService::heartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps, qint64 planned)
 {
-    blocking([&] {
-        if (m_coordinator)
-            m_coordinator->heartbeat(workerId, leaseId, sampleSteps, planned);
-    });
+    // Writes nothing: it opens no group. How long it waited in the queue is kept for the log.
+    const auto queued = std::chrono::steady_clock::now();
+    post([=](Coordinator &c) {
+        c.heartbeat(workerId, leaseId, sampleSteps, planned);
+        m_heartbeatWaits.push_back(
+            float(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - queued).count()));
+    }, false);
 }
 
-void CoordinatorService::callRecordEvent(const QString &kind, qint64 workerId, const QString &detail)
+void CoordinatorService::reportHeartbeatWaits()
 {
-    blocking([&] {
-        if (m_coordinator)
-            m_coordinator->recordEvent(kind, workerId, detail);
-    });
+    if (m_heartbeatWaits.empty())
+        return;
+    std::vector<float> w = std::move(m_heartbeatWaits);
+    m_heartbeatWaits.clear();
+    std::sort(w.begin(), w.end());
+    const auto at = [&](double q) { return w[std::min(w.size() - 1, std::size_t(q * double(w.size())))]; };
+    qCInfo(lcEngine).noquote() << QStringLiteral("%1 heartbeats waited for the coordinator's thread: p50 %2 ms, p99 %3 ms, "
+                                                 "max %4 ms")
+                                      .arg(w.size())
+                                      .arg(double(at(0.5)), 0, 'f', 2)
+                                      .arg(double(at(0.99)), 0, 'f', 2)
+                                      .arg(double(w.back()), 0, 'f', 2);
 }
 
-void CoordinatorService::callReportSpeed(qint64 workerId, double samplesPerSecond)
+void CoordinatorService::recordEvent(const QString &kind, qint64 workerId, const QString &detail)
 {
-    blocking([&] {
-        if (m_coordinator)
-            m_coordinator->reportSpeed(workerId, samplesPerSecond);
-    });
+    post([kind, workerId, detail](Coordinator &c) { c.recordEvent(kind, workerId, detail); });
 }
 
 void CoordinatorService::setPausedAsync(bool paused)
 {
-    QMetaObject::invokeMethod(this, [this, paused] {
-        if (m_coordinator)
-            m_coordinator->setPaused(paused);
-    }, Qt::QueuedConnection);
+    post([paused](Coordinator &c) { c.setPaused(paused); });
 }
 
 void CoordinatorService::releaseAsync(qint64 workerId, const QString &by)
 {
-    QMetaObject::invokeMethod(this, [this, workerId, by] {
-        if (m_coordinator)
-            m_coordinator->releaseWorker(workerId, by);
-    }, Qt::QueuedConnection);
+    post([workerId, by](Coordinator &c) { c.releaseWorker(workerId, by); });
+}
+
+Result<qint64> CoordinatorService::callJoin(const WorkerInfo &info, qint64 knownWorkerId)
+{
+    Awaited<Result<qint64>> answer;
+    queue<Result<qint64>>([info, knownWorkerId](Coordinator &c) { return c.workerJoined(info, knownWorkerId); },
+                          joinLost, answer.deliver());
+    return answer.get();
+}
+
+std::optional<Assignment> CoordinatorService::callRequest(qint64 workerId)
+{
+    Awaited<std::optional<Assignment>> answer;
+    queue<std::optional<Assignment>>([workerId](Coordinator &c) { return c.requestSubtask(workerId); },
+                                     [](const QString &) { return std::optional<Assignment>{}; }, answer.deliver());
+    return answer.get();
+}
+
+SubmitReply CoordinatorService::callSubmit(qint64 workerId, SubtaskResult result)
+{
+    Awaited<SubmitReply> answer;
+    auto shared = std::make_shared<SubtaskResult>(std::move(result));
+    queue<SubmitReply>([workerId, shared](Coordinator &c) { return c.submitResult(workerId, std::move(*shared)); },
+                       submitLost, answer.deliver());
+    return answer.get();
 }
 
 JobProgress CoordinatorService::callProgress()
 {
-    return blocking([&] { return m_coordinator ? m_coordinator->progress() : JobProgress{}; });
-}
-
-bool CoordinatorService::callFinished()
-{
-    return blocking([&] { return m_coordinator && m_coordinator->finished(); });
+    JobProgress out;
+    withCoordinator([&](Coordinator &c) { out = c.progress(); });
+    return out;
 }
 
 void CoordinatorService::withCoordinator(const std::function<void(Coordinator &)> &f)
 {
-    blocking([&] {
+    const auto run = [&] {
         if (m_coordinator)
             f(*m_coordinator);
-    });
+    };
+    if (QThread::currentThread() == &m_thread)
+        run();
+    else
+        QMetaObject::invokeMethod(this, run, Qt::BlockingQueuedConnection);
 }
 
 } // namespace flotilla

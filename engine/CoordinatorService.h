@@ -1,11 +1,17 @@
 #pragma once
-// Runs a Coordinator on a thread of its own and gives other threads a blocking, thread-safe
-// way to reach it (local workers today; the network endpoint calls it the same way).
-// Progress, events and the end of the job are announced with queued signals.
+// Runs a Coordinator on a thread of its own and gives other threads a thread-safe way to reach
+// it. Progress, events and the end of the job are announced with queued signals.
 //
-// Threads: the service object and its Coordinator live on the service's thread; the public
-// call*() methods may be called from any other thread and block until the coordinator's
-// thread has answered. Never call them from the service's own thread.
+// Threads: the service object and its Coordinator live on the service's thread. The network
+// and UI threads make only asynchronous calls: join(), request() and submit() return a
+// ticket, and the answer comes back as the matching *Answered signal; the others answer
+// nothing. Local workers' threads may use the blocking call*() forms, which wait for the same
+// answer. Never call a blocking form from the service's own thread.
+//
+// Group commit: every call runs inside the coordinator's open group of writes (see
+// Coordinator); the group ends when the calls queued so far have run, with one checkpoint and
+// one commit, and only then are the answers given. Under a slow disk the groups grow, and the
+// disk's wait is paid once per group, never by a heartbeat.
 
 #include "Coordinator.h"
 
@@ -14,8 +20,11 @@
 #include <QThreadPool>
 #include <QTimer>
 
+#include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <vector>
 
 namespace flotilla {
 
@@ -28,30 +37,37 @@ public:
     explicit CoordinatorService(std::unique_ptr<Coordinator> coordinator);
     ~CoordinatorService() override;
 
+    // Asynchronous: each returns a ticket that its answer signal carries.
+    qint64 join(const WorkerInfo &info, qint64 knownWorkerId = 0);
+    // samplesPerSecond: the worker's own measurement, used until results measure it.
+    qint64 request(qint64 workerId, double samplesPerSecond = 0.0);
+    qint64 submit(qint64 workerId, SubtaskResult result);
+    void leave(qint64 workerId, const QString &reason);
+    void handBack(qint64 workerId, qint64 leaseId, const QString &reason);
+    void heartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps, qint64 planned);
+    void recordEvent(const QString &kind, qint64 workerId, const QString &detail);
+    void setPausedAsync(bool paused);
+    // Lifts a worker's quarantine, as the operator in the control center decided.
+    void releaseAsync(qint64 workerId, const QString &by);
+
+    // Blocking, for local workers' threads and set-up code.
     Result<qint64> callJoin(const WorkerInfo &info, qint64 knownWorkerId = 0);
-    void callLeave(qint64 workerId, const QString &reason);
     std::optional<Assignment> callRequest(qint64 workerId);
     SubmitReply callSubmit(qint64 workerId, SubtaskResult result);
-    void callHandBack(qint64 workerId, qint64 leaseId, const QString &reason);
-    void callHeartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps, qint64 planned);
-    void callRecordEvent(const QString &kind, qint64 workerId, const QString &detail);
-    void callReportSpeed(qint64 workerId, double samplesPerSecond);
     JobProgress callProgress();
-    // Whether the job is over; cheap (progress() also sums the cost ledger in the store).
-    bool callFinished();
-
     // Runs f on the service's thread with the coordinator and waits for it.
     void withCoordinator(const std::function<void(Coordinator &)> &f);
 
     // Stops the timers and the thread; the coordinator is destroyed on its own thread.
     void shutdown();
 
-    // Asynchronous, for the UI thread: nothing waits.
-    void setPausedAsync(bool paused);
-    // Lifts a worker's quarantine, as the operator in the control center decided.
-    void releaseAsync(qint64 workerId, const QString &by);
-
 Q_SIGNALS:
+    // error is empty when the worker joined.
+    void joinAnswered(qint64 ticket, qint64 workerId, const QString &error);
+    // No assignment: nothing to do now; finished says whether the job is over.
+    void requestAnswered(qint64 ticket, const std::optional<flotilla::Assignment> &assignment, bool finished);
+    void submitAnswered(qint64 ticket, const flotilla::SubmitReply &reply);
+
     void progressed(const flotilla::JobProgress &progress);
     // Once a second: the job and every worker, for dashboards.
     void snapshot(const flotilla::JobProgress &progress, const std::vector<flotilla::WorkerStatus> &workers);
@@ -63,10 +79,24 @@ Q_SIGNALS:
     void jobEnded(bool ok, const QString &message);
 
 private:
-    template <typename F>
-    auto blocking(F &&f) -> decltype(f());
+    struct RequestAnswer
+    {
+        std::optional<Assignment> assignment;
+        bool finished = false;
+    };
+    // Queues op on the coordinator's thread, inside the open group; deliver gets op's answer
+    // once the group ended (or what lost() makes of the reason when it could not be made
+    // durable, or the coordinator stopped).
+    template <typename R, typename Op, typename Lost>
+    void queue(Op op, Lost lost, std::function<void(R)> deliver);
+    // Queues op on the coordinator's thread; grouped: inside the open group.
+    void post(std::function<void(Coordinator &)> op, bool grouped = true);
+    void openGroup();
+    void endGroup();
     void start();
     void onTick();
+    // Logs how long heartbeats waited in the coordinator's queue since the last report.
+    void reportHeartbeatWaits();
 
     std::unique_ptr<Coordinator> m_coordinator;
     QThread m_thread;
@@ -75,6 +105,11 @@ private:
     QTimer *m_tickTimer = nullptr;
     int m_ticks = 0;
     bool m_ended = false;
+    std::atomic<qint64> m_nextTicket{1};
+    bool m_groupOpen = false;
+    bool m_groupEndPosted = false;
+    std::vector<std::function<void(const QString &failure)>> m_deliveries;
+    std::vector<float> m_heartbeatWaits; // ms
 };
 
 } // namespace flotilla
@@ -84,3 +119,5 @@ Q_DECLARE_METATYPE(flotilla::EventRecord)
 Q_DECLARE_METATYPE(flotilla::AssimilationRecord)
 Q_DECLARE_METATYPE(flotilla::EvaluationRecord)
 Q_DECLARE_METATYPE(std::vector<flotilla::WorkerStatus>)
+Q_DECLARE_METATYPE(flotilla::SubmitReply)
+Q_DECLARE_METATYPE(std::optional<flotilla::Assignment>)

@@ -10,6 +10,8 @@
 #include <QString>
 #include <QStringList>
 
+#include <algorithm>
+
 namespace flotilla {
 
 struct DatasetSpec
@@ -84,6 +86,9 @@ struct FleetSpec
     double targetSubtaskSeconds = 60.0;
     // A worker not heard from for this long is considered gone; its leases are reassigned.
     double heartbeatTimeoutSeconds = 30.0;
+    // How often workers send a heartbeat (told to them in Welcome): a quarter of the timeout,
+    // at most every 2 s, so that three heartbeats can be lost before a worker is declared gone.
+    int heartbeatIntervalMs() const { return int(std::clamp(heartbeatTimeoutSeconds * 250.0, 100.0, 2000.0)); }
     QString instanceType = QStringLiteral("aws/c5.large");
     QString priceClass = QStringLiteral("spot"); // spot | on-demand | volunteer
     QString priceTable;                          // empty = the built-in table

@@ -99,7 +99,7 @@ void LocalWorker::run()
     while (!m_stop) {
         if (m_down) {
             if (!m_killed)
-                m_service->callLeave(id, QStringLiteral("preemption notice: the worker handed in its work and left"));
+                m_service->leave(id, QStringLiteral("preemption notice: the worker handed in its work and left"));
             if (!sleepFor(m_rejoinDelay))
                 break;
             m_killed = false;
@@ -126,7 +126,7 @@ void LocalWorker::run()
         auto outcome = (*session)->train(shard, work, a->weights, &m_cancel, [&](std::int64_t done, std::int64_t planned) {
             if (beat.elapsed() >= 250) {
                 beat.restart();
-                m_service->callHeartbeat(id, leaseId, done, planned);
+                m_service->heartbeat(id, leaseId, done, planned);
             }
         });
         a.reset(); // let go of the snapshot
@@ -137,7 +137,7 @@ void LocalWorker::run()
             if (outcome && outcome->covered > 0)
                 m_service->callSubmit(id, SubtaskResult::fromOutcome(leaseId, *outcome));
             else
-                m_service->callHandBack(id, leaseId, QStringLiteral("the worker is shutting down"));
+                m_service->handBack(id, leaseId, QStringLiteral("the worker is shutting down"));
             break;
         }
         if (m_killed) // a simulated SIGKILL: nothing reaches the coordinator
@@ -145,12 +145,12 @@ void LocalWorker::run()
         if (m_supersededLease.exchange(0) == leaseId) {
             if (!m_down)
                 m_cancel = false;
-            m_service->callHandBack(id, leaseId, QStringLiteral("another worker's result completed the subtask"));
+            m_service->handBack(id, leaseId, QStringLiteral("another worker's result completed the subtask"));
             continue;
         }
         if (!outcome) {
             qCWarning(lcEngine).noquote() << m_info.name << "subtask failed:" << outcome.error();
-            m_service->callHandBack(id, leaseId, outcome.error());
+            m_service->handBack(id, leaseId, outcome.error());
             continue;
         }
         const SubmitReply reply = m_service->callSubmit(id, SubtaskResult::fromOutcome(leaseId, *outcome));

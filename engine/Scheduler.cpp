@@ -82,10 +82,18 @@ void Scheduler::restore(const std::vector<Subtask> &subtasks, const std::vector<
             requeue(s);
     }
     m_epochsDone = 0;
+    m_forgottenEpochs = 0;
+    // The records are checked whole before finished epochs leave memory.
+    m_restoredProblem = checkTiling(0);
     advanceDoneEpochs();
 }
 
 QString Scheduler::checkIntegrity() const
+{
+    return m_restoredProblem.isEmpty() ? checkTiling(m_forgottenEpochs) : m_restoredProblem;
+}
+
+QString Scheduler::checkTiling(int firstEpoch) const
 {
     std::map<std::pair<int, int>, std::vector<std::pair<qint64, qint64>>> pieces;
     for (const auto &[id, s] : m_subtasks) {
@@ -97,7 +105,7 @@ QString Scheduler::checkIntegrity() const
                 .arg(id).arg(s.begin).arg(end).arg(shardSize(s.shard));
         pieces[{s.epoch, s.shard}].push_back({s.begin, end});
     }
-    for (int epoch = 0; epoch < m_openedEpochs; ++epoch)
+    for (int epoch = firstEpoch; epoch < m_openedEpochs; ++epoch)
         for (int shard = 0; shard < shards(); ++shard) {
             auto &ranges = pieces[{epoch, shard}];
             std::sort(ranges.begin(), ranges.end());
@@ -223,6 +231,14 @@ Scheduler::Check Scheduler::check(qint64 leaseId) const
 {
     Check c;
     const auto it = m_leases.find(leaseId);
+    if (it == m_leases.end() && leaseId > 0 && leaseId < m_nextLeaseId) {
+        // Issued, and no longer in memory: its epoch is done.
+        c.verdict = Verdict::Duplicate;
+        c.forgotten = true;
+        c.lease.id = leaseId;
+        c.reason = QStringLiteral("lease %1 belongs to a finished epoch").arg(leaseId);
+        return c;
+    }
     if (it == m_leases.end()) {
         c.verdict = Verdict::Unknown;
         c.reason = QStringLiteral("no lease %1 was ever issued").arg(leaseId);
@@ -291,28 +307,50 @@ void Scheduler::endLease(Lease &lease, LeaseState state, SchedulerChanges &chang
     changes.add(lease);
 }
 
-SchedulerChanges Scheduler::complete(qint64 leaseId, qint64 covered, qint64 seq)
+Scheduler::Reach Scheduler::reach(const Subtask &s, qint64 resultCovered) const
 {
-    SchedulerChanges changes;
-    Lease &lease = m_leases.at(leaseId);
-    Subtask &s = m_subtasks.at(lease.subtaskId);
-    const bool wasQueued = s.state == SubtaskState::Queued;
-    covered = std::clamp<qint64>(covered, 1, s.size());
-
-    if (lease.state == LeaseState::Active)
-        endLease(lease, LeaseState::Completed, changes);
-    else {
-        // A late result: the lease keeps its end time, its state records the delivery.
-        lease.state = LeaseState::Completed;
-        changes.add(lease);
+    Reach r;
+    r.covered = std::clamp<qint64>(resultCovered, 0, s.size());
+    const qint64 wanted = s.begin + resultCovered;
+    qint64 at = s.end;
+    while (resultCovered > s.size() && at < wanted) {
+        const Subtask *next = pieceAt(s.epoch, s.shard, at);
+        if (!next)
+            break;
+        if (next->state == SubtaskState::Done) {
+            r.overlapsDone = true;
+            r.doneBegin = at;
+            break;
+        }
+        at = std::min(next->end, wanted);
+        r.covered = at - s.begin;
     }
+    return r;
+}
+
+Subtask *Scheduler::pieceAt(int epoch, int shard, qint64 begin)
+{
+    const auto *self = this;
+    return const_cast<Subtask *>(self->pieceAt(epoch, shard, begin));
+}
+
+const Subtask *Scheduler::pieceAt(int epoch, int shard, qint64 begin) const
+{
+    // Rare (a late result past a split): a scan of the open epochs' pieces.
+    for (const auto &[id, s] : m_subtasks)
+        if (s.epoch == epoch && s.shard == shard && s.begin == begin)
+            return &s;
+    return nullptr;
+}
+
+void Scheduler::close(Subtask &s, qint64 covered, qint64 seq, SchedulerChanges &changes)
+{
     if (const auto others = m_activeBySubtask.find(s.id); others != m_activeBySubtask.end()) {
         const std::set<qint64> ids = others->second; // endLease() edits the index
         for (const qint64 id : ids)
             endLease(m_leases.at(id), LeaseState::Superseded, changes);
     }
-
-    if (wasQueued)
+    if (s.state == SubtaskState::Queued)
         m_queue.erase({s.epoch, s.id});
     s.state = SubtaskState::Done;
     s.coveredEnd = s.begin + covered;
@@ -321,6 +359,32 @@ SchedulerChanges Scheduler::complete(qint64 leaseId, qint64 covered, qint64 seq)
     changes.add(s);
     if (covered < s.size())
         changes.add(newSubtask(s.epoch, s.shard, s.begin + covered, s.end, s.id));
+}
+
+SchedulerChanges Scheduler::complete(qint64 leaseId, qint64 covered, qint64 seq)
+{
+    SchedulerChanges changes;
+    Lease &lease = m_leases.at(leaseId);
+    Subtask &s = m_subtasks.at(lease.subtaskId);
+    const qint64 reached = std::max<qint64>(1, reach(s, covered).covered);
+
+    if (lease.state == LeaseState::Active)
+        endLease(lease, LeaseState::Completed, changes);
+    else {
+        // A late result: the lease keeps its end time, its state records the delivery.
+        lease.state = LeaseState::Completed;
+        changes.add(lease);
+    }
+    // The owed pieces past a split that the result trained as well.
+    for (qint64 at = s.end; at < s.begin + reached;) {
+        Subtask *next = pieceAt(s.epoch, s.shard, at);
+        if (!next)
+            break; // reach() found it: cannot happen
+        const qint64 take = std::min(next->end, s.begin + reached) - next->begin;
+        at = next->begin + take;
+        close(*next, take, seq, changes);
+    }
+    close(s, std::min(reached, s.size()), seq, changes);
 
     advanceDoneEpochs();
     const SchedulerChanges more = openEpochs();
@@ -419,6 +483,26 @@ void Scheduler::advanceDoneEpochs()
 {
     while (m_epochsDone < m_openedEpochs && epochDone(m_epochsDone))
         ++m_epochsDone;
+    if (!m_config.keepDoneEpochs)
+        while (m_forgottenEpochs < m_epochsDone)
+            forgetEpoch(m_forgottenEpochs++);
+}
+
+void Scheduler::forgetEpoch(int epoch)
+{
+    // Every lease of a done epoch has ended: completing a subtask supersedes the others.
+    std::set<qint64> subtasks;
+    for (auto it = m_subtasks.begin(); it != m_subtasks.end();) {
+        if (it->second.epoch == epoch && it->second.state == SubtaskState::Done) {
+            subtasks.insert(it->first);
+            it = m_subtasks.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    for (auto it = m_leases.begin(); it != m_leases.end();)
+        it = subtasks.count(it->second.subtaskId) && it->second.state != LeaseState::Active ? m_leases.erase(it)
+                                                                                           : std::next(it);
 }
 
 std::vector<Lease> Scheduler::activeLeases() const

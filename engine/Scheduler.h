@@ -11,6 +11,12 @@
 // Late results: a result whose lease has expired, been handed back or been lost is still
 // accepted if its subtask is not done yet; otherwise it is a duplicate and is dropped. When a
 // subtask is done, other active leases on it are superseded (their results will be dropped).
+// A subtask may have been split after its lease ended (a slower worker got its first part):
+// the late result then also takes the positions past the split that are still owed, so that
+// no sample is trained twice in one epoch (see reach()).
+//
+// Memory stays flat over a long job: once an epoch is done, its subtasks and leases leave
+// memory (the store keeps them); a result for one of its leases is a duplicate.
 //
 // Every mutation returns the records it changed so the caller can persist them. Owned and
 // used by the coordinator's thread only.
@@ -99,6 +105,9 @@ public:
         int epochs = 1;
         std::vector<qint64> shardSizes;
         bool synchronous = false; // open epoch e+1 only when epoch e is done
+        // Keep finished epochs' subtasks and leases in memory (the simulator checks every
+        // epoch's tiling at the end); otherwise they are forgotten once done.
+        bool keepDoneEpochs = false;
     };
 
     Scheduler(Config config, const Clock *clock);
@@ -138,14 +147,28 @@ public:
         Verdict verdict = Verdict::Unknown;
         QString reason; // why a result is not accepted
         bool late = false;
+        bool forgotten = false; // the lease's epoch is done and left memory: owner unknown
         Lease lease;
         Subtask subtask;
     };
     // What to do with a result that arrives for a lease.
     Check check(qint64 leaseId) const;
 
+    // How many leading positions of a result for subtask s count: a result may cover more than
+    // s names when s was split after the result's lease ended. The positions past s.end count
+    // while the pieces holding them are still owed (queued or leased); a piece assimilated
+    // already in that range means the result trained samples twice (overlapsDone).
+    struct Reach
+    {
+        qint64 covered = 0;
+        bool overlapsDone = false;
+        qint64 doneBegin = 0; // where the assimilated piece starts, when overlapsDone
+    };
+    Reach reach(const Subtask &s, qint64 resultCovered) const;
+
     // Records an accepted result that trained positions [begin, begin + covered) of the
-    // subtask. Closes the subtask, opens a remainder if covered < size.
+    // subtask. Closes the subtask, opens a remainder if covered < size. covered beyond the
+    // subtask's end (see reach()) completes the owed pieces that follow it as well.
     SchedulerChanges complete(qint64 leaseId, qint64 covered, qint64 seq);
     // A result kept aside until another worker's result of the same subtask can be compared
     // with it (redundancy): the lease has delivered, the subtask stays leased. A resend of the
@@ -192,6 +215,13 @@ private:
     void advanceDoneEpochs();
     void indexActive(const Lease &lease);
     void unindexActive(const Lease &lease);
+    // Marks s done with [begin, begin + covered) assimilated at seq; a remainder is queued.
+    void close(Subtask &s, qint64 covered, qint64 seq, SchedulerChanges &changes);
+    // The piece of (epoch, shard) starting at position begin, or null.
+    Subtask *pieceAt(int epoch, int shard, qint64 begin);
+    const Subtask *pieceAt(int epoch, int shard, qint64 begin) const;
+    void forgetEpoch(int epoch);
+    QString checkTiling(int firstEpoch) const;
 
     Config m_config;
     const Clock *m_clock;
@@ -206,6 +236,8 @@ private:
     std::multiset<qint64> m_activeBaseSeqs;
     int m_openedEpochs = 0;
     int m_epochsDone = 0;
+    int m_forgottenEpochs = 0; // epochs [0, this) left memory
+    QString m_restoredProblem; // checkIntegrity() of the records as restored
     qint64 m_nextSubtaskId = 1;
     qint64 m_nextLeaseId = 1;
 };

@@ -1,8 +1,8 @@
 #include "Simulator.h"
 
+#include "Assimilator.h"
 #include "Clock.h"
 #include "Random.h"
-#include "Scheduler.h"
 
 #include <torch/torch.h>
 
@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <map>
 #include <queue>
 
@@ -288,7 +289,6 @@ struct Event
 struct Worker
 {
     double speed = 1.0; // samples per second
-    double knownSpeed = 0.0; // what the coordinator measured from results
     SplitMix64 rng { 0 }; // this worker's preemptions, the same whatever the rule
     bool online = false;
     bool warned = false; // a notice came: no new work
@@ -324,12 +324,13 @@ public:
         : m_config(config)
         , m_plan(plan)
         , m_objective(objective)
-        , m_rule(std::move(rule))
-        , m_scheduler(schedulerConfig(config, plan, m_rule->synchronous()), &m_clock)
+        , m_core(assimilatorConfig(config, plan), std::move(rule), &m_clock)
+        , m_scheduler(m_core.scheduler())
     {
-        m_result.rule = m_rule->name();
-        m_state.weights = torch::zeros({ objective.parameters() }, torch::kFloat32);
-        m_rule->initialize(m_state);
+        m_result.rule = m_core.rule().name();
+        AggregationState initial;
+        initial.weights = torch::zeros({ objective.parameters() }, torch::kFloat32);
+        m_core.start(std::move(initial), 0, 0);
         const qint64 bytes = config.weightsBytes > 0 ? config.weightsBytes : qint64(objective.parameters()) * 4;
         m_transferMs
             = qint64(std::llround((config.latencySeconds + double(bytes) / config.bandwidthBytesPerSecond) * 1000.0));
@@ -361,14 +362,19 @@ public:
     }
 
 private:
-    static Scheduler::Config schedulerConfig(const SimulationConfig &c, const ShardPlan &plan, bool synchronous)
+    static AssimilatorConfig assimilatorConfig(const SimulationConfig &c, const ShardPlan &plan)
     {
-        Scheduler::Config s;
-        s.epochs = c.epochs;
-        s.synchronous = synchronous;
+        AssimilatorConfig a;
+        a.schedule.epochs = c.epochs;
         for (int i = 0; i < plan.numShards(); ++i)
-            s.shardSizes.push_back(plan.shardSize(i));
-        return s;
+            a.schedule.shardSizes.push_back(plan.shardSize(i));
+        // finish() checks every epoch's tiling.
+        a.schedule.keepDoneEpochs = true;
+        a.targetSubtaskSeconds = c.targetSubtaskSeconds;
+        a.leaseTimeoutSeconds = c.leaseTimeoutSeconds;
+        a.batchSize = c.batchSize;
+        a.localEpochs = c.localEpochs;
+        return a;
     }
 
     qint64 now() const { return m_clock.nowMs(); }
@@ -488,9 +494,7 @@ private:
         if (!worker.online || worker.warned || worker.leaseId || m_scheduler.finished())
             return;
         // The coordinator's lease policy.
-        const LeaseSizing sizing = sizeLease(worker.knownSpeed, m_config.targetSubtaskSeconds,
-            m_config.leaseTimeoutSeconds, m_config.batchSize, m_config.localEpochs, false, m_plan.shardSize(0) + 1);
-        auto grant = m_scheduler.grant(w, m_seq, m_version, sizing.durationMs, sizing.maxPositions);
+        auto grant = m_core.grant(w);
         if (!grant) {
             if (!worker.idle) {
                 worker.idle = true;
@@ -512,14 +516,12 @@ private:
                 .arg(s.shard)
                 .arg(s.begin)
                 .arg(s.end)
-                .arg(m_version)
+                .arg(m_core.version())
                 .arg(double(grant->lease.deadlineMs) / 1000.0));
-        if (!m_snapshot.defined())
-            m_snapshot = m_state.weights.clone();
         worker.leaseId = grant->lease.id;
         worker.subtask = s;
-        worker.baseVersion = m_version;
-        worker.base = m_snapshot;
+        worker.baseVersion = m_core.version();
+        worker.base = m_core.snapshot();
         worker.partial = false;
         worker.covered = s.size();
         worker.sampleSteps = s.size() * m_config.localEpochs;
@@ -637,43 +639,50 @@ private:
             return;
         }
         const Subtask &s = check.subtask;
-        const qint64 covered = std::min(worker.covered, s.size());
+        const Assimilator::Admission admission = m_core.admit(s, worker.sampleSteps, worker.covered);
+        if (!admission.duplicate.isEmpty()) {
+            ++m_result.duplicates;
+            record(QStringLiteral("result-duplicate"), w, leaseId, s.id, admission.duplicate);
+            stopWork(worker, false, worker.sampleSteps);
+            endLeases(m_scheduler.drop(leaseId, LeaseState::Lost), QStringLiteral("lease-lost"));
+            request(w);
+            return;
+        }
+        const qint64 covered = admission.covered;
 
-        // Train from the weights the subtask started from, on the positions it covers.
+        // Train from the weights the subtask started from, on the positions it covers (past
+        // its end, when it was split after this lease ended and those positions were owed).
         const std::vector<std::int64_t> order = m_plan.epochOrder(s.shard, s.epoch);
-        const std::vector<std::int64_t> samples(order.begin() + s.begin, order.begin() + s.end);
+        const std::vector<std::int64_t> samples(order.begin() + s.begin, order.begin() + s.begin + std::max(covered, s.size()));
         torch::Tensor result = worker.base.clone();
         m_objective.train(result.data_ptr<float>(), samples, m_config.localEpochs, worker.sampleSteps,
             m_config.batchSize, m_config.learningRate);
 
-        Contribution c;
-        c.staleness = m_version - check.lease.baseVersion;
-        c.credit = resultCredit(worker.sampleSteps, covered, worker.covered,
-            qint64(m_config.localEpochs) * m_plan.shardSize(s.shard));
-        c.result = result;
-        if (m_rule->needsBase())
-            c.base = worker.base;
-        const qint64 seq = m_seq + 1;
-        bool changed = m_rule->assimilate(m_state, c);
-        const int epochsBefore = m_scheduler.epochsDone();
-        const SchedulerChanges changes = m_scheduler.complete(leaseId, covered, seq);
-        const bool epochClosed = m_scheduler.epochsDone() > epochsBefore;
-        if (epochClosed && m_rule->synchronous())
-            changed = m_rule->closeRound(m_state) || changed;
-        m_seq = seq;
-        m_version += changed ? 1 : 0;
-        m_snapshot = torch::Tensor();
+        // The objective is convex and bounded: a fold cannot overflow, but if one did it is
+        // undone (the model is small) and the result dropped.
+        const FoldOutcome f = m_core.fold(check.lease, s, admission, result,
+            m_core.rule().needsBase() ? worker.base : torch::Tensor(), std::numeric_limits<double>::quiet_NaN(), true);
+        if (!f.folded) {
+            record(QStringLiteral("result-rejected"), w, leaseId, s.id, f.refusal);
+            stopWork(worker, false, worker.sampleSteps);
+            endLeases(m_scheduler.drop(leaseId, LeaseState::Lost), QStringLiteral("lease-lost"));
+            request(w);
+            return;
+        }
+        const SchedulerChanges &changes = f.changes;
+        const bool epochClosed = f.epochClosed;
+        const qint64 seq = f.seq;
 
         ++m_result.assimilations;
-        m_result.staleness.push_back(c.staleness);
+        m_result.staleness.push_back(f.staleness);
         int bucket = 0;
-        for (qint64 v = c.staleness; v > 0; v >>= 1)
+        for (qint64 v = f.staleness; v > 0; v >>= 1)
             ++bucket;
         if (std::size_t(bucket) >= m_result.stalenessHistogram.size())
             m_result.stalenessHistogram.resize(std::size_t(bucket) + 1, 0);
         ++m_result.stalenessHistogram[std::size_t(bucket)];
         m_result.positionsAssimilated += covered;
-        m_result.creditSum += c.credit;
+        m_result.creditSum += admission.credit;
         m_covered[std::size_t(s.epoch) * std::size_t(m_config.shards) + std::size_t(s.shard)] += covered;
         if (worker.partial || covered < s.size())
             ++m_result.partialResults;
@@ -682,18 +691,15 @@ private:
             w, leaseId, s.id,
             QStringLiteral("seq %1, version %2, staleness %3, credit %4, positions %5-%6%7")
                 .arg(seq)
-                .arg(m_version)
-                .arg(c.staleness)
-                .arg(c.credit, 0, 'f', 3)
+                .arg(f.version)
+                .arg(f.staleness)
+                .arg(admission.credit, 0, 'f', 3)
                 .arg(s.begin)
                 .arg(s.begin + covered)
                 .arg(check.late ? QStringLiteral(" (late)") : QString()));
 
         const double computeSeconds = double(worker.computeEndMs - worker.computeStartMs) / 1000.0;
-        if (computeSeconds > 0 && worker.sampleSteps > 0) {
-            const double measured = double(worker.sampleSteps) / computeSeconds;
-            worker.knownSpeed = worker.knownSpeed > 0 ? 0.7 * worker.knownSpeed + 0.3 * measured : measured;
-        }
+        m_core.measureSpeed(w, worker.sampleSteps, computeSeconds);
         stopWork(worker, true, worker.sampleSteps);
         endLeases(changes, QStringLiteral("lease-superseded"));
 
@@ -701,7 +707,7 @@ private:
             while (int(m_result.epochEndMs.size()) < m_scheduler.epochsDone()) {
                 m_result.epochEndMs.push_back(now());
                 record(QStringLiteral("epoch-completed"), -1, 0, 0,
-                    QStringLiteral("epoch %1 at version %2").arg(m_result.epochEndMs.size()).arg(m_version));
+                    QStringLiteral("epoch %1 at version %2").arg(m_result.epochEndMs.size()).arg(f.version));
             }
             evaluate();
         } else if (m_result.assimilations % m_evaluateEvery == 0) {
@@ -749,8 +755,8 @@ private:
     {
         SimulationResult::Evaluation ev;
         ev.atMs = now();
-        ev.version = m_version;
-        m_objective.evaluate(m_state.weights.data_ptr<float>(), ev.loss, ev.accuracy);
+        ev.version = m_core.version();
+        m_objective.evaluate(m_core.state().weights.data_ptr<float>(), ev.loss, ev.accuracy);
         if (!m_result.evaluations.empty() && m_result.evaluations.back().atMs == ev.atMs)
             m_result.evaluations.back() = ev;
         else
@@ -783,10 +789,10 @@ private:
             }
         }
         if (m_result.evaluations.empty() || m_result.evaluations.back().atMs != now()
-            || m_result.evaluations.back().version != m_version)
+            || m_result.evaluations.back().version != m_core.version())
             evaluate();
         m_result.fleet.push_back({ now(), m_online, m_busy });
-        m_result.versions = m_version;
+        m_result.versions = m_core.version();
         m_result.costSpot = m_result.onlineSeconds * m_config.rates.spotPerSecond;
         m_result.costOnDemand = m_result.onlineSeconds * m_config.rates.onDemandPerSecond;
 
@@ -814,13 +820,9 @@ private:
     const SimulationConfig &m_config;
     const ShardPlan &m_plan;
     const Simulator::Objective &m_objective;
-    std::unique_ptr<AggregationRule> m_rule;
     SimulatedClock m_clock;
-    Scheduler m_scheduler;
-    AggregationState m_state;
-    torch::Tensor m_snapshot; // the weights at the current version, shared by its leases
-    qint64 m_seq = 0;
-    qint64 m_version = 0;
+    Assimilator m_core;
+    Scheduler &m_scheduler; // the core's
     qint64 m_transferMs = 0;
     qint64 m_evaluateEvery = 1;
     qint64 m_order = 0;

@@ -253,10 +253,11 @@ private Q_SLOTS:
         QCOMPARE(totals->wastedSeconds, 0.0);
     }
 
-    void lateResultOfASplitSubtaskIsCreditedForWhatStillCounts()
+    void lateResultOfASplitSubtaskTakesThePositionsStillOwed()
     {
         // w1's lease expires; the subtask is split for slow w2 (it gets a piece of it, the rest
-        // is queued); w1's late result trained the whole range but now covers only the piece.
+        // is queued); w1's late result trained the whole range. The rest is still owed, so
+        // the late result takes all of it: no sample of the shard is trained twice.
         Fixture f;
         f.spec.fleet.leaseTimeoutSeconds = 10;
         f.spec.fleet.targetSubtaskSeconds = 1;
@@ -272,11 +273,46 @@ private Q_SLOTS:
         QCOMPARE(b->subtaskId, a->subtaskId);
         const qint64 piece = b->end - b->begin;
         QVERIFY2(piece < size, qPrintable(QStringLiteral("not split: %1 of %2").arg(piece).arg(size)));
+        const int queuedBefore = c->progress().queuedSubtasks;
         QCOMPARE(c->submitResult(w1, fakeResult(*a)).status, SubmitStatus::Assimilated);
         auto rows = c->store().assimilations(1);
         QCOMPARE(rows->size(), std::size_t(1));
-        QCOMPARE(rows->front().coveredEnd, a->begin + piece);
-        QCOMPARE(rows->front().credit, double(piece) / double(size));
+        QCOMPARE(rows->front().coveredEnd, a->end);
+        QCOMPARE(rows->front().credit, 1.0);
+        QCOMPARE(c->progress().queuedSubtasks, queuedBefore - 1); // the split-off rest is done
+        QCOMPARE(c->submitResult(w2, fakeResult(*b)).status, SubmitStatus::Duplicate); // superseded
+    }
+
+    void lateResultOverAPieceAssimilatedMeanwhileIsADuplicate()
+    {
+        Fixture f;
+        f.spec.fleet.leaseTimeoutSeconds = 10;
+        f.spec.fleet.targetSubtaskSeconds = 1;
+        auto c = f.open();
+        const qint64 w1 = c->workerJoined(worker(QStringLiteral("first"))).value();
+        const qint64 w2 = c->workerJoined(worker(QStringLiteral("slow"))).value();
+        const qint64 w3 = c->workerJoined(worker(QStringLiteral("third"))).value();
+        auto a = c->requestSubtask(w1);
+        f.clock.advance(10'000);
+        c->tick();
+        c->reportSpeed(w2, 5.0);
+        auto b = c->requestSubtask(w2);
+        // w3 trains the queued subtasks in order until it holds the split-off rest of a's
+        // shard.
+        std::optional<Assignment> rest = c->requestSubtask(w3);
+        for (int i = 0; i < 20 && rest && !(rest->shard == a->shard && rest->begin == b->end); ++i) {
+            QCOMPARE(c->submitResult(w3, fakeResult(*rest)).status, SubmitStatus::Assimilated);
+            rest = c->requestSubtask(w3);
+        }
+        QVERIFY(rest);
+        QCOMPARE(rest->shard, a->shard);
+        QCOMPARE(rest->begin, b->end);
+        QCOMPARE(c->submitResult(w3, fakeResult(*rest)).status, SubmitStatus::Assimilated);
+        const SubmitReply late = c->submitResult(w1, fakeResult(*a));
+        QCOMPARE(late.status, SubmitStatus::Duplicate);
+        QVERIFY2(late.reason.contains(QStringLiteral("assimilated from another result")), qPrintable(late.reason));
+        // w2's piece is still owed and w2 can deliver it.
+        QCOMPARE(c->submitResult(w2, fakeResult(*b)).status, SubmitStatus::Assimilated);
     }
 
     void partialResultIsCreditedAndTheRemainderReassigned()

@@ -182,7 +182,7 @@ private Q_SLOTS:
     void lateResultAfterTheSubtaskIsDoneIsADuplicate()
     {
         FakeClock clock;
-        Scheduler s = make(clock, 1, {10});
+        Scheduler s = make(clock, 1, {10, 10}); // two shards: the epoch stays open
         auto a = s.grant(1, 0, 0, 1000);
         clock.advance(1000);
         s.expire();
@@ -196,7 +196,7 @@ private Q_SLOTS:
     void sameResultTwiceIsADuplicate()
     {
         FakeClock clock;
-        Scheduler s = make(clock, 2, {10});
+        Scheduler s = make(clock, 2, {10, 10});
         auto a = s.grant(1, 0, 0, 1000);
         QCOMPARE(s.check(a->lease.id).verdict, Scheduler::Verdict::Accept);
         s.complete(a->lease.id, 10, 1);
@@ -204,6 +204,117 @@ private Q_SLOTS:
         QCOMPARE(again.verdict, Scheduler::Verdict::Duplicate);
         QVERIFY(again.reason.contains(QStringLiteral("already delivered")));
         QCOMPARE(s.check(999).verdict, Scheduler::Verdict::Unknown);
+    }
+
+    // A late result whose subtask was split after its lease expired (a slower worker got the
+    // first part): the positions past the split that are still owed are taken with it, so no
+    // sample is trained twice in the epoch.
+    void lateResultTakesTheOwedPiecesPastASplit()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 1, {100, 100});
+        auto a = s.grant(1, 0, 0, 1000);
+        clock.advance(1000);
+        s.expire();
+        auto b = s.grant(2, 0, 0, 1000, 40); // the first 40; [40, 100) queued
+        QCOMPARE(b->subtask.id, a->subtask.id);
+        QCOMPARE(b->subtask.end, qint64(40));
+        const Scheduler::Check late = s.check(a->lease.id);
+        QCOMPARE(late.verdict, Scheduler::Verdict::Accept);
+        const Scheduler::Reach reach = s.reach(late.subtask, 100);
+        QCOMPARE(reach.covered, qint64(100));
+        QVERIFY(!reach.overlapsDone);
+        const SchedulerChanges c = s.complete(a->lease.id, 100, 1);
+        int done = 0;
+        for (const auto &st : c.subtasks)
+            done += st.state == SubtaskState::Done && st.shard == 0 ? 1 : 0;
+        QCOMPARE(done, 2);
+        QCOMPARE(s.queuedCount(), 1); // shard 1 only
+        QCOMPARE(s.check(b->lease.id).verdict, Scheduler::Verdict::Duplicate); // superseded
+        QVERIFY2(s.checkIntegrity().isEmpty(), qPrintable(s.checkIntegrity()));
+        // Without the fix the remainder stayed queued: shard 0 would be trained twice.
+        auto next = s.grant(3, 1, 1, 1000);
+        QCOMPARE(next->subtask.shard, 1);
+    }
+
+    void lateResultSplitsALeasedPieceItPartlyCovers()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 1, {100, 100});
+        auto a = s.grant(1, 0, 0, 1000);
+        clock.advance(1000);
+        s.expire();
+        auto b = s.grant(2, 0, 0, 1000, 40);
+        QCOMPARE(s.grant(9, 0, 0, 1000)->subtask.shard, 1); // shard 1 was queued first
+        auto rest = s.grant(3, 0, 0, 1000); // [40, 100), leased
+        QCOMPARE(rest->subtask.begin, qint64(40));
+        // A partial late result: the first 70 positions.
+        QCOMPARE(s.reach(s.check(a->lease.id).subtask, 70).covered, qint64(70));
+        s.complete(a->lease.id, 70, 1);
+        QCOMPARE(s.check(rest->lease.id).verdict, Scheduler::Verdict::Duplicate);
+        QCOMPARE(s.check(b->lease.id).verdict, Scheduler::Verdict::Duplicate);
+        // [70, 100) is owed, as a subtask of its own.
+        auto owed = s.grant(4, 1, 1, 1000);
+        QCOMPARE(owed->subtask.shard, 0);
+        QCOMPARE(owed->subtask.begin, qint64(70));
+        QCOMPARE(owed->subtask.end, qint64(100));
+        QVERIFY2(s.checkIntegrity().isEmpty(), qPrintable(s.checkIntegrity()));
+    }
+
+    void lateResultOverAnAssimilatedPieceIsRefused()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 1, {100, 100});
+        auto a = s.grant(1, 0, 0, 1000);
+        clock.advance(1000);
+        s.expire();
+        s.grant(2, 0, 0, 1000, 40);
+        s.grant(9, 0, 0, 1000); // shard 1
+        auto rest = s.grant(3, 0, 0, 1000);
+        s.complete(rest->lease.id, 60, 1); // [40, 100) assimilated
+        const Scheduler::Check late = s.check(a->lease.id);
+        QCOMPARE(late.verdict, Scheduler::Verdict::Accept); // its own subtask is still open...
+        const Scheduler::Reach reach = s.reach(late.subtask, 100);
+        QVERIFY(reach.overlapsDone); // ...but it trained [40, 100) again
+        QCOMPARE(reach.doneBegin, qint64(40));
+        // A result that stayed within the subtask is fine.
+        QVERIFY(!s.reach(late.subtask, 40).overlapsDone);
+        QCOMPARE(s.reach(late.subtask, 25).covered, qint64(25));
+    }
+
+    void finishedEpochsLeaveMemory()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 3, {10, 10});
+        std::vector<qint64> epochZeroLeases;
+        qint64 firstSubtask = 0;
+        qint64 seq = 0;
+        while (s.epochsDone() < 1) {
+            auto g = s.grant(1, seq, seq, 1000);
+            QVERIFY(g);
+            if (g->subtask.epoch == 0)
+                epochZeroLeases.push_back(g->lease.id);
+            if (!firstSubtask)
+                firstSubtask = g->subtask.id;
+            s.complete(g->lease.id, g->subtask.size(), ++seq);
+        }
+        QVERIFY(s.subtask(firstSubtask) == nullptr);
+        for (const qint64 id : epochZeroLeases) {
+            const Scheduler::Check c = s.check(id);
+            QCOMPARE(c.verdict, Scheduler::Verdict::Duplicate);
+            QVERIFY(c.forgotten);
+        }
+        QCOMPARE(s.check(10'000).verdict, Scheduler::Verdict::Unknown); // never issued
+        QVERIFY2(s.checkIntegrity().isEmpty(), qPrintable(s.checkIntegrity()));
+        // Kept when asked (the simulator checks every epoch at the end).
+        Scheduler kept(Scheduler::Config{3, {10, 10}, false, true}, &clock);
+        auto g = kept.grant(1, 0, 0, 1000);
+        kept.complete(g->lease.id, 10, 1);
+        auto h = kept.grant(1, 0, 0, 1000);
+        kept.complete(h->lease.id, 10, 2);
+        QCOMPARE(kept.epochsDone(), 1);
+        QVERIFY(kept.subtask(g->subtask.id) != nullptr);
+        QVERIFY(!kept.check(g->lease.id).forgotten);
     }
 
     void partialResultOpensTheRemainder()

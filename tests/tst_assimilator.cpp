@@ -1,0 +1,221 @@
+// The assimilation core on its own: no store, no network, a fake clock. What the coordinator
+// and the simulator both rely on: seq and version, staleness, credit, the lease policy by
+// measured speed, the speed and loss averages, round closing, and a fold that would make the
+// model non-finite being undone.
+#include "Assimilator.h"
+#include "FakeClock.h"
+
+#include <QtTest>
+
+#include <cmath>
+#include <limits>
+
+using namespace flotilla;
+using flotilla::test::FakeClock;
+
+namespace {
+
+constexpr int kParameters = 8;
+
+std::unique_ptr<Assimilator> make(FakeClock &clock, const QString &rule, int epochs, std::vector<qint64> shards,
+                                  AssimilatorConfig config = {})
+{
+    AggregationSpec spec;
+    spec.rule = rule;
+    spec.alpha = 0.5;
+    auto created = createAggregationRule(spec);
+    if (!created)
+        qFatal("%s", qPrintable(created.error()));
+    config.schedule.epochs = epochs;
+    config.schedule.shardSizes = std::move(shards);
+    auto core = std::make_unique<Assimilator>(config, std::move(created).value(), &clock);
+    AggregationState initial;
+    initial.weights = torch::zeros({kParameters});
+    core->start(std::move(initial), 0, 0);
+    return core;
+}
+
+torch::Tensor filled(float value)
+{
+    return torch::full({kParameters}, value);
+}
+
+} // namespace
+
+class TestAssimilator : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void foldCountsSeqVersionAndStaleness()
+    {
+        FakeClock clock;
+        auto core = make(clock, QStringLiteral("vc-asgd"), 1, {10, 10, 10});
+        auto a = core->grant(1);
+        auto b = core->grant(2);
+        QVERIFY(a && b);
+        QCOMPARE(a->lease.baseVersion, qint64(0));
+        const auto admitA = core->admit(a->subtask, 10, 10);
+        QCOMPARE(admitA.covered, qint64(10));
+        QCOMPARE(admitA.credit, 1.0);
+        FoldOutcome f = core->fold(a->lease, a->subtask, admitA, filled(2.0f), {}, 0.8, false);
+        QVERIFY(f.folded);
+        QCOMPARE(f.seq, qint64(1));
+        QCOMPARE(f.version, qint64(1));
+        QCOMPARE(f.staleness, qint64(0));
+        // vc-asgd with α = 0.5 and full credit: W = 0.5·0 + 0.5·2.
+        QCOMPARE(core->state().weights[0].item<float>(), 1.0f);
+        // b started from version 0 and arrives after a: staleness 1.
+        f = core->fold(b->lease, b->subtask, core->admit(b->subtask, 10, 10), filled(3.0f), {}, 0.4, false);
+        QCOMPARE(f.staleness, qint64(1));
+        QCOMPARE(f.version, qint64(2));
+        QCOMPARE(core->state().weights[0].item<float>(), 2.0f);
+        QCOMPARE(core->maxStaleness(), qint64(1));
+        QCOMPARE(core->recentStaleness(), 0.5);
+        // The loss average: the first result, then 0.9 old + 0.1 new.
+        QVERIFY(std::abs(core->lossEma() - (0.9 * 0.8 + 0.1 * 0.4)) < 1e-12);
+        // A grant after the folds starts from the new version, with a fresh snapshot.
+        auto c = core->grant(3);
+        QCOMPARE(c->lease.baseVersion, qint64(2));
+        QCOMPARE(core->snapshot()[0].item<float>(), 2.0f);
+    }
+
+    void theLastResultOfAnEpochClosesIt()
+    {
+        FakeClock clock;
+        auto core = make(clock, QStringLiteral("vc-asgd"), 2, {10, 10});
+        auto a = core->grant(1);
+        auto b = core->grant(1);
+        QVERIFY(a && b);
+        QVERIFY(!core->fold(a->lease, a->subtask, core->admit(a->subtask, 10, 10), filled(1), {}, 1, false).epochClosed);
+        const FoldOutcome f = core->fold(b->lease, b->subtask, core->admit(b->subtask, 10, 10), filled(1), {}, 1, false);
+        QVERIFY(f.epochClosed);
+        QVERIFY(!f.roundClosed); // an asynchronous rule has no rounds
+        QCOMPARE(core->scheduler().epochsDone(), 1);
+    }
+
+    void synchronousRoundsCloseWithTheEpoch()
+    {
+        FakeClock clock;
+        auto core = make(clock, QStringLiteral("sync-average"), 2, {10, 10});
+        auto a = core->grant(1);
+        auto b = core->grant(2);
+        QVERIFY(a && b);
+        QVERIFY(!core->grant(3)); // the next round waits for this one
+        FoldOutcome f = core->fold(a->lease, a->subtask, core->admit(a->subtask, 10, 10), filled(2), {}, 1, false);
+        QVERIFY(!f.roundClosed);
+        QCOMPARE(f.version, qint64(0)); // results of an open round leave W alone
+        f = core->fold(b->lease, b->subtask, core->admit(b->subtask, 10, 10), filled(4), {}, 1, false);
+        QVERIFY(f.epochClosed);
+        QVERIFY(f.roundClosed);
+        QCOMPARE(f.version, qint64(1));
+        QCOMPARE(core->state().weights[0].item<float>(), 3.0f); // the round's mean
+        auto next = core->grant(3);
+        QVERIFY(next);
+        QCOMPARE(next->subtask.epoch, 1);
+    }
+
+    void aNonFiniteFoldIsUndone()
+    {
+        FakeClock clock;
+        auto core = make(clock, QStringLiteral("vc-asgd"), 1, {10, 10});
+        auto a = core->grant(1);
+        const float huge = std::numeric_limits<float>::max();
+        // Half of the largest float is still finite.
+        FoldOutcome first = core->fold(a->lease, a->subtask, core->admit(a->subtask, 10, 10), filled(huge), {}, 1, false);
+        QVERIFY(first.folded);
+        auto b = core->grant(2);
+        // With an undo copy the core puts the state back itself...
+        torch::Tensor inf = filled(huge) * 2; // inf as float
+        QVERIFY(!std::isfinite(inf[0].item<float>()));
+        const FoldOutcome undone = core->fold(b->lease, b->subtask, core->admit(b->subtask, 10, 10), inf, {}, 1, true);
+        QVERIFY(!undone.folded);
+        QVERIFY(!undone.restoreNeeded);
+        QVERIFY(undone.refusal.contains(QStringLiteral("non-finite")));
+        QCOMPARE(core->seq(), qint64(1));
+        QCOMPARE(core->version(), qint64(1));
+        QVERIFY(std::isfinite(core->state().weights[0].item<float>()));
+        // ...and the subtask stays open for another result.
+        QCOMPARE(core->scheduler().check(b->lease.id).verdict, Scheduler::Verdict::Accept);
+        // Without one, the caller must restore it.
+        const FoldOutcome broken = core->fold(b->lease, b->subtask, core->admit(b->subtask, 10, 10), inf, {}, 1, false);
+        QVERIFY(broken.restoreNeeded);
+        AggregationState good;
+        good.weights = filled(1.0f);
+        core->restore(good);
+        QCOMPARE(core->state().weights[0].item<float>(), 1.0f);
+        QCOMPARE(core->seq(), qint64(1));
+    }
+
+    void speedsAreReportedThenMeasured()
+    {
+        FakeClock clock;
+        AssimilatorConfig config;
+        config.targetSubtaskSeconds = 10;
+        config.leaseTimeoutSeconds = 600;
+        config.batchSize = 4;
+        auto core = make(clock, QStringLiteral("vc-asgd"), 1, {1000}, config);
+        QCOMPARE(core->speed(7), 0.0);
+        core->reportSpeed(7, 20);
+        QCOMPARE(core->speed(7), 20.0);
+        core->reportSpeed(7, 50); // a report never overrides a known speed
+        QCOMPARE(core->speed(7), 20.0);
+        core->reportSpeed(8, std::numeric_limits<double>::quiet_NaN());
+        QCOMPARE(core->speed(8), 0.0);
+        // Measured: 0.7 of the old and 0.3 of the new.
+        core->measureSpeed(7, 100, 1.0);
+        QVERIFY(std::abs(core->speed(7) - (0.7 * 20 + 0.3 * 100)) < 1e-9);
+        core->measureSpeed(7, 100, 0.0); // no time: nothing learned
+        QVERIFY(std::abs(core->speed(7) - 44.0) < 1e-9);
+        // The lease follows it: 44 samples/s × 10 s = 440 positions.
+        auto g = core->grant(7);
+        QCOMPARE(g->subtask.size(), qint64(440));
+        // An unknown worker gets the rest of the shard whole.
+        auto h = core->grant(9);
+        QCOMPARE(h->subtask.size(), qint64(560));
+    }
+
+    void creditIsTheShareOfAShardsWork()
+    {
+        FakeClock clock;
+        AssimilatorConfig steps;
+        steps.localSteps = 5;
+        steps.batchSize = 4;
+        auto byEpochs = make(clock, QStringLiteral("vc-asgd"), 1, {40, 40});
+        auto g = byEpochs->grant(1);
+        QCOMPARE(byEpochs->admit(g->subtask, 10, 10).credit, 0.25);
+        // Counted in local steps: a shard's work is 5 steps of 4 samples.
+        auto bySteps = make(clock, QStringLiteral("vc-asgd"), 1, {40, 40}, steps);
+        auto h = bySteps->grant(1);
+        QCOMPARE(bySteps->admit(h->subtask, 10, 40).credit, 0.5);
+    }
+
+    void aLateResultPastASplitIsAdmittedOrRefused()
+    {
+        FakeClock clock;
+        AssimilatorConfig config;
+        config.leaseTimeoutSeconds = 1;
+        config.targetSubtaskSeconds = 1;
+        config.batchSize = 1;
+        auto core = make(clock, QStringLiteral("vc-asgd"), 1, {100, 100}, config);
+        auto a = core->grant(1);
+        clock.advance(2000);
+        core->scheduler().expire();
+        core->reportSpeed(2, 40); // slow: 40 positions
+        auto b = core->grant(2);
+        QCOMPARE(b->subtask.size(), qint64(40));
+        const Scheduler::Check late = core->scheduler().check(a->lease.id);
+        const auto admission = core->admit(late.subtask, 100, 100);
+        QVERIFY(admission.duplicate.isEmpty());
+        QCOMPARE(admission.covered, qint64(100));
+        QCOMPARE(admission.credit, 1.0);
+        const FoldOutcome f = core->fold(late.lease, late.subtask, admission, filled(1), {}, 1, false);
+        QCOMPARE(f.covered, qint64(100));
+        QVERIFY(core->scheduler().checkIntegrity().isEmpty());
+        // The other shard is all that is left.
+        QCOMPARE(core->scheduler().queuedCount(), 1);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestAssimilator)
+#include "tst_assimilator.moc"
