@@ -5,6 +5,11 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
 using namespace flotilla;
 
 namespace {
@@ -47,6 +52,24 @@ WeightSegments modelWithBuffers()
     s.bufferEnd = 4;
     s.total = 5;
     return s;
+}
+
+// The blocked blend (16 values at a time, then a scalar tail) is reached through three rules
+// and two kinds of range: the whole buffer, parameters and buffers together, and buffers
+// alone (async-delta), which start at an offset inside the flat weights.
+const char *const kBlendWholeBuffer = "vc-asgd";
+const char *const kBlendStaleness = "staleness-aware";
+const char *const kBlendWithCounters = "vc-asgd with counters";
+const char *const kBlendDeltaBuffers = "async-delta buffers";
+
+// Float rounding of w + m·(c − w) costs at most a few units in the last place of the inputs:
+// about 4·2^-24·(|w| + |c|) ≈ 2.4e-7·(|w| + |c|). An element left out, or read from its
+// neighbour, is off by at least m·0.25 here (the inputs differ by at least 0.25).
+constexpr double kBlendTolerance = 1e-6;
+
+double blendError(float got, double expected, double w, double c)
+{
+    return std::abs(double(got) - expected) / (std::abs(w) + std::abs(c));
 }
 
 } // namespace
@@ -258,6 +281,143 @@ private Q_SLOTS:
             r->assimilate(s, Contribution{c, {}, 1.0, 0});
             const torch::Tensor expected = w.lerp(c, 0.7);
             QVERIFY2(torch::allclose(s.weights, expected, 1e-5, 1e-6), qPrintable(QStringLiteral("size %1").arg(n)));
+        }
+    }
+
+    void blendMatchesDoubleReference_data()
+    {
+        QTest::addColumn<QString>("kernel");
+        QTest::addColumn<qint64>("size");
+        const std::int64_t sizes[] = {1, 15, 16, 17, 31, 32, 33, 1000, 1023, 1024 + 7, 100003};
+        static_assert(100003 % 16 != 0);
+        for (const char *kernel : {kBlendWholeBuffer, kBlendStaleness, kBlendWithCounters, kBlendDeltaBuffers})
+            for (const std::int64_t n : sizes)
+                QTest::addRow("%s n=%lld", kernel, static_cast<long long>(n)) << QString::fromLatin1(kernel) << qint64(n);
+    }
+
+    void blendMatchesDoubleReference()
+    {
+        QFETCH(QString, kernel);
+        QFETCH(qint64, size);
+        const std::int64_t n = size;
+        const bool delta = kernel == QLatin1String(kBlendDeltaBuffers);
+        const bool counters = delta || kernel == QLatin1String(kBlendWithCounters);
+
+        // Layout of the flat weights: [head | n blended values | 2 counters].
+        const std::int64_t head = delta ? 3 : 0; // async-delta's parameters, not blended
+        const std::int64_t total = head + n + (counters ? 2 : 0);
+        WeightSegments segments;
+        if (counters) {
+            segments.parameterEnd = delta ? head : n / 2;
+            segments.bufferEnd = head + n;
+            segments.total = total;
+        }
+
+        // The mixing weight each rule should use, worked out here independently.
+        std::unique_ptr<AggregationRule> r;
+        Contribution contribution;
+        double m = 0.0;
+        if (kernel == QLatin1String(kBlendWholeBuffer)) {
+            r = rule(QStringLiteral("vc-asgd"), 0.3);
+            contribution.credit = 0.8;
+            m = 0.7 * 0.8;
+        } else if (kernel == QLatin1String(kBlendStaleness)) {
+            r = rule(QStringLiteral("staleness-aware"), 0.3, 0.5);
+            contribution.credit = 0.9;
+            contribution.staleness = 3;
+            m = 0.7 * 0.9 / std::sqrt(4.0);
+        } else if (kernel == QLatin1String(kBlendWithCounters)) {
+            r = rule(QStringLiteral("vc-asgd"), 0.6, 0.5, 1.0, 0.0, true, segments);
+            m = 0.4;
+        } else {
+            r = rule(QStringLiteral("async-delta"), 0.5, 0.5, 0.5, 0.0, true, segments);
+            contribution.credit = 0.75;
+            m = 0.5 * 0.75; // min(1, η)·c for buffers
+        }
+        QVERIFY(r);
+
+        // Random inputs; each result value differs from its weight by at least 0.25, so a
+        // value the kernel skipped or took from the wrong place cannot pass for right.
+        std::mt19937 random(quint32(n * 7919 + kernel.size()));
+        std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+        std::uniform_real_distribution<float> step(0.25f, 1.0f);
+        const size_t count = static_cast<size_t>(total);
+        std::vector<float> w(count), c(count), base(count);
+        for (std::int64_t i = 0; i < total; ++i) {
+            w[size_t(i)] = value(random);
+            c[size_t(i)] = w[size_t(i)] + ((random() & 1) ? step(random) : -step(random));
+            base[size_t(i)] = value(random);
+        }
+        if (counters) {
+            // Global counters larger than the result's in one place, smaller in the other.
+            w[size_t(total - 2)] = 1000;
+            c[size_t(total - 2)] = 10;
+            w[size_t(total - 1)] = 5;
+            c[size_t(total - 1)] = 50;
+        }
+
+        // The buffers sit inside larger ones at odd offsets, with guards on both sides: the
+        // kernel must start and stop exactly at the ends of its range.
+        constexpr float kGuard = 1234.5f;
+        torch::Tensor wStorage = torch::full({total + 2}, kGuard);
+        torch::Tensor cStorage = torch::full({total + 5}, kGuard);
+        AggregationState s;
+        s.weights = wStorage.narrow(0, 1, total);
+        contribution.result = cStorage.narrow(0, 3, total);
+        QVERIFY(s.weights.is_contiguous() && contribution.result.is_contiguous());
+        std::memcpy(s.weights.data_ptr<float>(), w.data(), sizeof(float) * size_t(total));
+        std::memcpy(contribution.result.data_ptr<float>(), c.data(), sizeof(float) * size_t(total));
+        if (delta)
+            contribution.base = torch::from_blob(base.data(), {total}, torch::kFloat32).clone();
+        const void *before = s.weights.data_ptr();
+
+        r->initialize(s);
+        QVERIFY(r->assimilate(s, contribution));
+        QCOMPARE(s.weights.data_ptr(), before);
+        const float *got = s.weights.data_ptr<float>();
+        QCOMPARE(wStorage[0].item<float>(), kGuard);
+        QCOMPARE(wStorage[total + 1].item<float>(), kGuard);
+
+        const auto expected = [&](std::int64_t i) {
+            return double(w[size_t(i)]) + m * (double(c[size_t(i)]) - double(w[size_t(i)]));
+        };
+        double worst = 0.0;
+        std::int64_t worstAt = 0;
+        for (std::int64_t i = head; i < head + n; ++i) {
+            const double e = blendError(got[i], expected(i), w[size_t(i)], c[size_t(i)]);
+            if (e > worst) {
+                worst = e;
+                worstAt = i - head;
+            }
+        }
+        QVERIFY2(worst < kBlendTolerance,
+                 qPrintable(QStringLiteral("relative error %1 at element %2 of %3").arg(worst).arg(worstAt).arg(n)));
+
+        // By name: the first and last of the first block, the first of the second, the last
+        // full block's end, the first of the tail and the very last element.
+        const std::int64_t tailStart = n / 16 * 16;
+        for (const std::int64_t k : {std::int64_t(0), std::int64_t(15), std::int64_t(16), std::int64_t(17),
+                                     tailStart - 1, tailStart, n - 1}) {
+            if (k < 0 || k >= n)
+                continue;
+            const std::int64_t i = head + k;
+            QVERIFY2(blendError(got[i], expected(i), w[size_t(i)], c[size_t(i)]) < kBlendTolerance,
+                     qPrintable(QStringLiteral("element %1 of %2: got %3, expected %4, was %5")
+                                    .arg(k).arg(n).arg(double(got[i]), 0, 'g', 9).arg(expected(i), 0, 'g', 9)
+                                    .arg(double(w[size_t(i)]), 0, 'g', 9)));
+        }
+
+        // What lies outside the blended range follows its own rule.
+        for (std::int64_t i = 0; i < head; ++i) {
+            // async-delta parameters: W + η·c·(W_c − W_base)
+            const double e = double(w[size_t(i)]) + 0.5 * 0.75 * (double(c[size_t(i)]) - double(base[size_t(i)]));
+            const double scale = std::abs(w[size_t(i)]) + std::abs(c[size_t(i)]) + std::abs(base[size_t(i)]);
+            QVERIFY2(std::abs(double(got[i]) - e) < kBlendTolerance * scale,
+                     qPrintable(QStringLiteral("parameter %1: got %2, expected %3").arg(i).arg(got[i]).arg(e)));
+        }
+        if (counters) {
+            QCOMPARE(got[total - 2], 1000.0f);
+            QCOMPARE(got[total - 1], 50.0f);
         }
     }
 
