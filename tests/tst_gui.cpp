@@ -26,6 +26,8 @@
 #include <QTableWidget>
 #include <QtTest>
 
+#include <algorithm>
+
 using namespace flotilla;
 
 namespace {
@@ -209,9 +211,16 @@ private Q_SLOTS:
     void pauseStopsNewWorkAndResumeRestartsIt()
     {
         QSignalSpy assimilated(m_session.get(), &ui::ControlSession::assimilated);
+        ui::Snapshot latest;
+        const auto watch = connect(m_session.get(), &ui::ControlSession::snapshot, this,
+                                   [&](const ui::Snapshot &s) { latest = s; });
         m_window->togglePause();
         QCOMPARE(m_session->state(), ui::JobState::Paused);
-        QTest::qWait(1500); // the subtask in flight finishes
+        // The subtasks in flight finish: a snapshot after the pause shows every worker idle.
+        QTRY_VERIFY_WITH_TIMEOUT(latest.paused && std::all_of(latest.workers.begin(), latest.workers.end(),
+                                                              [](const ui::WorkerRow &w) { return w.subtask.isEmpty(); }),
+                                 30000);
+        disconnect(watch);
         const int before = int(assimilated.size());
         QTest::qWait(1500);
         QCOMPARE(int(assimilated.size()), before);
