@@ -184,7 +184,9 @@ private Q_SLOTS:
         auto evaluations = (*store)->evaluations(1);
         QVERIFY(!evaluations->empty());
         qInfo("test accuracy %.2f%%", 100.0 * evaluations->back().accuracy);
-        QVERIFY(evaluations->back().accuracy > 0.65);
+        // Measured 81.5% (kills and restarts make it vary by a few points); a broken rule or a
+        // lost shard stays far below.
+        QVERIFY2(evaluations->back().accuracy > 0.75, qPrintable(QString::number(evaluations->back().accuracy)));
     }
 
     void preemptionNoticeHandsInAPartialResult()

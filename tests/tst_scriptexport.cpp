@@ -195,7 +195,8 @@ private Q_SLOTS:
             240000);
         QVERIFY2(train.finished && train.exitCode == 0, qPrintable(train.err));
         const double flotilla = test::finalTestAccuracy(runDir);
-        QVERIFY2(flotilla > 0.5, qPrintable(QString::number(flotilla)));
+        // Measured 66.1% after this one epoch; two asynchronous workers vary it by a few points.
+        QVERIFY2(flotilla > 0.58, qPrintable(QString::number(flotilla)));
 
         snippet.replace(QStringLiteral("\"runs/mine\""), u'"' + runDir + u'"');
         snippet.replace(QStringLiteral("\"/usr/share/datasets/fashion-mnist\""), u'"' + test::fashionMnistDir() + u'"');

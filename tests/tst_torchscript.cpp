@@ -107,7 +107,8 @@ private Q_SLOTS:
         job.model.path = scripted;
         const QString runDir = dir.filePath(QStringLiteral("run"));
         const double cppAccuracy = train(job, runDir);
-        QVERIFY2(cppAccuracy > 0.5, qPrintable(QString::number(cppAccuracy)));
+        // Measured 76.8%.
+        QVERIFY2(cppAccuracy > 0.70, qPrintable(QString::number(cppAccuracy)));
 
         const QString out = runPython(QString::fromLatin1(kEvaluate),
                                       {runDir + QStringLiteral("/model.pt"), test::fashionMnistDir(),
@@ -115,7 +116,7 @@ private Q_SLOTS:
         QVERIFY2(out.startsWith(QStringLiteral("accuracy")), qPrintable(out));
         const double pyAccuracy = out.section(u' ', 1).toDouble();
         qInfo("accuracy: C++ %.4f, Python %.4f (chance 0.1)", cppAccuracy, pyAccuracy);
-        QVERIFY(pyAccuracy > 0.5);
+        QVERIFY(pyAccuracy > 0.70);
         // The file Python read is the model Flotilla evaluated.
         QVERIFY(qAbs(pyAccuracy - cppAccuracy) < 0.003);
     }
@@ -128,7 +129,7 @@ private Q_SLOTS:
         job.model.hidden = {32};
         const QString runDir = dir.filePath(QStringLiteral("run"));
         const double cppAccuracy = train(job, runDir);
-        QVERIFY(cppAccuracy > 0.5);
+        QVERIFY2(cppAccuracy > 0.72, qPrintable(QString::number(cppAccuracy))); // measured 79.1%
         const QString out = runPython(QString::fromLatin1(kEvaluate),
                                       {runDir + QStringLiteral("/model.pt"), test::fashionMnistDir(),
                                        runDir + QStringLiteral("/normalization.json"), QStringLiteral("1000")});
