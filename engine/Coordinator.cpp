@@ -840,100 +840,122 @@ Result<void> Coordinator::writeState()
     return m_store->addState(m_jobId, StateRecord{seq, m_core->version(), checkpointPath(seq), *sha, m_clock->nowMs()});
 }
 
+// The three steps of an accepted result: fold it in (the core), make it durable (record),
+// and tell everyone (observe).
 SubmitReply Coordinator::fold(PendingResult p)
 {
     SubmitReply reply;
-    const qint64 workerId = p.workerId;
-    const Lease &lease = p.lease;
-    const Subtask &subtask = p.subtask;
-    const double workSeconds = p.workSeconds;
     torch::Tensor base;
     if (m_core->rule().needsBase()) {
-        auto kept = p.base.defined() ? Result<torch::Tensor>(p.base) : baseWeights(lease);
+        auto kept = p.base.defined() ? Result<torch::Tensor>(p.base) : baseWeights(p.lease);
         if (!kept) {
             reply.reason = kept.error();
             ++m_rejected;
-            event(QStringLiteral("result-rejected"), workerId, subtask.id, lease.id, kept.error());
-            handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost), kept.error());
-            handleChanges(m_scheduler->release(subtask.id), kept.error());
+            event(QStringLiteral("result-rejected"), p.workerId, p.subtask.id, p.lease.id, kept.error());
+            handleChanges(m_scheduler->drop(p.lease.id, LeaseState::Lost), kept.error());
+            handleChanges(m_scheduler->release(p.subtask.id), kept.error());
             return reply;
         }
         base = *kept;
     }
-
-    // Fold in, then make it durable: checkpoint file first, then one store transaction (in a
-    // group, both at the group's end). Undoing a non-finite fold needs the state before it:
-    // the last checkpoint, unless the group holds folds that are not checkpointed yet.
-    const FoldOutcome f = m_core->fold(lease, subtask, p.admission, std::move(p.result.weights), std::move(base),
+    // Undoing a non-finite fold needs the state before it: the last checkpoint, unless the
+    // group holds folds that are not checkpointed yet.
+    const FoldOutcome f = m_core->fold(p.lease, p.subtask, p.admission, std::move(p.result.weights), std::move(base),
                                        p.result.meanLoss, m_grouped && m_groupFolds > 0);
-    if (!f.folded) {
-        if (f.restoreNeeded) {
-            if (auto restored = restoreState(); !restored) {
-                setFatal(QStringLiteral("cannot restore the global model after a non-finite fold: %1").arg(restored.error()));
-                reply.reason = m_fatal;
-                return reply;
-            }
-        }
-        reply.reason = f.refusal;
-        ++m_rejected;
-        event(QStringLiteral("result-rejected"), workerId, subtask.id, lease.id, f.refusal);
-        handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost), QStringLiteral("its result was rejected: %1").arg(f.refusal));
-        handleChanges(m_scheduler->release(subtask.id), f.refusal);
-        noteVerdict(workerId, true, {}, f.refusal);
-        return reply;
-    }
+    if (!f.folded)
+        return refuseFold(p, f);
     if (!f.roundRefused.isEmpty())
         event(QStringLiteral("round-refused"), 0, 0, 0, f.roundRefused);
+    auto recorded = record(p, f);
+    if (!recorded) {
+        setFatal(recorded.error());
+        reply.reason = m_fatal;
+        return reply;
+    }
+    observe(p, f, *recorded);
+    reply.status = SubmitStatus::Assimilated;
+    reply.seq = f.seq;
+    reply.version = f.version;
+    reply.staleness = f.staleness;
+    return reply;
+}
+
+SubmitReply Coordinator::refuseFold(const PendingResult &p, const FoldOutcome &f)
+{
+    SubmitReply reply;
+    if (f.restoreNeeded) {
+        if (auto restored = restoreState(); !restored) {
+            setFatal(QStringLiteral("cannot restore the global model after a non-finite fold: %1").arg(restored.error()));
+            reply.reason = m_fatal;
+            return reply;
+        }
+    }
+    reply.reason = f.refusal;
+    ++m_rejected;
+    event(QStringLiteral("result-rejected"), p.workerId, p.subtask.id, p.lease.id, f.refusal);
+    handleChanges(m_scheduler->drop(p.lease.id, LeaseState::Lost), QStringLiteral("its result was rejected: %1").arg(f.refusal));
+    handleChanges(m_scheduler->release(p.subtask.id), f.refusal);
+    noteVerdict(p.workerId, true, {}, f.refusal);
+    return reply;
+}
+
+// Checkpoint file first, then one store transaction (in a group: both at the group's end).
+Result<Coordinator::Recorded> Coordinator::record(const PendingResult &p, const FoldOutcome &f)
+{
+    const qint64 workerId = p.workerId;
+    const Lease &lease = p.lease;
+    const Subtask &subtask = p.subtask;
     const qint64 seq = f.seq;
     const qint64 version = f.version;
-    const qint64 covered = f.covered;
     const qint64 now = m_clock->nowMs();
-
     QString sha;
     if (!m_grouped) {
         Checkpoint checkpoint{seq, version, m_layout.digest(), m_core->state()};
         auto written = writeCheckpoint(m_runDir + u'/' + checkpointPath(seq), checkpoint);
-        if (!written) {
-            setFatal(QStringLiteral("cannot write the checkpoint of assimilation %1: %2").arg(seq).arg(written.error()));
-            reply.reason = m_fatal;
-            return reply;
-        }
+        if (!written)
+            return fail(QStringLiteral("cannot write the checkpoint of assimilation %1: %2").arg(seq).arg(written.error()));
         sha = *written;
     }
-    AssimilationRecord record{seq, version, subtask.epoch, subtask.shard, subtask.id, lease.id, workerId,
-                              f.staleness, p.admission.credit, p.result.sampleSteps, subtask.begin,
-                              subtask.begin + covered, p.result.meanLoss, p.result.seconds, now};
-    // The ledger entries of this lease go in the same transaction: cost is counted once.
-    std::vector<LedgerRecord> ledgerRows;
-    const auto wasted = p.late ? m_wastedSeconds.find(lease.id) : m_wastedSeconds.end();
-    if (wasted != m_wastedSeconds.end())
-        ledgerRows.push_back(ledgerRecord(workerId, lease.id, QStringLiteral("wasted"), -wasted->second));
-    ledgerRows.push_back(ledgerRecord(workerId, lease.id, QStringLiteral("useful"), workSeconds));
+    Recorded r;
+    r.assimilation = AssimilationRecord{seq, version, subtask.epoch, subtask.shard, subtask.id, lease.id, workerId,
+                                        f.staleness, p.admission.credit, p.result.sampleSteps, subtask.begin,
+                                        subtask.begin + f.covered, p.result.meanLoss, p.result.seconds, now};
+    // The ledger entries of this lease go in the same transaction: cost is counted once. A
+    // late result reverses the waste booked when its lease ended.
+    if (const auto wasted = m_wastedSeconds.find(lease.id); p.late && wasted != m_wastedSeconds.end())
+        r.ledger.push_back(ledgerRecord(workerId, lease.id, QStringLiteral("wasted"), -wasted->second));
+    r.ledger.push_back(ledgerRecord(workerId, lease.id, QStringLiteral("useful"), p.workSeconds));
     auto committed = transaction([&] {
-        std::vector<Result<void>> steps{m_store->addAssimilation(m_jobId, record), persist(f.changes)};
+        std::vector<Result<void>> steps{m_store->addAssimilation(m_jobId, r.assimilation), persist(f.changes)};
         if (!m_grouped)
             steps.push_back(m_store->addState(m_jobId, StateRecord{seq, version, checkpointPath(seq), sha, now}));
-        for (const auto &row : ledgerRows)
+        for (const auto &row : r.ledger)
             steps.push_back(m_store->addLedger(m_jobId, row));
         return steps;
     });
-    if (!committed) {
-        setFatal(QStringLiteral("cannot record assimilation %1: %2").arg(seq).arg(committed.error()));
-        reply.reason = m_fatal;
-        return reply;
-    }
+    if (!committed)
+        return fail(QStringLiteral("cannot record assimilation %1: %2").arg(seq).arg(committed.error()));
     if (m_grouped) {
         ++m_groupFolds;
     } else {
         m_durableSeq = seq;
         m_checkpointSeqs.insert(seq);
     }
+    return r;
+}
+
+// After the commit (in a group: after the fold; the group's end commits).
+void Coordinator::observe(const PendingResult &p, const FoldOutcome &f, const Recorded &r)
+{
+    const qint64 workerId = p.workerId;
+    const Lease &lease = p.lease;
+    const Subtask &subtask = p.subtask;
+    const qint64 covered = f.covered;
     dropQuorum(subtask.id, QStringLiteral("subtask %1 was assimilated from another result").arg(subtask.id));
 
-    // Observation, after the commit (in a group: after the fold; the group's end commits).
-    if (wasted != m_wastedSeconds.end())
-        m_wastedSeconds.erase(wasted);
-    for (const auto &row : ledgerRows)
+    if (p.late)
+        m_wastedSeconds.erase(lease.id);
+    for (const auto &row : r.ledger)
         account(row);
     auto &worker = m_workers[workerId];
     if (worker.leaseId == lease.id)
@@ -943,7 +965,7 @@ SubmitReply Coordinator::fold(PendingResult p)
     event(p.result.partial || covered < subtask.size() ? QStringLiteral("result-partial") : QStringLiteral("result-assimilated"),
           workerId, subtask.id, lease.id,
           QStringLiteral("seq %1, version %2, staleness %3, credit %4, positions %5-%6 of shard %7%8%9")
-              .arg(seq).arg(version).arg(f.staleness).arg(p.admission.credit, 0, 'f', 3)
+              .arg(f.seq).arg(f.version).arg(f.staleness).arg(p.admission.credit, 0, 'f', 3)
               .arg(subtask.begin).arg(subtask.begin + covered).arg(subtask.shard)
               .arg(p.late ? QStringLiteral(" (late result)") : QString())
               .arg(p.resultSample.defined()
@@ -956,7 +978,7 @@ SubmitReply Coordinator::fold(PendingResult p)
         if (l.state == LeaseState::Superseded)
             leaseEnded(l, QStringLiteral("subtask %1 was completed by lease %2").arg(l.subtaskId).arg(lease.id));
     if (m_hooks.assimilated)
-        m_hooks.assimilated(record);
+        m_hooks.assimilated(r.assimilation);
     if (p.resultSample.defined()) {
         m_screen->accepted(p.resultSample, p.baseSample, p.verdict);
         noteVerdict(workerId, false, p.verdict, {});
@@ -973,19 +995,15 @@ SubmitReply Coordinator::fold(PendingResult p)
     if (f.epochClosed) {
         const int epoch = m_scheduler->epochsDone() - 1;
         event(QStringLiteral("epoch-completed"), 0, 0, 0,
-              QStringLiteral("epoch %1 of %2 at version %3").arg(epoch + 1).arg(m_spec.training.epochs).arg(version));
+              QStringLiteral("epoch %1 of %2 at version %3").arg(epoch + 1).arg(m_spec.training.epochs).arg(f.version));
         // Leases of finished epochs left the scheduler: their wasted time can no longer be
         // reversed by a late result.
         for (auto it = m_wastedSeconds.begin(); it != m_wastedSeconds.end();)
             it = m_scheduler->check(it->first).forgotten ? m_wastedSeconds.erase(it) : std::next(it);
         requestEvaluation(epoch);
     }
-    reply.status = SubmitStatus::Assimilated;
-    reply.seq = seq;
-    reply.version = version;
-    reply.staleness = f.staleness;
-    return reply;
 }
+
 
 bool Coordinator::replicate(const Subtask &s) const
 {

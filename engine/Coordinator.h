@@ -289,6 +289,14 @@ private:
     };
     // Folds a result into the global model and makes it durable.
     SubmitReply fold(PendingResult pending);
+    struct Recorded
+    {
+        AssimilationRecord assimilation;
+        std::vector<LedgerRecord> ledger;
+    };
+    SubmitReply refuseFold(const PendingResult &pending, const FoldOutcome &outcome);
+    Result<Recorded> record(const PendingResult &pending, const FoldOutcome &outcome);
+    void observe(const PendingResult &pending, const FoldOutcome &outcome, const Recorded &recorded);
 
     // Redundancy (fleet.redundancy): a subtask trained from the same base by two workers, by
     // a third when their results disagree. Held results live only in memory: after a restart

@@ -3,6 +3,8 @@
 #include <QFile>
 #include <QFileInfo>
 
+#include <cstring>
+
 #include <sqlite3.h>
 
 namespace flotilla {
@@ -165,9 +167,19 @@ Result<std::unique_ptr<Store>> Store::open(const QString &path)
     store->m_path = path;
     const int rc = sqlite3_open_v2(QFile::encodeName(path).constData(), &store->m_db,
                                    SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
-    if (rc != SQLITE_OK)
-        return fail(QStringLiteral("cannot open job store '%1': %2")
-                        .arg(path, QString::fromUtf8(store->m_db ? sqlite3_errmsg(store->m_db) : sqlite3_errstr(rc))));
+    if (rc != SQLITE_OK) {
+        // SQLite says "unable to open database file"; the system's reason says why.
+        const int sys = store->m_db ? sqlite3_system_errno(store->m_db) : 0;
+        return fail(QStringLiteral("cannot open job store '%1': %2%3; check that its folder exists and is writable")
+                        .arg(path, QString::fromUtf8(store->m_db ? sqlite3_errmsg(store->m_db) : sqlite3_errstr(rc)),
+                             sys ? QStringLiteral(" (%1)").arg(QString::fromLocal8Bit(std::strerror(sys))) : QString()));
+    }
+    // A file SQLite can only read opens "successfully" and fails at the first write, with a
+    // message that names neither the file nor the cure.
+    if (sqlite3_db_readonly(store->m_db, "main") == 1)
+        return fail(QStringLiteral("cannot open job store '%1': the file is read-only; the job needs to write it "
+                                   "(check its permissions and its owner)")
+                        .arg(path));
     sqlite3_busy_timeout(store->m_db, 10000);
     // WAL: readers (the dashboard, a status command) never block the coordinator's writes.
     // synchronous=FULL: a committed assimilation survives a power loss, not just a crash.

@@ -6,6 +6,7 @@
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
+#include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -925,6 +926,30 @@ private Q_SLOTS:
         QFile::setPermissions(dir, readOnly | QFileDevice::WriteOwner);
         QVERIFY(!r.ok());
         expectErrorNaming(r.error(), {QStringLiteral("cannot open job store '%1'").arg(db)});
+    }
+
+    // A store file the job cannot write: refused at open, by name, instead of failing at the
+    // first assimilation. Root ignores permission bits, so the file is made immutable when
+    // chattr can (root on ext4 and most Linux file systems), read-only otherwise.
+    void readOnlyStoreFileIsRefused()
+    {
+        const QString db = path(QStringLiteral("locked.db"));
+        {
+            auto created = Store::open(db);
+            QVERIFY(created);
+        }
+        const bool immutable = QProcess::execute(QStringLiteral("chattr"), {QStringLiteral("+i"), db}) == 0;
+        if (!immutable)
+            QVERIFY(QFile::setPermissions(db, QFileDevice::ReadOwner | QFileDevice::ReadGroup));
+        const bool enforced = !QFile(db).open(QIODevice::ReadWrite);
+        auto r = enforced ? Store::open(db) : Result<std::unique_ptr<Store>>(fail(QString()));
+        if (immutable)
+            QProcess::execute(QStringLiteral("chattr"), {QStringLiteral("-i"), db});
+        QFile::setPermissions(db, QFileDevice::ReadOwner | QFileDevice::WriteOwner);
+        if (!enforced)
+            QSKIP("neither chattr nor permissions make a file read-only for this user");
+        QVERIFY(!r.ok());
+        expectErrorNaming(r.error(), {QStringLiteral("cannot open job store '%1'").arg(db), QStringLiteral("read-only")});
     }
 };
 
