@@ -1,7 +1,7 @@
-#include "CommandLine.h"
+#include "app/CommandLine.h"
 
-#include "NetworkCommands.h"
-#include "TrainCommand.h"
+#include "app/NetworkCommands.h"
+#include "app/TrainCommand.h"
 
 #include <QCoreApplication>
 #include <QTextStream>

@@ -1,14 +1,14 @@
 // `flotilla demo`: a whole fleet on this machine — a coordinator process and worker
 // processes on loopback with real TLS — with workers SIGKILLed at random like spot
 // instances, and replacements started, until the job is done.
-#include "AppLog.h"
-#include "Attacks.h"
-#include "CommandLine.h"
-#include "JobOptions.h"
-#include "NetworkCommands.h"
+#include "app/AppLog.h"
+#include "app/CommandLine.h"
+#include "app/JobOptions.h"
+#include "app/NetworkCommands.h"
+#include "bench/Attacks.h"
 
-#include "Random.h"
-#include "Store.h"
+#include "engine/Random.h"
+#include "engine/Store.h"
 
 #include <QCoreApplication>
 #include <QDir>

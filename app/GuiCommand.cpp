@@ -1,17 +1,17 @@
-#include "GuiCommand.h"
+#include "app/GuiCommand.h"
 
-#include "AppLog.h"
-#include "CommandLine.h"
-#include "DesktopSession.h"
-#include "JobOptions.h"
-#include "WorkerAgent.h"
+#include "app/AppLog.h"
+#include "app/CommandLine.h"
+#include "app/JobOptions.h"
+#include "bridge/DesktopSession.h"
+#include "bridge/WorkerAgent.h"
 
-#include "AppIcon.h"
-#include "Dashboard.h"
-#include "JobWizard.h"
-#include "MainWindow.h"
-#include "Views.h"
-#include "WorkerDesk.h"
+#include "ui/AppIcon.h"
+#include "ui/Dashboard.h"
+#include "ui/JobWizard.h"
+#include "ui/MainWindow.h"
+#include "ui/Views.h"
+#include "ui/WorkerDesk.h"
 
 #include <QApplication>
 #include <QChartView>
@@ -21,8 +21,8 @@
 #include <QHostInfo>
 #include <QScreen>
 #include <QSettings>
-#include <QStandardPaths>
 #include <QSpinBox>
+#include <QStandardPaths>
 #include <QTabWidget>
 #include <QTableWidget>
 #include <QTimer>

@@ -1,4 +1,4 @@
-#include "JobOptions.h"
+#include "app/JobOptions.h"
 
 #include <QDateTime>
 #include <QFileInfo>
@@ -260,12 +260,6 @@ Result<JobSpec> jobFromOptions(const QCommandLineParser &parser)
     if (auto applied = applyFlags(parser, job); !applied)
         return applied.takeError();
     return job;
-}
-
-QString defaultRunDir(const JobSpec &job)
-{
-    return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/runs/") + job.name
-           + u'-' + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss"));
 }
 
 QString commandHelp(const QCommandLineParser &parser, const QString &command)

@@ -3,8 +3,8 @@
 // overrides), the run directory's default, the live progress line and the closing summary,
 // and graceful stops on SIGINT/SIGTERM.
 
-#include "Coordinator.h"
-#include "JobSpec.h"
+#include "engine/Coordinator.h"
+#include "job/JobSpec.h"
 
 #include <QCommandLineParser>
 #include <QElapsedTimer>
@@ -17,7 +17,6 @@ namespace flotilla {
 void addJobOptions(QCommandLineParser &parser);
 // The job from --job (or the default job) with the other flags applied, validated.
 Result<JobSpec> jobFromOptions(const QCommandLineParser &parser);
-QString defaultRunDir(const JobSpec &job);
 // parser.helpText() with "Usage: flotilla <command>".
 QString commandHelp(const QCommandLineParser &parser, const QString &command);
 // Parses a command's arguments (with --help). Returns the exit code when the command is to

@@ -1,11 +1,11 @@
 // `flotilla release`: lifts a worker's quarantine in a job, running or not. The request is
 // written to the job's store; a running coordinator picks it up within two seconds, a
 // stopped one when it resumes.
-#include "CommandLine.h"
-#include "JobOptions.h"
-#include "NetworkCommands.h"
+#include "app/CommandLine.h"
+#include "app/JobOptions.h"
+#include "app/NetworkCommands.h"
 
-#include "Store.h"
+#include "engine/Store.h"
 
 #include <QCommandLineParser>
 #include <QDateTime>

@@ -1,24 +1,24 @@
 // `flotilla serve`: a coordinator that trains a job with remote workers over TLS.
-#include "AppLog.h"
-#include "CommandLine.h"
-#include "CoordinatorServer.h"
-#include "JobOptions.h"
-#include "LocalFleet.h"
-#include "NetworkCommands.h"
+#include "app/AppLog.h"
+#include "app/CommandLine.h"
+#include "app/JobOptions.h"
+#include "app/NetworkCommands.h"
+#include "bridge/CoordinatorServer.h"
+#include "engine/LocalFleet.h"
 
-#include "AtomicFile.h"
+#include "common/AtomicFile.h"
 
 #include <QCoreApplication>
-#include <QDateTime>
 #include <QCryptographicHash>
-#include <QElapsedTimer>
-#include <QFileInfo>
-#include <QFile>
-#include <QStandardPaths>
+#include <QDateTime>
 #include <QDir>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QFileInfo>
 #include <QHostInfo>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QStandardPaths>
 #include <QThread>
 #include <QTimer>
 

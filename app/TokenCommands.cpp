@@ -1,11 +1,11 @@
 // `flotilla token` and `flotilla revoke`: who may join a coordinator (tokens: issued, listed,
 // revoked) and who may connect to it (worker certificates, revoked by name).
-#include "CommandLine.h"
-#include "JobOptions.h"
-#include "NetworkCommands.h"
+#include "app/CommandLine.h"
+#include "app/JobOptions.h"
+#include "app/NetworkCommands.h"
 
-#include "Pki.h"
-#include "TrustStore.h"
+#include "net/Pki.h"
+#include "net/TrustStore.h"
 
 #include <QDateTime>
 #include <QDir>

@@ -1,11 +1,11 @@
-#include "TrainCommand.h"
+#include "app/TrainCommand.h"
 
-#include "AppLog.h"
-#include "CommandLine.h"
-#include "JobOptions.h"
+#include "app/AppLog.h"
+#include "app/CommandLine.h"
+#include "app/JobOptions.h"
 
-#include "JobSpec.h"
-#include "LocalFleet.h"
+#include "engine/LocalFleet.h"
+#include "job/JobSpec.h"
 
 #include <QCommandLineParser>
 #include <QCoreApplication>
@@ -17,10 +17,9 @@
 #include <QTimer>
 
 #include <atomic>
-#include <limits>
 #include <csignal>
 #include <cstdio>
-
+#include <limits>
 
 namespace flotilla {
 

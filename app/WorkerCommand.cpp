@@ -1,10 +1,10 @@
 // `flotilla worker`: contribute this machine to a coordinator's job.
-#include "AppLog.h"
-#include "CommandLine.h"
-#include "JobOptions.h"
-#include "NetworkCommands.h"
-#include "PreemptionWatcher.h"
-#include "WorkerAgent.h"
+#include "app/AppLog.h"
+#include "app/CommandLine.h"
+#include "app/JobOptions.h"
+#include "app/NetworkCommands.h"
+#include "bridge/WorkerAgent.h"
+#include "net/PreemptionWatcher.h"
 
 #include <QCoreApplication>
 #include <QFile>

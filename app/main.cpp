@@ -1,6 +1,6 @@
-#include "CommandLine.h"
-#include "GuiCommand.h"
-#include "ProcessSetup.h"
+#include "app/CommandLine.h"
+#include "app/GuiCommand.h"
+#include "common/ProcessSetup.h"
 
 #include <QApplication>
 #include <QCoreApplication>

@@ -1,6 +1,6 @@
-#include "AtomicFile.h"
+#include "common/AtomicFile.h"
 
-#include "Sha256.h"
+#include "common/Sha256.h"
 
 #include <QDir>
 #include <QFile>

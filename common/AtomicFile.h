@@ -2,7 +2,7 @@
 // Durable file writes: the file either keeps its old content or has the new one, never a
 // mix, even if the process is killed or the machine loses power mid-write.
 
-#include "Result.h"
+#include "common/Result.h"
 
 #include <QByteArray>
 #include <QString>

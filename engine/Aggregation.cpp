@@ -1,4 +1,4 @@
-#include "Aggregation.h"
+#include "engine/Aggregation.h"
 
 #include <torch/torch.h>
 

@@ -13,9 +13,9 @@
 // (integer buffers) take the larger of the two. docs/algorithms.md says why. Used only by
 // the coordinator's thread.
 
-#include "JobSpec.h"
-#include "Model.h"
-#include "Result.h"
+#include "common/Result.h"
+#include "engine/Model.h"
+#include "job/JobSpec.h"
 
 #include <torch/types.h>
 

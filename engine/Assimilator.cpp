@@ -1,4 +1,4 @@
-#include "Assimilator.h"
+#include "engine/Assimilator.h"
 
 #include <algorithm>
 #include <cmath>

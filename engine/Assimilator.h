@@ -9,8 +9,8 @@
 // events: every call returns what changed and the caller records it. Owned and used by one
 // thread.
 
-#include "Aggregation.h"
-#include "Scheduler.h"
+#include "engine/Aggregation.h"
+#include "engine/Scheduler.h"
 
 #include <QString>
 

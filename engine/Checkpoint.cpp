@@ -1,7 +1,7 @@
-#include "Checkpoint.h"
+#include "engine/Checkpoint.h"
 
-#include "AtomicFile.h"
-#include "Cbor.h"
+#include "common/AtomicFile.h"
+#include "common/Cbor.h"
 
 #include <QCborArray>
 #include <QCborMap>

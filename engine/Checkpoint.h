@@ -4,8 +4,8 @@
 // raw little-endian float32 buffers. Written atomically (temporary file, fsync, rename);
 // the store records each file's SHA-256 before the assimilation that made it is committed.
 
-#include "Aggregation.h"
-#include "Result.h"
+#include "common/Result.h"
+#include "engine/Aggregation.h"
 
 #include <QString>
 

@@ -1,9 +1,9 @@
-#include "Coordinator.h"
+#include "engine/Coordinator.h"
 
-#include "AtomicFile.h"
-#include "Checkpoint.h"
-#include "EngineLog.h"
-#include "Random.h"
+#include "common/AtomicFile.h"
+#include "engine/Checkpoint.h"
+#include "engine/EngineLog.h"
+#include "engine/Random.h"
 
 #include <QDir>
 #include <QFile>

@@ -23,17 +23,17 @@
 // subtask and returns a result, be it a thread of this process or a remote process. All
 // methods must be called from one thread, the coordinator's owner.
 
-#include "Aggregation.h"
-#include "Assimilator.h"
-#include "Clock.h"
-#include "JobData.h"
-#include "JobSpec.h"
-#include "Model.h"
-#include "PriceTable.h"
-#include "Result.h"
-#include "ResultScreen.h"
-#include "Store.h"
-#include "Trainer.h"
+#include "common/Result.h"
+#include "engine/Aggregation.h"
+#include "engine/Assimilator.h"
+#include "engine/Clock.h"
+#include "engine/JobData.h"
+#include "engine/Model.h"
+#include "engine/ResultScreen.h"
+#include "engine/Store.h"
+#include "engine/Trainer.h"
+#include "job/JobSpec.h"
+#include "job/PriceTable.h"
 
 #include <QHash>
 #include <QString>

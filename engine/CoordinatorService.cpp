@@ -1,6 +1,6 @@
-#include "CoordinatorService.h"
+#include "engine/CoordinatorService.h"
 
-#include "EngineLog.h"
+#include "engine/EngineLog.h"
 
 #include <QMetaObject>
 

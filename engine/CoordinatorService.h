@@ -13,7 +13,7 @@
 // one commit, and only then are the answers given. Under a slow disk the groups grow, and the
 // disk's wait is paid once per group, never by a heartbeat.
 
-#include "Coordinator.h"
+#include "engine/Coordinator.h"
 
 #include <QObject>
 #include <QThread>

@@ -1,4 +1,4 @@
-#include "CsvReader.h"
+#include "engine/CsvReader.h"
 
 #include <QFile>
 #include <QFileInfo>

@@ -2,8 +2,8 @@
 // Reader for tabular data: numeric feature columns and one label column, comma (or other
 // delimiter) separated, with an optional header row.
 
-#include "Dataset.h"
-#include "Result.h"
+#include "common/Result.h"
+#include "engine/Dataset.h"
 
 #include <QChar>
 #include <QString>

@@ -1,6 +1,6 @@
-#include "Dataset.h"
+#include "engine/Dataset.h"
 
-#include "Random.h"
+#include "engine/Random.h"
 
 #include <torch/torch.h>
 

@@ -4,7 +4,7 @@
 // pipeline that makes batches of those inputs on a device. A data set is built once, then
 // read-only: any thread may read it (LibTorch tensors are safe to read concurrently).
 
-#include "Result.h"
+#include "common/Result.h"
 
 #include <QString>
 #include <QStringList>

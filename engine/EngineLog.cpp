@@ -1,3 +1,3 @@
-#include "EngineLog.h"
+#include "engine/EngineLog.h"
 
 Q_LOGGING_CATEGORY(lcEngine, "flotilla.engine", QtInfoMsg)

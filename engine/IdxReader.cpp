@@ -1,4 +1,4 @@
-#include "IdxReader.h"
+#include "engine/IdxReader.h"
 
 #include <QFile>
 #include <QFileInfo>

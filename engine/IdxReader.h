@@ -3,8 +3,8 @@
 // http://yann.lecun.com/exdb/mnist/ describes the format: two zero bytes, a type code, the
 // number of dimensions, the dimensions as big-endian 32-bit integers, then the data.
 
-#include "Dataset.h"
-#include "Result.h"
+#include "common/Result.h"
+#include "engine/Dataset.h"
 
 #include <QByteArray>
 #include <QString>

@@ -1,6 +1,6 @@
-#include "ImageFolder.h"
+#include "engine/ImageFolder.h"
 
-#include "Random.h"
+#include "engine/Random.h"
 
 #include <QBuffer>
 #include <QDir>

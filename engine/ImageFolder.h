@@ -9,8 +9,8 @@
 // Classes are the training folder's sub-folders in code-point order of their names, so the
 // labels are the same on every machine. Decoding runs on the global thread pool.
 
-#include "Dataset.h"
-#include "Result.h"
+#include "common/Result.h"
+#include "engine/Dataset.h"
 
 #include <QString>
 #include <QStringList>

@@ -1,10 +1,10 @@
-#include "JobData.h"
+#include "engine/JobData.h"
 
-#include "CsvReader.h"
-#include "EngineLog.h"
-#include "IdxReader.h"
-#include "ImageFolder.h"
-#include "Random.h"
+#include "engine/CsvReader.h"
+#include "engine/EngineLog.h"
+#include "engine/IdxReader.h"
+#include "engine/ImageFolder.h"
+#include "engine/Random.h"
 
 #include <QDir>
 #include <QElapsedTimer>

@@ -2,10 +2,10 @@
 // What a job trains on, loaded once and shared read-only by the coordinator and the local
 // workers: the normalized training and test sets and the shard plan.
 
-#include "Dataset.h"
-#include "JobSpec.h"
-#include "Result.h"
-#include "ShardPlan.h"
+#include "common/Result.h"
+#include "engine/Dataset.h"
+#include "engine/ShardPlan.h"
+#include "job/JobSpec.h"
 
 #include <torch/types.h>
 

@@ -1,6 +1,6 @@
-#include "LocalFleet.h"
+#include "engine/LocalFleet.h"
 
-#include "EngineLog.h"
+#include "engine/EngineLog.h"
 
 #include <cmath>
 

@@ -6,9 +6,9 @@
 // Threads: a LocalFleet lives on the thread that created it (the CLI's main thread, the
 // GUI's thread); it never blocks that thread on training.
 
-#include "CoordinatorService.h"
-#include "LocalWorker.h"
-#include "Random.h"
+#include "engine/CoordinatorService.h"
+#include "engine/LocalWorker.h"
+#include "engine/Random.h"
 
 #include <QObject>
 #include <QTimer>

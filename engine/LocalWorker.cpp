@@ -1,7 +1,7 @@
-#include "LocalWorker.h"
+#include "engine/LocalWorker.h"
 
-#include "EngineLog.h"
-#include "WorkerSession.h"
+#include "engine/EngineLog.h"
+#include "engine/WorkerSession.h"
 
 #include <QElapsedTimer>
 #include <QMutexLocker>

@@ -8,8 +8,8 @@
 // Threads: the worker's own thread runs the loop; stop(), preempt() and supersede() may be
 // called from any thread.
 
-#include "Coordinator.h"
-#include "CoordinatorService.h"
+#include "engine/Coordinator.h"
+#include "engine/CoordinatorService.h"
 
 #include <QMutex>
 #include <QThread>

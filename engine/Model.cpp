@@ -1,9 +1,9 @@
-#include "Model.h"
+#include "engine/Model.h"
 
-#include "AtomicFile.h"
-#include "Dataset.h"
-#include "Models.h"
-#include "ScriptExport.h"
+#include "common/AtomicFile.h"
+#include "engine/Dataset.h"
+#include "engine/Models.h"
+#include "engine/ScriptExport.h"
 
 #include <QCryptographicHash>
 #include <QFileInfo>

@@ -6,13 +6,13 @@
 // A Model instance belongs to one thread at a time (its owner trains or evaluates it);
 // clone() gives another thread its own copy.
 
-#include "JobSpec.h"
-#include "Result.h"
+#include "common/Result.h"
+#include "job/JobSpec.h"
 
 #include <QString>
 
-#include <torch/torch.h>
 #include <torch/script.h>
+#include <torch/torch.h>
 
 #include <memory>
 #include <string>

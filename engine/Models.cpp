@@ -1,4 +1,4 @@
-#include "Models.h"
+#include "engine/Models.h"
 
 namespace F = torch::nn::functional;
 

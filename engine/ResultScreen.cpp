@@ -1,6 +1,6 @@
-#include "ResultScreen.h"
+#include "engine/ResultScreen.h"
 
-#include "Random.h"
+#include "engine/Random.h"
 
 #include <torch/torch.h>
 

@@ -15,8 +15,8 @@
 // before folding a result in and accepted() after, and decides what a rejection means for
 // the worker. Used from one thread.
 
-#include "Model.h"
-#include "Statistics.h"
+#include "common/Statistics.h"
+#include "engine/Model.h"
 
 #include <QString>
 

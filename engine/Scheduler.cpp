@@ -1,4 +1,4 @@
-#include "Scheduler.h"
+#include "engine/Scheduler.h"
 
 #include <algorithm>
 #include <limits>

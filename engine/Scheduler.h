@@ -24,7 +24,7 @@
 // Active leases are indexed by deadline, worker and subtask, and the queue by epoch, so no
 // operation scans every lease ever issued: a fleet of 100,000 workers stays cheap.
 
-#include "Clock.h"
+#include "engine/Clock.h"
 
 #include <QString>
 

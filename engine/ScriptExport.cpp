@@ -1,4 +1,4 @@
-#include "ScriptExport.h"
+#include "engine/ScriptExport.h"
 
 #include <iomanip>
 #include <sstream>

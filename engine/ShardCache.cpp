@@ -1,8 +1,8 @@
-#include "ShardCache.h"
+#include "engine/ShardCache.h"
 
-#include "AtomicFile.h"
-#include "EngineLog.h"
-#include "WireFormat.h"
+#include "common/AtomicFile.h"
+#include "engine/EngineLog.h"
+#include "engine/WireFormat.h"
 
 #include <QCborValue>
 #include <QDateTime>

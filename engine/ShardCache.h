@@ -7,7 +7,7 @@
 //
 // Threads: the thread that owns the worker (one object, one thread).
 
-#include "Dataset.h"
+#include "engine/Dataset.h"
 
 #include <QByteArray>
 #include <QCborMap>

@@ -1,6 +1,6 @@
-#include "ShardPlan.h"
+#include "engine/ShardPlan.h"
 
-#include "Random.h"
+#include "engine/Random.h"
 
 #include <numeric>
 

@@ -1,4 +1,4 @@
-#include "Store.h"
+#include "engine/Store.h"
 
 #include <QFile>
 #include <QFileInfo>

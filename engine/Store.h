@@ -6,8 +6,8 @@
 // A Store is one SQLite connection and belongs to one thread; another thread that wants to
 // read opens its own Store on the same file (WAL lets readers run beside the writer).
 
-#include "Result.h"
-#include "Scheduler.h"
+#include "common/Result.h"
+#include "engine/Scheduler.h"
 
 #include <QString>
 

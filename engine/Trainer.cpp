@@ -1,6 +1,6 @@
-#include "Trainer.h"
+#include "engine/Trainer.h"
 
-#include "Random.h"
+#include "engine/Random.h"
 
 #include <QElapsedTimer>
 

@@ -4,10 +4,10 @@
 // the new weights with its metrics. A cancel flag set from another thread (a preemption
 // notice) makes it stop after the current batch and return a partial result.
 
-#include "Dataset.h"
-#include "JobSpec.h"
-#include "Model.h"
-#include "Result.h"
+#include "common/Result.h"
+#include "engine/Dataset.h"
+#include "engine/Model.h"
+#include "job/JobSpec.h"
 
 #include <atomic>
 #include <functional>

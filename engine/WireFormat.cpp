@@ -1,7 +1,7 @@
-#include "WireFormat.h"
+#include "engine/WireFormat.h"
 
-#include "Cbor.h"
-#include "Sha256.h"
+#include "common/Cbor.h"
+#include "common/Sha256.h"
 
 #include <QCborArray>
 

@@ -6,9 +6,9 @@
 // float32 normalization its batches need. Decoding checks everything against what the
 // receiver expects before a tensor is made; bytes from the network never reach torch::load.
 
-#include "Dataset.h"
-#include "Model.h"
-#include "Result.h"
+#include "common/Result.h"
+#include "engine/Dataset.h"
+#include "engine/Model.h"
 
 #include <QByteArray>
 #include <QCborMap>

@@ -1,7 +1,7 @@
-#include "WorkerSession.h"
+#include "engine/WorkerSession.h"
 
-#include "JobData.h"
-#include "ShardPlan.h"
+#include "engine/JobData.h"
+#include "engine/ShardPlan.h"
 
 #include <QElapsedTimer>
 

@@ -5,11 +5,11 @@
 //
 // Threads: one session belongs to one training thread.
 
-#include "Dataset.h"
-#include "JobSpec.h"
-#include "Model.h"
-#include "Result.h"
-#include "Trainer.h"
+#include "common/Result.h"
+#include "engine/Dataset.h"
+#include "engine/Model.h"
+#include "engine/Trainer.h"
+#include "job/JobSpec.h"
 
 #include <atomic>
 #include <memory>

@@ -1,6 +1,6 @@
-#include "CoordinatorEndpoint.h"
+#include "net/CoordinatorEndpoint.h"
 
-#include "NetLog.h"
+#include "net/NetLog.h"
 
 #include <QDateTime>
 #include <QSslConfiguration>

@@ -13,9 +13,9 @@
 // Threads: the endpoint and its sockets belong to the thread it lives on (the network
 // thread).
 
-#include "Frame.h"
-#include "Pki.h"
-#include "TrustStore.h"
+#include "net/Frame.h"
+#include "net/Pki.h"
+#include "net/TrustStore.h"
 
 #include <QElapsedTimer>
 #include <QHash>

@@ -1,4 +1,4 @@
-#include "Frame.h"
+#include "net/Frame.h"
 
 #include <QCborValue>
 #include <QtEndian>

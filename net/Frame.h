@@ -9,12 +9,12 @@
 // Chunk frames; its first frame's header announces the whole payload's size and SHA-256
 // ("payload_size", "payload_sha256"), which the receiver checks when it has all of it.
 
-#include "Protocol.h"
-#include "Result.h"
+#include "common/Result.h"
+#include "net/Protocol.h"
 
+#include "common/Sha256.h"
 #include <QByteArray>
 #include <QCborMap>
-#include "Sha256.h"
 
 #include <map>
 #include <optional>

@@ -1,3 +1,3 @@
-#include "NetLog.h"
+#include "net/NetLog.h"
 
 Q_LOGGING_CATEGORY(lcNet, "flotilla.net", QtInfoMsg)

@@ -1,7 +1,7 @@
-#include "Pki.h"
+#include "net/Pki.h"
 
-#include "AtomicFile.h"
-#include "NetLog.h"
+#include "common/AtomicFile.h"
+#include "net/NetLog.h"
 
 #include <QDateTime>
 #include <QDir>

@@ -4,7 +4,7 @@
 // from them, SHA-256 fingerprints for pinning, and the identity files kept on disk.
 // Free functions without shared state: any thread may call them, several at once.
 
-#include "Result.h"
+#include "common/Result.h"
 
 #include <QByteArray>
 #include <QString>

@@ -1,4 +1,4 @@
-#include "PreemptionWatcher.h"
+#include "net/PreemptionWatcher.h"
 
 #include <QJsonArray>
 #include <QJsonDocument>

@@ -1,6 +1,6 @@
-#include "TrustStore.h"
+#include "net/TrustStore.h"
 
-#include "AtomicFile.h"
+#include "common/AtomicFile.h"
 
 #include <QCborMap>
 #include <QCborValue>

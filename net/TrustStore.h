@@ -6,7 +6,7 @@
 //
 // Threads: each method opens, reads (and writes) the file itself; any thread may call.
 
-#include "Result.h"
+#include "common/Result.h"
 
 #include <QByteArray>
 #include <QList>

@@ -1,8 +1,8 @@
-#include "WorkerClient.h"
+#include "net/WorkerClient.h"
 
-#include "AtomicFile.h"
-#include "NetLog.h"
-#include "Pki.h"
+#include "common/AtomicFile.h"
+#include "net/NetLog.h"
+#include "net/Pki.h"
 
 #include <QDir>
 #include <QFile>

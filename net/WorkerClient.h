@@ -9,8 +9,8 @@
 // state folder, so a restarted worker comes back as itself without a new token.
 // Threads: lives on the thread that created it.
 
-#include "Frame.h"
-#include "TrustStore.h"
+#include "net/Frame.h"
+#include "net/TrustStore.h"
 
 #include <QObject>
 #include <QPointer>

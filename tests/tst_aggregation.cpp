@@ -1,5 +1,5 @@
 // Each aggregation rule against numbers worked out by hand.
-#include "Aggregation.h"
+#include "engine/Aggregation.h"
 
 #include <QtTest>
 

@@ -2,8 +2,8 @@
 // and the simulator both rely on: seq and version, staleness, credit, the lease policy by
 // measured speed, the speed and loss averages, round closing, and a fold that would make the
 // model non-finite being undone.
-#include "Assimilator.h"
 #include "FakeClock.h"
+#include "engine/Assimilator.h"
 
 #include <QtTest>
 

@@ -1,8 +1,8 @@
 // Checkpoint files (round trip, SHA-256, and every way a file can be broken) and the SQLite
 // job store (WAL, each kind of record, transactions, reopening, files that are not stores).
-#include "AtomicFile.h"
-#include "Checkpoint.h"
-#include "Store.h"
+#include "common/AtomicFile.h"
+#include "engine/Checkpoint.h"
+#include "engine/Store.h"
 
 #include <QDir>
 #include <QFile>

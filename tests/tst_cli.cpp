@@ -1,8 +1,8 @@
 // The `flotilla` command line, run as a real process: help, version, usage errors with exit
 // code 2 that name the bad flag, field or file, and --save-job writing the effective job.
 // Nothing here trains: every `train` run either fails on its arguments or stops at --save-job.
-#include "JobSpec.h"
 #include "TestSupport.h"
+#include "job/JobSpec.h"
 
 #include <QFile>
 #include <QFileInfo>

@@ -1,10 +1,10 @@
 // The coordinator with a fake clock and a real store in a temporary run directory: whole
 // jobs, bad results (NaN, wrong shape, unknown or foreign leases, duplicates), late and
 // partial results, resuming from the store, corrupt and orphan checkpoints, cost.
-#include "Checkpoint.h"
-#include "Coordinator.h"
 #include "FakeClock.h"
 #include "TestSupport.h"
+#include "engine/Checkpoint.h"
+#include "engine/Coordinator.h"
 
 #include <QtTest>
 

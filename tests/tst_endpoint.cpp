@@ -10,9 +10,9 @@
 // connections, floods of stalled handshakes, too many from one address, token guessing. The
 // endpoint keeps accepting, bounds what it holds, closes the oldest first, and a worker still
 // joins or comes back within 2 s.
-#include "CoordinatorEndpoint.h"
-#include "ProcessSetup.h"
-#include "WorkerClient.h"
+#include "common/ProcessSetup.h"
+#include "net/CoordinatorEndpoint.h"
+#include "net/WorkerClient.h"
 
 #include <QtTest>
 

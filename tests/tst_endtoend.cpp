@@ -1,8 +1,8 @@
 // A short real training run: the default CNN on a subset of Fashion-MNIST with three local
 // workers and frequent simulated preemptions (with and without notice) must beat 80% test
 // accuracy, and the store must show every shard of every epoch assimilated exactly once.
-#include "LocalFleet.h"
 #include "TestSupport.h"
+#include "engine/LocalFleet.h"
 
 #include <QtTest>
 

@@ -1,6 +1,6 @@
 // Frames and messages without sockets: round trips, chunked payloads, every malformed input
 // the network may bring, and a fuzzing loop over mutated streams.
-#include "Frame.h"
+#include "net/Frame.h"
 
 #include <QRandomGenerator>
 #include <QtTest>

@@ -2,14 +2,14 @@
 // until every chart has points, pause and resume, a remote worker revoked, join tokens
 // listed and revoked in the token dialog, a chart exported, and a job reopened after the app
 // "restarted" continuing its charts from the store.
-#include "Dashboard.h"
-#include "DesktopSession.h"
-#include "JobWizard.h"
-#include "MainWindow.h"
 #include "TestSupport.h"
-#include "TokenDialog.h"
-#include "Views.h"
-#include "WorkerAgent.h"
+#include "bridge/DesktopSession.h"
+#include "bridge/WorkerAgent.h"
+#include "ui/Dashboard.h"
+#include "ui/JobWizard.h"
+#include "ui/MainWindow.h"
+#include "ui/TokenDialog.h"
+#include "ui/Views.h"
 
 #include <QChartView>
 #include <QCheckBox>
@@ -18,7 +18,6 @@
 #include <QImage>
 #include <QLabel>
 #include <QLineEdit>
-#include <QCheckBox>
 #include <QLineSeries>
 #include <QPlainTextEdit>
 #include <QPushButton>

@@ -2,11 +2,11 @@
 // back as bytes [N, C, H, W]; every bad input gets an error naming the file or folder; the
 // batches training and evaluation make from them (normalization, augmentation) are the same
 // for the same seed; and a real `flotilla train --dataset images` run learns such a folder.
-#include "ImageFolder.h"
-#include "JobData.h"
-#include "Store.h"
 #include "TestSupport.h"
-#include "Trainer.h"
+#include "engine/ImageFolder.h"
+#include "engine/JobData.h"
+#include "engine/Store.h"
+#include "engine/Trainer.h"
 
 #include <QCborMap>
 #include <QCborValue>

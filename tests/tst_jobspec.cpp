@@ -1,7 +1,7 @@
 // Job files: the default job, JSON round trips, the shipped default.json, and the errors for
 // unknown keys, wrong types, values out of range, broken JSON and missing files, each of
 // which must name the field or the file.
-#include "JobSpec.h"
+#include "job/JobSpec.h"
 
 #include <QFile>
 #include <QJsonArray>

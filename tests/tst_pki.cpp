@@ -1,7 +1,7 @@
 // The coordinator's PKI: keys, the CA, server and client certificates checked with OpenSSL
 // and Qt, refusal of tampered requests and garbage input, the identity folder, and real
 // mutual TLS 1.3 handshakes on loopback with QSslServer/QSslSocket.
-#include "Pki.h"
+#include "net/Pki.h"
 
 #include <QtTest>
 

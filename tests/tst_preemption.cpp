@@ -2,7 +2,7 @@
 // its own format: GCE's instance/preempted, AWS's spot/instance-action behind an IMDSv2
 // token, Azure's Scheduled Events. No real metadata address is ever contacted.
 #include "FakeMetadata.h"
-#include "PreemptionWatcher.h"
+#include "net/PreemptionWatcher.h"
 
 #include <QSignalSpy>
 #include <QtTest>

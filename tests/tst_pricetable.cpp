@@ -1,7 +1,7 @@
 // The price table: the built-in copy compiled into the engine agrees with
 // resources/prices.json, rates per second for each price class, and the errors for unknown
 // instance types and price classes and for malformed tables.
-#include "PriceTable.h"
+#include "job/PriceTable.h"
 
 #include <QFile>
 #include <QJsonArray>

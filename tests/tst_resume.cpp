@@ -1,8 +1,8 @@
 // A real `flotilla train` process is killed with SIGKILL at random moments and started again
 // on the same run directory, several times; the job must still finish with every shard of
 // every epoch assimilated exactly once, contiguous versions, and a consistent checkpoint.
-#include "AtomicFile.h"
 #include "TestSupport.h"
+#include "common/AtomicFile.h"
 
 #include <QtTest>
 

@@ -2,8 +2,8 @@
 // eval mode, with every parameter and buffer under the names Flotilla uses, computing what
 // the C++ model computes (in eval and in training mode). And the README's snippet evaluates
 // a real run's model.pt on new data with Flotilla's accuracy. Uses Debian's python3-torch.
-#include "Model.h"
 #include "TestSupport.h"
+#include "engine/Model.h"
 
 #include <QJsonArray>
 #include <QJsonDocument>

@@ -9,11 +9,11 @@
 // stalled handshakes do not lock it out (a worker joins and comes back within 2 s, during and
 // after them), its --token-file keeps one live token across restarts, `flotilla token --list`
 // and `--revoke` see and bar tokens, and its limits have options that refuse bad values.
-#include "CoordinatorServer.h"
-#include "LocalFleet.h"
 #include "TestSupport.h"
-#include "WireFormat.h"
-#include "WorkerClient.h"
+#include "bridge/CoordinatorServer.h"
+#include "engine/LocalFleet.h"
+#include "engine/WireFormat.h"
+#include "net/WorkerClient.h"
 
 #include <QProcess>
 #include <QSslConfiguration>

@@ -3,9 +3,9 @@
 // and another seed other numbers; on hand-made traces leases expire, are lost and are
 // reassigned at the simulated times worked out by hand, and the wasted compute is what was
 // lost; bad traces and options are refused naming the file and line; the charts have data.
-#include "Simulator.h"
-#include "SimulatorCharts.h"
 #include "TestSupport.h"
+#include "bench/Simulator.h"
+#include "bench/SimulatorCharts.h"
 
 #include <QImage>
 #include <QJsonArray>

@@ -1,7 +1,7 @@
 // The SQLite job store on real files: every kind of record reads back field by field and
 // survives closing and reopening, transactions keep or discard what they wrote, and a file
 // or path that cannot hold a store is refused with a message that names it.
-#include "Store.h"
+#include "engine/Store.h"
 
 #include <QDir>
 #include <QFile>

@@ -1,9 +1,9 @@
 // TorchScript interop with Python: a model scripted in Python is trained by Flotilla in C++
 // and saved back; Python loads the result and finds it as accurate as Flotilla measured.
 // The same for a built-in model, which is saved as TorchScript too. Uses Debian's python3-torch.
-#include "LocalFleet.h"
-#include "Store.h"
 #include "TestSupport.h"
+#include "engine/LocalFleet.h"
+#include "engine/Store.h"
 
 #include <QtTest>
 

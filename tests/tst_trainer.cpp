@@ -1,7 +1,7 @@
 // The local trainer: it learns, stops on a preemption notice with a partial result, refuses
 // to return poisoned weights, honours local steps, and the learning-rate schedules.
 #include "TestSupport.h"
-#include "Trainer.h"
+#include "engine/Trainer.h"
 
 #include <QtTest>
 

@@ -4,7 +4,7 @@
 // revocation by name or fingerprint prefix, two stores on one folder (as `flotilla token`
 // beside `flotilla serve`), and the file itself: private, never overwritten when it cannot
 // be read.
-#include "TrustStore.h"
+#include "net/TrustStore.h"
 
 #include <QtTest>
 

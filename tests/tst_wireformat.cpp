@@ -1,6 +1,6 @@
 // Weights and shard data as bytes: round trips, and every mismatch a peer could send.
 #include "TestSupport.h"
-#include "WireFormat.h"
+#include "engine/WireFormat.h"
 
 #include <QCborArray>
 #include <QtTest>

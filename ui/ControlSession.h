@@ -7,9 +7,9 @@
 // or the network; long work (loading data, reading history) happens elsewhere and comes
 // back as signals.
 
-#include "JobSpec.h"
-#include "Result.h"
-#include "SessionTypes.h"
+#include "common/Result.h"
+#include "job/JobSpec.h"
+#include "ui/SessionTypes.h"
 
 #include <QObject>
 

@@ -1,4 +1,4 @@
-#include "Dashboard.h"
+#include "ui/Dashboard.h"
 
 #include <QBarCategoryAxis>
 #include <QBarSeries>
@@ -11,8 +11,8 @@
 #include <QLabel>
 #include <QLineSeries>
 #include <QScatterSeries>
-#include <QValueAxis>
 #include <QVBoxLayout>
+#include <QValueAxis>
 
 namespace flotilla::ui {
 

@@ -5,9 +5,9 @@
 //
 // Threads: UI thread only; fed by the session's signals.
 
-#include "SessionTypes.h"
+#include "ui/SessionTypes.h"
 
-#include "Result.h"
+#include "common/Result.h"
 
 #include <QMap>
 #include <QWidget>

@@ -1,6 +1,6 @@
-#include "JobWizard.h"
+#include "ui/JobWizard.h"
 
-#include "PriceTable.h"
+#include "job/PriceTable.h"
 
 #include <QCheckBox>
 #include <QComboBox>

@@ -5,7 +5,7 @@
 //
 // Threads: UI thread.
 
-#include "JobSpec.h"
+#include "job/JobSpec.h"
 
 #include <QDialog>
 #include <QMap>

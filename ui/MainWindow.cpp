@@ -1,17 +1,17 @@
-#include "MainWindow.h"
+#include "ui/MainWindow.h"
 
-#include "Dashboard.h"
-#include "JobWizard.h"
-#include "TokenDialog.h"
-#include "Views.h"
+#include "ui/Dashboard.h"
+#include "ui/JobWizard.h"
+#include "ui/TokenDialog.h"
+#include "ui/Views.h"
 
 #include <QAction>
 #include <QApplication>
 #include <QCheckBox>
 #include <QClipboard>
+#include <QDateTime>
 #include <QDialog>
 #include <QDialogButtonBox>
-#include <QDateTime>
 #include <QDir>
 #include <QFile>
 #include <QFileDialog>

@@ -5,7 +5,7 @@
 // Threads: UI thread. Dialogs that ask the user something go through seams that tests
 // replace (askConfirmation, askSavePath).
 
-#include "ControlSession.h"
+#include "ui/ControlSession.h"
 
 #include <QMainWindow>
 

@@ -1,4 +1,4 @@
-#include "TokenDialog.h"
+#include "ui/TokenDialog.h"
 
 #include <QApplication>
 #include <QCheckBox>

@@ -6,7 +6,7 @@
 // Threads: UI thread. The question before a revocation goes through a seam that tests
 // replace (askConfirmation).
 
-#include "ControlSession.h"
+#include "ui/ControlSession.h"
 
 #include <QDialog>
 

@@ -1,3 +1,3 @@
-#include "UiLog.h"
+#include "ui/UiLog.h"
 
 Q_LOGGING_CATEGORY(lcUi, "flotilla.ui", QtInfoMsg)

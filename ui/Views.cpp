@@ -1,4 +1,4 @@
-#include "Views.h"
+#include "ui/Views.h"
 
 #include <QColor>
 #include <QComboBox>

@@ -4,7 +4,7 @@
 //
 // Threads: UI thread.
 
-#include "SessionTypes.h"
+#include "ui/SessionTypes.h"
 
 #include <QWidget>
 

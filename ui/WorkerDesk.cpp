@@ -1,6 +1,6 @@
-#include "WorkerDesk.h"
+#include "ui/WorkerDesk.h"
 
-#include "AppIcon.h"
+#include "ui/AppIcon.h"
 
 #include <QApplication>
 #include <QFormLayout>

@@ -13,10 +13,10 @@
 //
 // Input: one control byte, then the stream. Control bits 0-1 pick the payload limits, bits
 // 2-7 seed the cutting points.
-#include "Frame.h"
 #include "FuzzExpect.h"
-#include "Pki.h"
-#include "TrustStore.h"
+#include "net/Frame.h"
+#include "net/Pki.h"
+#include "net/TrustStore.h"
 
 #include <QCborValue>
 

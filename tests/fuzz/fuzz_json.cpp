@@ -9,8 +9,8 @@
 //     unknown price class.
 // Any broken expectation aborts, which libFuzzer reports as a crash with the input.
 #include "FuzzExpect.h"
-#include "JobSpec.h"
-#include "PriceTable.h"
+#include "job/JobSpec.h"
+#include "job/PriceTable.h"
 
 #include <QDir>
 #include <QFile>

@@ -4,11 +4,11 @@
 //     fuzz_make_corpus SOURCE_ROOT
 // Frame seeds start with the fuzz target's control byte (see fuzz_frame.cpp). Run it again
 // when the protocol or the job file changes; the keys and csr seeds change on every run.
-#include "Frame.h"
-#include "JobSpec.h"
-#include "Pki.h"
-#include "Sha256.h"
-#include "TrustStore.h"
+#include "common/Sha256.h"
+#include "job/JobSpec.h"
+#include "net/Frame.h"
+#include "net/Pki.h"
+#include "net/TrustStore.h"
 
 #include <QCborArray>
 #include <QCborStreamWriter>

@@ -1,7 +1,7 @@
 #pragma once
 // A clock the test moves by hand, for lease deadlines and expiry.
 
-#include "Clock.h"
+#include "engine/Clock.h"
 
 namespace flotilla::test {
 

@@ -2,9 +2,9 @@
 // Helpers shared by the tests: synthetic data sets, IDX file writers, and where the binaries
 // and data under test are.
 
-#include "JobData.h"
-#include "JobSpec.h"
-#include "Store.h"
+#include "engine/JobData.h"
+#include "engine/Store.h"
+#include "job/JobSpec.h"
 
 #include <QByteArray>
 #include <QString>

@@ -6,10 +6,10 @@
 //
 // Threads: lives on the UI thread.
 
-#include "ControlSession.h"
+#include "ui/ControlSession.h"
 
-#include "CoordinatorServer.h"
-#include "LocalFleet.h"
+#include "bridge/CoordinatorServer.h"
+#include "engine/LocalFleet.h"
 
 #include <QFutureWatcher>
 #include <QThread>

@@ -1,13 +1,13 @@
 // `flotilla simulate`: a fleet of up to 100,000 simulated workers trains a small synthetic
 // objective through the real scheduler and aggregation rules; one row per rule compares them
 // on the same fleet (same seed, same preemptions).
-#include "CommandLine.h"
-#include "JobOptions.h"
-#include "NetworkCommands.h"
-#include "SimulatorCharts.h"
+#include "app/CommandLine.h"
+#include "app/JobOptions.h"
+#include "app/NetworkCommands.h"
+#include "bench/SimulatorCharts.h"
 
-#include "PriceTable.h"
-#include "Simulator.h"
+#include "bench/Simulator.h"
+#include "job/PriceTable.h"
 
 #include <QApplication>
 #include <QCommandLineParser>

@@ -1,4 +1,4 @@
-#include "PriceTable.h"
+#include "job/PriceTable.h"
 
 #include <QFile>
 #include <QJsonArray>

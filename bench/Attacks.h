@@ -14,8 +14,8 @@
 // Started by `flotilla bench attack-worker --attack KIND [worker options]`, and by
 // `flotilla demo --attack KIND`.
 
-#include "Result.h"
-#include "Trainer.h"
+#include "common/Result.h"
+#include "engine/Trainer.h"
 
 #include <QString>
 #include <QStringList>

@@ -1,11 +1,13 @@
-#include "JobSpec.h"
+#include "job/JobSpec.h"
 
-#include "AtomicFile.h"
+#include "common/AtomicFile.h"
 
+#include <QDateTime>
 #include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QSet>
+#include <QStandardPaths>
 
 #include <cmath>
 #include <limits>
@@ -395,6 +397,12 @@ QString JobSpec::fieldOf(const QString &problem)
     if (!problem.startsWith(u'\''))
         return {};
     return problem.mid(1, problem.indexOf(u'\'', 1) - 1);
+}
+
+QString defaultRunDir(const JobSpec &job)
+{
+    return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/runs/") + job.name
+           + u'-' + QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss"));
 }
 
 } // namespace flotilla

@@ -9,11 +9,11 @@
 // A Simulator is built once per configuration (the data and the shard plan); run() is const
 // and may be called for several rules at once from different threads.
 
-#include "Aggregation.h"
-#include "JobSpec.h"
-#include "PriceTable.h"
-#include "Result.h"
-#include "ShardPlan.h"
+#include "common/Result.h"
+#include "engine/Aggregation.h"
+#include "engine/ShardPlan.h"
+#include "job/JobSpec.h"
+#include "job/PriceTable.h"
 
 #include <QJsonObject>
 #include <QString>

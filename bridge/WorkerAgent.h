@@ -8,9 +8,9 @@
 // Threads: the agent and the client live on the main thread; training runs on one thread
 // of the agent's pool and owns the WorkerSession while it runs.
 
-#include "ShardCache.h"
-#include "WorkerClient.h"
-#include "WorkerSession.h"
+#include "engine/ShardCache.h"
+#include "engine/WorkerSession.h"
+#include "net/WorkerClient.h"
 
 #include <QElapsedTimer>
 #include <QFutureWatcher>

@@ -2,16 +2,16 @@
 // invocation. `transfer`, here, sends a model's weights over Flotilla's TLS connection on
 // loopback and compares the rate with what `openssl speed` gets from the same cipher on this
 // machine; the others are in BenchPeers.cpp and BenchScale.cpp.
-#include "Attacks.h"
-#include "BenchFlood.h"
-#include "BenchPeers.h"
-#include "BenchScale.h"
-#include "CommandLine.h"
-#include "JobOptions.h"
-#include "NetworkCommands.h"
+#include "app/CommandLine.h"
+#include "app/JobOptions.h"
+#include "app/NetworkCommands.h"
+#include "bench/Attacks.h"
+#include "bench/BenchFlood.h"
+#include "bench/BenchPeers.h"
+#include "bench/BenchScale.h"
 
-#include "CoordinatorEndpoint.h"
-#include "Pki.h"
+#include "net/CoordinatorEndpoint.h"
+#include "net/Pki.h"
 
 #include <QCoreApplication>
 #include <QDateTime>

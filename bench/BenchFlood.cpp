@@ -1,14 +1,14 @@
-#include "BenchFlood.h"
+#include "bench/BenchFlood.h"
 
-#include "CommandLine.h"
-#include "JobOptions.h"
-#include "ProcStats.h"
-#include "Statistics.h"
+#include "app/CommandLine.h"
+#include "app/JobOptions.h"
+#include "bench/ProcStats.h"
+#include "common/Statistics.h"
 
-#include "Frame.h"
-#include "Pki.h"
-#include "Store.h"
-#include "TrustStore.h"
+#include "engine/Store.h"
+#include "net/Frame.h"
+#include "net/Pki.h"
+#include "net/TrustStore.h"
 
 #include <QCommandLineParser>
 #include <QCoreApplication>

@@ -8,7 +8,7 @@
 //   bare loop    the single-process LibTorch baseline of the time-to-accuracy comparison.
 // No LibTorch types in this header: the app calls it with plain values.
 
-#include "Result.h"
+#include "common/Result.h"
 
 #include <QString>
 

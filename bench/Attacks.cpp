@@ -1,7 +1,7 @@
-#include "Attacks.h"
+#include "bench/Attacks.h"
 
-#include "CommandLine.h"
-#include "WorkerAgent.h"
+#include "app/CommandLine.h"
+#include "bridge/WorkerAgent.h"
 
 #include <torch/torch.h>
 

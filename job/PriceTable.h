@@ -3,7 +3,7 @@
 // built-in table (resources/prices.json) is dated and approximate; users point a job at
 // their own copy for their region.
 
-#include "Result.h"
+#include "common/Result.h"
 
 #include <QList>
 #include <QString>

@@ -1,9 +1,9 @@
-#include "WorkerAgent.h"
+#include "bridge/WorkerAgent.h"
 
-#include "AppLog.h"
-#include "Cbor.h"
-#include "JobData.h"
-#include "WireFormat.h"
+#include "bridge/BridgeLog.h"
+#include "common/Cbor.h"
+#include "engine/JobData.h"
+#include "engine/WireFormat.h"
 
 #include <QCborArray>
 #include <QCryptographicHash>
@@ -34,7 +34,7 @@ WorkerAgent::WorkerAgent(Options options, QObject *parent)
     connect(m_client.get(), &net::WorkerClient::messageReceived, this, &WorkerAgent::onMessage);
     connect(m_client.get(), &net::WorkerClient::failed, this, [this](const QString &reason) { finish(1, reason); });
     connect(m_client.get(), &net::WorkerClient::disconnected, this, [this](const QString &reason) {
-        qCInfo(lcApp).noquote() << "disconnected:" << reason << "(reconnecting; training goes on)";
+        qCInfo(lcBridge).noquote() << "disconnected:" << reason << "(reconnecting; training goes on)";
         m_message = reason;
         Q_EMIT statusChanged();
     });
@@ -80,7 +80,7 @@ Result<void> WorkerAgent::start(const std::optional<net::JoinToken> &token)
 
 void WorkerAgent::onWelcomed(const QCborMap &welcome)
 {
-    qCInfo(lcApp).noquote() << "connected to" << m_client->coordinatorAddress() << "for job"
+    qCInfo(lcBridge).noquote() << "connected to" << m_client->coordinatorAddress() << "for job"
                             << welcome.value(QStringLiteral("job")).toString() << "as worker"
                             << cborInteger(welcome.value(QStringLiteral("worker_id")));
     const QString layout = welcome.value(QStringLiteral("layout")).toString();
@@ -91,7 +91,7 @@ void WorkerAgent::onWelcomed(const QCborMap &welcome)
     qint64 intervalMs = cborInteger(welcome.value(QStringLiteral("heartbeat_ms")), 2000);
     if (intervalMs < 100 || timeoutMs <= 0 || intervalMs * 2 > timeoutMs) {
         const qint64 safe = std::clamp<qint64>(timeoutMs / 4, 100, 2000);
-        qCWarning(lcApp).noquote() << "the coordinator's heartbeat interval" << intervalMs << "ms does not fit its"
+        qCWarning(lcBridge).noquote() << "the coordinator's heartbeat interval" << intervalMs << "ms does not fit its"
                                    << timeoutMs << "ms timeout; beating every" << safe << "ms";
         intervalMs = safe;
     }
@@ -136,7 +136,7 @@ void WorkerAgent::onWelcomed(const QCborMap &welcome)
         m_layout = layout;
         // How fast this machine is, so the coordinator can size its subtasks and deadlines.
         m_speed = m_session->measureThroughput(32, m_options.threads, 0.5);
-        qCInfo(lcApp).noquote() << "measured" << qRound(m_speed) << "samples/s on" << m_options.device;
+        qCInfo(lcBridge).noquote() << "measured" << qRound(m_speed) << "samples/s on" << m_options.device;
     }
     if (m_pending)
         sendPending();
@@ -213,7 +213,7 @@ void WorkerAgent::onMessage(const net::Message &message)
             m_pending.reset();
         // "held": kept for comparison with another worker's result of the same subtask.
         if (status != QLatin1String("assimilated") && status != QLatin1String("held"))
-            qCWarning(lcApp).noquote() << "result of lease" << lease << "was" << status << "-"
+            qCWarning(lcBridge).noquote() << "result of lease" << lease << "was" << status << "-"
                                        << message.header.value(QStringLiteral("reason")).toString();
         if (m_preempting) {
             m_client->send(MessageType::Bye, QCborMap{{QStringLiteral("reason"), QStringLiteral("preempted")}});
@@ -230,7 +230,7 @@ void WorkerAgent::onMessage(const net::Message &message)
         }
         return;
     default:
-        qCWarning(lcApp).noquote() << "ignored an unexpected" << net::describe(message.type) << "message";
+        qCWarning(lcBridge).noquote() << "ignored an unexpected" << net::describe(message.type) << "message";
     }
 }
 
@@ -269,14 +269,14 @@ void WorkerAgent::onAssign(const net::Message &message)
     c.work.config.threads = m_options.threads;
     c.weights = *weights;
     if (auto cached = m_shards.find(c.shardSha)) {
-        qCInfo(lcApp).noquote() << "shard" << c.shard << "read from the cache";
+        qCInfo(lcBridge).noquote() << "shard" << c.shard << "read from the cache";
         c.samples = *cached;
         m_current = c;
         train();
         return;
     }
     m_current = c;
-    qCInfo(lcApp).noquote() << "downloading shard" << c.shard;
+    qCInfo(lcBridge).noquote() << "downloading shard" << c.shard;
     m_client->send(MessageType::ShardRequest, QCborMap{{QStringLiteral("shard"), c.shard}});
 }
 
@@ -345,7 +345,7 @@ void WorkerAgent::onTrained()
         return;
     }
     if (!outcome) {
-        qCWarning(lcApp).noquote() << "subtask failed:" << outcome.error();
+        qCWarning(lcBridge).noquote() << "subtask failed:" << outcome.error();
         m_client->send(MessageType::HandBack,
                        QCborMap{{QStringLiteral("lease"), c.leaseId}, {QStringLiteral("reason"), outcome.error()}});
         if (m_preempting)
@@ -392,7 +392,7 @@ void WorkerAgent::preemptionNotice()
     if (m_preempting || m_finished)
         return;
     m_preempting = true;
-    qCInfo(lcApp).noquote() << "preemption notice: handing in the current work within" << m_options.graceMs / 1000 << "s";
+    qCInfo(lcBridge).noquote() << "preemption notice: handing in the current work within" << m_options.graceMs / 1000 << "s";
     m_grace.start(m_options.graceMs);
     if (m_current && m_training.isRunning()) {
         m_cancel = true; // onTrained uploads the partial result, the Ack ends the worker

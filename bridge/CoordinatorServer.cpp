@@ -1,9 +1,9 @@
-#include "CoordinatorServer.h"
+#include "bridge/CoordinatorServer.h"
 
-#include "AppLog.h"
-#include "Cbor.h"
-#include "Sha256.h"
-#include "WireFormat.h"
+#include "bridge/BridgeLog.h"
+#include "common/Cbor.h"
+#include "common/Sha256.h"
+#include "engine/WireFormat.h"
 
 #include <QCborArray>
 #include <QCryptographicHash>
@@ -128,7 +128,7 @@ void CoordinatorServer::onJoined(qint64 ticket, qint64 workerId, const QString &
     }
     if (workerId != peer.workerId) {
         if (auto r = m_endpoint->trust().setWorkerId(peer.fingerprint, workerId); !r)
-            qCWarning(lcApp).noquote() << r.error();
+            qCWarning(lcBridge).noquote() << r.error();
     }
     // A worker connected twice (a reconnect racing the old connection): keep the newest.
     for (auto it = m_sessions.begin(); it != m_sessions.end();) {

@@ -7,8 +7,8 @@
 // thread and is reached only through the service's asynchronous calls, whose answers come
 // back as signals: the network thread never waits for the coordinator (nor for its disk).
 
-#include "CoordinatorEndpoint.h"
-#include "CoordinatorService.h"
+#include "engine/CoordinatorService.h"
+#include "net/CoordinatorEndpoint.h"
 
 #include <QHash>
 #include <QMutex>

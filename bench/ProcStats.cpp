@@ -1,4 +1,4 @@
-#include "ProcStats.h"
+#include "bench/ProcStats.h"
 
 #include <QByteArray>
 #include <QFile>

@@ -7,12 +7,12 @@
 //                PyTorch DDP with 2 processes (gloo) vs a single-process LibTorch loop; with
 //                --preemption-every, also Flotilla with a worker SIGKILLed that often and DDP
 //                with one rank SIGKILLed once.
-#include "BenchPeers.h"
+#include "bench/BenchPeers.h"
 
-#include "Benchmarks.h"
-#include "CommandLine.h"
-#include "ResultScreen.h"
-#include "Store.h"
+#include "app/CommandLine.h"
+#include "bench/Benchmarks.h"
+#include "engine/ResultScreen.h"
+#include "engine/Store.h"
 
 #include <QCoreApplication>
 #include <QDir>

@@ -1,4 +1,4 @@
-#include "SimulatorCharts.h"
+#include "bench/SimulatorCharts.h"
 
 #include <QBarCategoryAxis>
 #include <QBarSeries>

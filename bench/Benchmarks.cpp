@@ -1,9 +1,9 @@
-#include "Benchmarks.h"
+#include "bench/Benchmarks.h"
 
-#include "Aggregation.h"
-#include "JobData.h"
-#include "Model.h"
-#include "Trainer.h"
+#include "engine/Aggregation.h"
+#include "engine/JobData.h"
+#include "engine/Model.h"
+#include "engine/Trainer.h"
 
 #include <QElapsedTimer>
 

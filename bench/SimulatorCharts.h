@@ -3,8 +3,8 @@
 // loss and accuracy against simulated time per rule, and workers online and busy. Runs on the
 // main thread of a QApplication (the offscreen platform is enough).
 
-#include "Result.h"
-#include "Simulator.h"
+#include "bench/Simulator.h"
+#include "common/Result.h"
 
 #include <QStringList>
 

@@ -3,7 +3,7 @@
 // values, read from and written to JSON job files. Free of LibTorch so that every layer may
 // hold one.
 
-#include "Result.h"
+#include "common/Result.h"
 
 #include <QJsonObject>
 #include <QList>
@@ -132,5 +132,8 @@ struct JobSpec
 
 // auto, cpu, cuda (the first GPU) or cuda:N.
 bool isDeviceName(const QString &device);
+
+// Where a run of this job goes when the user names no folder: <data location>/runs/<name>-<time>.
+QString defaultRunDir(const JobSpec &job);
 
 } // namespace flotilla

@@ -1,9 +1,8 @@
-#include "DesktopSession.h"
+#include "bridge/DesktopSession.h"
 
-#include "AppLog.h"
-#include "AtomicFile.h"
-#include "JobOptions.h"
-#include "Store.h"
+#include "bridge/BridgeLog.h"
+#include "common/AtomicFile.h"
+#include "engine/Store.h"
 
 #include <QDateTime>
 #include <QDir>
@@ -263,7 +262,7 @@ void DesktopSession::startNetwork()
         error = tr("no port to listen on");
     }, Qt::BlockingQueuedConnection);
     if (!m_server) {
-        qCWarning(lcApp).noquote() << "remote workers cannot join:" << error;
+        qCWarning(lcBridge).noquote() << "remote workers cannot join:" << error;
         m_endpoint.clear();
         return;
     }

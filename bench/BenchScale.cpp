@@ -13,19 +13,19 @@
 // coordinator's thread, so the ShardData comes back only after the heartbeat went through.
 // That round trip is the "heartbeat round trip" reported (shards are kept to a few samples,
 // so the answer is small).
-#include "BenchScale.h"
+#include "bench/BenchScale.h"
 
-#include "Cbor.h"
-#include "CommandLine.h"
-#include "JobOptions.h"
-#include "ProcStats.h"
+#include "app/CommandLine.h"
+#include "app/JobOptions.h"
+#include "bench/ProcStats.h"
+#include "common/Cbor.h"
 
-#include "CoordinatorEndpoint.h"
-#include "Frame.h"
-#include "JobSpec.h"
-#include "Pki.h"
-#include "Store.h"
-#include "TrustStore.h"
+#include "engine/Store.h"
+#include "job/JobSpec.h"
+#include "net/CoordinatorEndpoint.h"
+#include "net/Frame.h"
+#include "net/Pki.h"
+#include "net/TrustStore.h"
 
 #include <QCoreApplication>
 #include <QDir>

@@ -1,8 +1,8 @@
-#include "Simulator.h"
+#include "bench/Simulator.h"
 
-#include "Assimilator.h"
-#include "Clock.h"
-#include "Random.h"
+#include "engine/Assimilator.h"
+#include "engine/Clock.h"
+#include "engine/Random.h"
 
 #include <torch/torch.h>
 
