@@ -40,8 +40,8 @@ void printScreeningSummary(Store &store, qint64 jobId, const DemoStats &stats)
 {
     auto workers = store.workers(jobId);
     auto rows = store.assimilations(jobId);
-    auto rejected = store.events(jobId, QStringLiteral("result-rejected"));
-    auto quarantined = store.events(jobId, QStringLiteral("worker-quarantined"));
+    auto rejected = store.events(jobId, EventKind::ResultRejected);
+    auto quarantined = store.events(jobId, EventKind::WorkerQuarantined);
     if (!workers || !rows || !rejected || !quarantined)
         return;
     std::map<qint64, bool> isAttacker;
@@ -64,8 +64,8 @@ void printScreeningSummary(Store &store, qint64 jobId, const DemoStats &stats)
                 attackerRejected, attackersQuarantined);
     std::printf("  honest results       %d assimilated, %d rejected; %d honest worker(s) quarantined\n",
                 honestAssimilated, honestRejected, honestQuarantined);
-    auto verified = store.events(jobId, QStringLiteral("result-verified"));
-    auto disagreed = store.events(jobId, QStringLiteral("results-disagree"));
+    auto verified = store.events(jobId, EventKind::ResultVerified);
+    auto disagreed = store.events(jobId, EventKind::ResultsDisagree);
     if (verified && disagreed && (!verified->empty() || !disagreed->empty()))
         std::printf("  redundancy           %d results confirmed by a second worker, %d disagreements\n",
                     int(verified->size()), int(disagreed->size()));
@@ -82,8 +82,8 @@ void printDemoSummary(const QString &db, const DemoStats &stats, qint64 wallMs)
     const qint64 id = (*job)->id;
     auto rows = (*store)->assimilations(id);
     auto evaluations = (*store)->evaluations(id);
-    auto reassigned = (*store)->events(id, QStringLiteral("subtask-reassigned"));
-    auto gone = (*store)->events(id, QStringLiteral("worker-left"));
+    auto reassigned = (*store)->events(id, EventKind::SubtaskReassigned);
+    auto gone = (*store)->events(id, EventKind::WorkerLeft);
     auto totals = (*store)->ledgerTotals(id);
     if (!rows || !evaluations || !reassigned || !gone || !totals)
         return;

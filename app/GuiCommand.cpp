@@ -285,7 +285,7 @@ int runControlCenter(const QStringList &arguments)
             if (step == 0 && window.dashboard()->everyChartHasData() && session.state() == ui::JobState::Running) {
                 int evaluations = 0;
                 for (int i = 0; i < window.events()->table()->rowCount(); ++i)
-                    evaluations += window.events()->table()->item(i, 1)->text() == QLatin1String("evaluation") ? 1 : 0;
+                    evaluations += window.events()->table()->item(i, 1)->text() == eventName(EventKind::Evaluation) ? 1 : 0;
                 if (evaluations < 2)
                     return;
                 step = 1;

@@ -717,10 +717,10 @@ CoordinatorView readStore(const QString &db)
         return v;
     const qint64 id = (*job)->id;
     auto rows = (*store)->assimilations(id);
-    auto left = (*store)->events(id, QStringLiteral("worker-left"));
-    auto expired = (*store)->events(id, QStringLiteral("lease-expired"));
-    auto rejected = (*store)->events(id, QStringLiteral("result-rejected"));
-    auto duplicates = (*store)->events(id, QStringLiteral("result-duplicate"));
+    auto left = (*store)->events(id, EventKind::WorkerLeft);
+    auto expired = (*store)->events(id, EventKind::LeaseExpired);
+    auto rejected = (*store)->events(id, EventKind::ResultRejected);
+    auto duplicates = (*store)->events(id, EventKind::ResultDuplicate);
     if (!rows || !left || !expired || !rejected || !duplicates)
         return v;
     v.read = true;

@@ -172,7 +172,7 @@ QByteArray eventsCsv(const std::vector<SimulationResult> &results)
     out << "time_s,rule,event,worker,lease,subtask,detail\n";
     for (const auto &r : results)
         for (const auto &e : r.events)
-            out << QString::number(double(e.atMs) / 1000.0, 'f', 3) << ',' << r.rule << ',' << e.kind << ','
+            out << QString::number(double(e.atMs) / 1000.0, 'f', 3) << ',' << r.rule << ',' << eventName(e.kind) << ','
                 << (e.worker >= 0 ? QString::number(e.worker) : QString()) << ','
                 << (e.lease ? QString::number(e.lease) : QString()) << ','
                 << (e.subtask ? QString::number(e.subtask) : QString()) << ',' << csvField(e.detail) << '\n';

@@ -384,7 +384,7 @@ private:
         m_events.push(Event { atMs, m_order++, type, worker, generation });
     }
 
-    void record(const QString &kind, int worker, qint64 lease = 0, qint64 subtask = 0, const QString &detail = {})
+    void record(EventKind kind, int worker, qint64 lease = 0, qint64 subtask = 0, const QString &detail = {})
     {
         if (m_config.recordEvents)
             m_result.events.push_back(SimulationEvent { now(), kind, worker, lease, subtask, detail });
@@ -432,10 +432,10 @@ private:
         worker.warned = false;
         worker.onlineSinceMs = now();
         ++m_online;
-        record(QStringLiteral("worker-up"), w);
+        record(EventKind::WorkerUp, w);
         // A worker that comes back has restarted: the coordinator drops its old leases.
         if (rejoin)
-            endLeases(m_scheduler.workerLost(w), QStringLiteral("lease-lost"));
+            endLeases(m_scheduler.workerLost(w), EventKind::LeaseLost);
         if (!m_config.useTrace && m_config.preemptionsPerHour > 0) {
             const double gap = exponential(worker.rng, 3600.0 / m_config.preemptionsPerHour);
             worker.nextDownMs = now() + std::max<qint64>(1, qint64(std::llround(gap * 1000.0)));
@@ -456,7 +456,7 @@ private:
         worker.idle = false;
         --m_online;
         m_result.onlineSeconds += double(now() - worker.onlineSinceMs) / 1000.0;
-        record(QStringLiteral("worker-down"), w, worker.leaseId);
+        record(EventKind::WorkerDown, w, worker.leaseId);
         ++worker.life; // voids its pending Down and Notice events
         if (worker.leaseId) {
             // Whatever it was doing is lost; the coordinator learns of it only by silence.
@@ -507,10 +507,10 @@ private:
         const Subtask &s = grant->subtask;
         if (s.attempts > 1) {
             ++m_result.reassignments;
-            record(QStringLiteral("subtask-reassigned"), w, grant->lease.id, s.id,
+            record(EventKind::SubtaskReassigned, w, grant->lease.id, s.id,
                 QStringLiteral("attempt %1").arg(s.attempts));
         }
-        record(QStringLiteral("lease-granted"), w, grant->lease.id, s.id,
+        record(EventKind::LeaseGranted, w, grant->lease.id, s.id,
             QStringLiteral("epoch %1, shard %2, positions %3-%4, version %5, deadline %6 s")
                 .arg(s.epoch + 1)
                 .arg(s.shard)
@@ -549,7 +549,7 @@ private:
 
     // Leases the scheduler ended (expired, lost, superseded): count them, stop workers whose
     // work became useless.
-    void endLeases(const SchedulerChanges &changes, const QString &kind)
+    void endLeases(const SchedulerChanges &changes, EventKind kind)
     {
         for (const Lease &l : changes.leases) {
             switch (l.state) {
@@ -568,7 +568,7 @@ private:
             default:
                 continue;
             }
-            record(l.state == LeaseState::Superseded ? QStringLiteral("lease-superseded") : kind, int(l.workerId), l.id,
+            record(l.state == LeaseState::Superseded ? EventKind::LeaseSuperseded : kind, int(l.workerId), l.id,
                 l.subtaskId);
             // A superseded worker is told to stop; an expired one may still deliver late.
             Worker &holder = m_workers[std::size_t(l.workerId)];
@@ -593,7 +593,7 @@ private:
             return;
         worker.warned = true;
         worker.idle = false;
-        record(QStringLiteral("preemption-notice"), w, worker.leaseId);
+        record(EventKind::PreemptionNotice, w, worker.leaseId);
         if (!worker.leaseId || now() >= worker.computeEndMs)
             return; // idle, or the result is on its way already
         const qint64 downMs = m_config.useTrace ? traceDownAfter(w) : worker.nextDownMs;
@@ -604,7 +604,7 @@ private:
             const qint64 lease = worker.leaseId;
             stopWork(worker, false, trained);
             ++worker.work;
-            endLeases(m_scheduler.handBack(lease), QStringLiteral("lease-handed-back"));
+            endLeases(m_scheduler.handBack(lease), EventKind::LeaseHandedBack);
             return;
         }
         // The trainer's first pass visits the positions in order, so k sample-steps cover
@@ -633,7 +633,7 @@ private:
         const Scheduler::Check check = m_scheduler.check(leaseId);
         if (check.verdict != Scheduler::Verdict::Accept) {
             ++m_result.duplicates;
-            record(QStringLiteral("result-duplicate"), w, leaseId, worker.subtask.id, check.reason);
+            record(EventKind::ResultDuplicate, w, leaseId, worker.subtask.id, check.reason);
             stopWork(worker, false, worker.sampleSteps);
             request(w);
             return;
@@ -642,9 +642,9 @@ private:
         const Assimilator::Admission admission = m_core.admit(s, worker.sampleSteps, worker.covered);
         if (!admission.duplicate.isEmpty()) {
             ++m_result.duplicates;
-            record(QStringLiteral("result-duplicate"), w, leaseId, s.id, admission.duplicate);
+            record(EventKind::ResultDuplicate, w, leaseId, s.id, admission.duplicate);
             stopWork(worker, false, worker.sampleSteps);
-            endLeases(m_scheduler.drop(leaseId, LeaseState::Lost), QStringLiteral("lease-lost"));
+            endLeases(m_scheduler.drop(leaseId, LeaseState::Lost), EventKind::LeaseLost);
             request(w);
             return;
         }
@@ -663,9 +663,9 @@ private:
         const FoldOutcome f = m_core.fold(check.lease, s, admission, result,
             m_core.rule().needsBase() ? worker.base : torch::Tensor(), std::numeric_limits<double>::quiet_NaN(), true);
         if (!f.folded) {
-            record(QStringLiteral("result-rejected"), w, leaseId, s.id, f.refusal);
+            record(EventKind::ResultRejected, w, leaseId, s.id, f.refusal);
             stopWork(worker, false, worker.sampleSteps);
-            endLeases(m_scheduler.drop(leaseId, LeaseState::Lost), QStringLiteral("lease-lost"));
+            endLeases(m_scheduler.drop(leaseId, LeaseState::Lost), EventKind::LeaseLost);
             request(w);
             return;
         }
@@ -686,8 +686,8 @@ private:
         m_covered[std::size_t(s.epoch) * std::size_t(m_config.shards) + std::size_t(s.shard)] += covered;
         if (worker.partial || covered < s.size())
             ++m_result.partialResults;
-        record(worker.partial || covered < s.size() ? QStringLiteral("result-partial")
-                                                    : QStringLiteral("result-assimilated"),
+        record(worker.partial || covered < s.size() ? EventKind::ResultPartial
+                                                    : EventKind::ResultAssimilated,
             w, leaseId, s.id,
             QStringLiteral("seq %1, version %2, staleness %3, credit %4, positions %5-%6%7")
                 .arg(seq)
@@ -701,12 +701,12 @@ private:
         const double computeSeconds = double(worker.computeEndMs - worker.computeStartMs) / 1000.0;
         m_core.measureSpeed(w, worker.sampleSteps, computeSeconds);
         stopWork(worker, true, worker.sampleSteps);
-        endLeases(changes, QStringLiteral("lease-superseded"));
+        endLeases(changes, EventKind::LeaseSuperseded);
 
         if (epochClosed) {
             while (int(m_result.epochEndMs.size()) < m_scheduler.epochsDone()) {
                 m_result.epochEndMs.push_back(now());
-                record(QStringLiteral("epoch-completed"), -1, 0, 0,
+                record(EventKind::EpochCompleted, -1, 0, 0,
                     QStringLiteral("epoch %1 at version %2").arg(m_result.epochEndMs.size()).arg(f.version));
             }
             evaluate();
@@ -742,11 +742,11 @@ private:
                 arrive(e.worker);
             return;
         case EventType::Deadline:
-            endLeases(m_scheduler.expire(), QStringLiteral("lease-expired"));
+            endLeases(m_scheduler.expire(), EventKind::LeaseExpired);
             return;
         case EventType::Heartbeat:
             if (!worker.online && e.generation == worker.life)
-                endLeases(m_scheduler.workerLost(e.worker), QStringLiteral("lease-lost"));
+                endLeases(m_scheduler.workerLost(e.worker), EventKind::LeaseLost);
             return;
         }
     }

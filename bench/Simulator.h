@@ -11,6 +11,7 @@
 
 #include "common/Result.h"
 #include "engine/Aggregation.h"
+#include "job/EventKind.h"
 #include "engine/ShardPlan.h"
 #include "job/JobSpec.h"
 #include "job/PriceTable.h"
@@ -100,7 +101,7 @@ struct SimulationConfig
 struct SimulationEvent
 {
     qint64 atMs = 0;
-    QString kind; // worker-up, worker-down, preemption-notice, lease-granted, result-assimilated, ...
+    EventKind kind = EventKind::WorkerUp; // job/EventKind.h: the kinds recorded by the simulator
     int worker = -1;
     qint64 lease = 0;
     qint64 subtask = 0;

@@ -200,7 +200,7 @@ void CoordinatorServer::onMessage(qint64 connectionId, const net::Message &messa
     case MessageType::Bye: {
         const QString reason = message.header.value(QStringLiteral("reason")).toString().left(500);
         if (reason == QLatin1String("preempted"))
-            m_service->recordEvent(QStringLiteral("worker-preempted"), session.workerId,
+            m_service->recordEvent(EventKind::WorkerPreempted, session.workerId,
                                        QStringLiteral("preemption notice: the worker handed in its work and left"));
         m_service->leave(session.workerId, QStringLiteral("the worker left: %1").arg(reason));
         m_sessions.erase(connectionId);

@@ -167,7 +167,7 @@ Result<void> Coordinator::createNew(const JobSpec &spec)
         return r;
     m_checkpointSeqs.insert(0);
     m_startedMs = now;
-    event(QStringLiteral("job-created"), 0, 0, 0,
+    event(EventKind::JobCreated, 0, 0, 0,
           QStringLiteral("%1: %2 on %3, %4 epochs × %5 shards, rule %6, %7 parameters")
               .arg(spec.name, spec.model.kind, spec.dataset.kind)
               .arg(spec.training.epochs)
@@ -262,7 +262,7 @@ Result<void> Coordinator::resume(const JobRecord &job)
         }
     }
 
-    event(QStringLiteral("job-resumed"), 0, 0, 0,
+    event(EventKind::JobResumed, 0, 0, 0,
           QStringLiteral("resumed at version %1 (%2 assimilations, %3 of %4 epochs done)")
               .arg(m_core->version()).arg(m_core->seq()).arg(m_scheduler->epochsDone()).arg(m_scheduler->epochs()));
     // Whatever was leased before the restart is lost: local workers died with the process,
@@ -278,20 +278,20 @@ Result<void> Coordinator::resume(const JobRecord &job)
     return {};
 }
 
-void Coordinator::event(const QString &kind, qint64 workerId, qint64 subtaskId, qint64 leaseId, const QString &detail)
+void Coordinator::event(EventKind kind, qint64 workerId, qint64 subtaskId, qint64 leaseId, const QString &detail)
 {
-    EventRecord e{0, m_clock->nowMs(), kind, workerId, subtaskId, leaseId, detail};
+    const EventKindInfo &info = eventInfo(kind);
+    EventRecord e{0, m_clock->nowMs(), info.name, workerId, subtaskId, leaseId, detail};
     auto id = m_store->addEvent(m_jobId, e);
     if (!id) {
         setFatal(id.error());
         return;
     }
     e.id = *id;
-    const bool routine = kind == QLatin1String("lease-granted") || kind == QLatin1String("result-assimilated");
-    if (routine)
-        qCDebug(lcEngine).noquote() << kind << "worker" << workerId << "subtask" << subtaskId << "lease" << leaseId << detail;
+    if (info.level == EventLevel::Routine)
+        qCDebug(lcEngine).noquote() << info.name << "worker" << workerId << "subtask" << subtaskId << "lease" << leaseId << detail;
     else
-        qCInfo(lcEngine).noquote() << kind << (workerId ? QStringLiteral("worker %1").arg(workerId) : QString())
+        qCInfo(lcEngine).noquote() << info.name << (workerId ? QStringLiteral("worker %1").arg(workerId) : QString())
                                    << detail;
     if (m_hooks.event)
         m_hooks.event(e);
@@ -360,10 +360,10 @@ void Coordinator::leaseEnded(const Lease &lease, const QString &why)
     ledger(lease.workerId, lease.id, QStringLiteral("wasted"), seconds);
     if (lease.state != LeaseState::HandedBack)
         ++worker.leasesLost;
-    const QString kind = lease.state == LeaseState::Expired      ? QStringLiteral("lease-expired")
-                         : lease.state == LeaseState::HandedBack ? QStringLiteral("lease-handed-back")
-                         : lease.state == LeaseState::Superseded ? QStringLiteral("lease-superseded")
-                                                                 : QStringLiteral("lease-lost");
+    const EventKind kind = lease.state == LeaseState::Expired      ? EventKind::LeaseExpired
+                         : lease.state == LeaseState::HandedBack ? EventKind::LeaseHandedBack
+                         : lease.state == LeaseState::Superseded ? EventKind::LeaseSuperseded
+                                                                 : EventKind::LeaseLost;
     event(kind, lease.workerId, lease.subtaskId, lease.id, why);
     if (lease.state == LeaseState::Superseded && m_hooks.superseded)
         m_hooks.superseded(lease.workerId, lease.id);
@@ -403,7 +403,7 @@ Result<qint64> Coordinator::workerJoined(const WorkerInfo &info, qint64 knownWor
         m_core->reportSpeed(knownWorkerId, info.samplesPerSecond);
         if (auto r = m_store->updateWorker(m_jobId, w.record); !r)
             return r.takeError();
-        event(QStringLiteral("worker-joined"), knownWorkerId, 0, 0, QStringLiteral("%1 came back").arg(w.record.name));
+        event(EventKind::WorkerJoined, knownWorkerId, 0, 0, QStringLiteral("%1 came back").arg(w.record.name));
         handleChanges(m_scheduler->workerLost(knownWorkerId),
                       QStringLiteral("the worker came back without the result (it was restarted)"));
         return knownWorkerId;
@@ -421,7 +421,7 @@ Result<qint64> Coordinator::workerJoined(const WorkerInfo &info, qint64 knownWor
     state.trust.workerId = *id;
     m_core->reportSpeed(*id, info.samplesPerSecond);
     m_workers[*id] = state;
-    event(QStringLiteral("worker-joined"), *id, 0, 0,
+    event(EventKind::WorkerJoined, *id, 0, 0,
           QStringLiteral("%1 (%2, %3, %4 %5 thread(s))")
               .arg(info.name, info.instanceType, info.priceClass, info.device)
               .arg(info.threads));
@@ -437,13 +437,13 @@ void Coordinator::workerLeft(qint64 workerId, const QString &reason)
     it->second.record.state = QStringLiteral("offline");
     if (auto r = m_store->updateWorker(m_jobId, it->second.record); !r)
         setFatal(r.error());
-    event(QStringLiteral("worker-left"), workerId, 0, 0, reason);
+    event(EventKind::WorkerLeft, workerId, 0, 0, reason);
     handleChanges(m_scheduler->workerLost(workerId), reason);
 }
 
-void Coordinator::recordEvent(const QString &kind, qint64 workerId, const QString &detail)
+void Coordinator::recordEvent(EventKind kind, qint64 workerId, const QString &detail)
 {
-    if (kind == QLatin1String("worker-preempted")) {
+    if (kind == EventKind::WorkerPreempted) {
         ++m_preemptions;
         if (const auto it = m_workers.find(workerId); it != m_workers.end())
             ++it->second.preemptions;
@@ -505,7 +505,7 @@ void Coordinator::setPaused(bool paused)
     if (paused == m_paused)
         return;
     m_paused = paused;
-    event(paused ? QStringLiteral("job-paused") : QStringLiteral("job-unpaused"), 0, 0, 0,
+    event(paused ? EventKind::JobPaused : EventKind::JobUnpaused, 0, 0, 0,
           paused ? QStringLiteral("no new subtasks until the job is resumed; running ones finish")
                  : QStringLiteral("subtasks are handed out again"));
 }
@@ -590,11 +590,11 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
     }
     if (s.attempts > 1) {
         ++m_reassignments;
-        event(QStringLiteral("subtask-reassigned"), workerId, s.id, grant->lease.id,
+        event(EventKind::SubtaskReassigned, workerId, s.id, grant->lease.id,
               QStringLiteral("epoch %1, shard %2, positions %3-%4, attempt %5")
                   .arg(s.epoch + 1).arg(s.shard).arg(s.begin).arg(s.end).arg(s.attempts));
     }
-    event(QStringLiteral("lease-granted"), workerId, s.id, grant->lease.id,
+    event(EventKind::LeaseGranted, workerId, s.id, grant->lease.id,
           QStringLiteral("epoch %1, shard %2, positions %3-%4, version %5")
               .arg(s.epoch + 1).arg(s.shard).arg(s.begin).arg(s.end).arg(m_core->version()));
     return assign(worker, grant->lease, s, snapshot);
@@ -695,7 +695,7 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
                            ? check.reason
                            : QStringLiteral("lease %1 belongs to another worker").arg(result.leaseId);
         ++m_rejected;
-        event(QStringLiteral("result-rejected"), workerId, check.subtask.id, result.leaseId, reply.reason);
+        event(EventKind::ResultRejected, workerId, check.subtask.id, result.leaseId, reply.reason);
         return reply;
     }
     const Lease &lease = check.lease;
@@ -704,7 +704,7 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
         reply.status = SubmitStatus::Duplicate;
         reply.reason = why;
         ++m_duplicates;
-        event(QStringLiteral("result-duplicate"), workerId, subtask.id, lease.id, QStringLiteral("dropped: %1").arg(why));
+        event(EventKind::ResultDuplicate, workerId, subtask.id, lease.id, QStringLiteral("dropped: %1").arg(why));
         // A superseded or already-ended lease was accounted for when it ended.
         return reply;
     };
@@ -713,7 +713,7 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     if (const QString invalid = validate(result); !invalid.isEmpty()) {
         reply.reason = invalid;
         ++m_rejected;
-        event(QStringLiteral("result-rejected"), workerId, subtask.id, lease.id, invalid);
+        event(EventKind::ResultRejected, workerId, subtask.id, lease.id, invalid);
         handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost), QStringLiteral("its result was rejected: %1").arg(invalid));
         noteVerdict(workerId, true, {}, invalid);
         return reply;
@@ -745,7 +745,7 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     if (verdict.reject) {
         reply.reason = QStringLiteral("screened out: %1").arg(verdict.reason);
         ++m_rejected;
-        event(QStringLiteral("result-rejected"), workerId, subtask.id, lease.id, reply.reason);
+        event(EventKind::ResultRejected, workerId, subtask.id, lease.id, reply.reason);
         handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost),
                       QStringLiteral("its result was rejected: %1").arg(reply.reason));
         noteVerdict(workerId, true, verdict, reply.reason);
@@ -851,7 +851,7 @@ SubmitReply Coordinator::fold(PendingResult p)
         if (!kept) {
             reply.reason = kept.error();
             ++m_rejected;
-            event(QStringLiteral("result-rejected"), p.workerId, p.subtask.id, p.lease.id, kept.error());
+            event(EventKind::ResultRejected, p.workerId, p.subtask.id, p.lease.id, kept.error());
             handleChanges(m_scheduler->drop(p.lease.id, LeaseState::Lost), kept.error());
             handleChanges(m_scheduler->release(p.subtask.id), kept.error());
             return reply;
@@ -865,7 +865,7 @@ SubmitReply Coordinator::fold(PendingResult p)
     if (!f.folded)
         return refuseFold(p, f);
     if (!f.roundRefused.isEmpty())
-        event(QStringLiteral("round-refused"), 0, 0, 0, f.roundRefused);
+        event(EventKind::RoundRefused, 0, 0, 0, f.roundRefused);
     auto recorded = record(p, f);
     if (!recorded) {
         setFatal(recorded.error());
@@ -892,7 +892,7 @@ SubmitReply Coordinator::refuseFold(const PendingResult &p, const FoldOutcome &f
     }
     reply.reason = f.refusal;
     ++m_rejected;
-    event(QStringLiteral("result-rejected"), p.workerId, p.subtask.id, p.lease.id, f.refusal);
+    event(EventKind::ResultRejected, p.workerId, p.subtask.id, p.lease.id, f.refusal);
     handleChanges(m_scheduler->drop(p.lease.id, LeaseState::Lost), QStringLiteral("its result was rejected: %1").arg(f.refusal));
     handleChanges(m_scheduler->release(p.subtask.id), f.refusal);
     noteVerdict(p.workerId, true, {}, f.refusal);
@@ -962,7 +962,7 @@ void Coordinator::observe(const PendingResult &p, const FoldOutcome &f, const Re
         worker.leaseId = 0;
     ++worker.leasesCompleted;
     m_core->measureSpeed(workerId, p.result.sampleSteps, p.result.seconds);
-    event(p.result.partial || covered < subtask.size() ? QStringLiteral("result-partial") : QStringLiteral("result-assimilated"),
+    event(p.result.partial || covered < subtask.size() ? EventKind::ResultPartial : EventKind::ResultAssimilated,
           workerId, subtask.id, lease.id,
           QStringLiteral("seq %1, version %2, staleness %3, credit %4, positions %5-%6 of shard %7%8%9")
               .arg(f.seq).arg(f.version).arg(f.staleness).arg(p.admission.credit, 0, 'f', 3)
@@ -994,7 +994,7 @@ void Coordinator::observe(const PendingResult &p, const FoldOutcome &f, const Re
 
     if (f.epochClosed) {
         const int epoch = m_scheduler->epochsDone() - 1;
-        event(QStringLiteral("epoch-completed"), 0, 0, 0,
+        event(EventKind::EpochCompleted, 0, 0, 0,
               QStringLiteral("epoch %1 of %2 at version %3").arg(epoch + 1).arg(m_spec.training.epochs).arg(f.version));
         // Leases of finished epochs left the scheduler: their wasted time can no longer be
         // reversed by a late result.
@@ -1041,7 +1041,7 @@ std::optional<Assignment> Coordinator::grantReplica(qint64 workerId)
         if (m_screen && !m_baseSamples.count(q.baseSeq))
             m_baseSamples.emplace(q.baseSeq, m_screen->sample(q.base));
         const Subtask &s = grant->subtask;
-        event(QStringLiteral("lease-granted"), workerId, s.id, grant->lease.id,
+        event(EventKind::LeaseGranted, workerId, s.id, grant->lease.id,
               QStringLiteral("epoch %1, shard %2, positions %3-%4, version %5 (replica %6 of %7, to compare)")
                   .arg(s.epoch + 1).arg(s.shard).arg(s.begin).arg(s.end).arg(q.baseVersion)
                   .arg(q.workers.size()).arg(q.needed));
@@ -1066,7 +1066,7 @@ SubmitReply Coordinator::holdResult(PendingResult p)
     SubmitReply reply;
     reply.status = SubmitStatus::Held;
     reply.reason = QStringLiteral("kept until another worker's result of the same subtask can be compared with it");
-    event(QStringLiteral("result-held"), p.workerId, subtaskId, p.lease.id,
+    event(EventKind::ResultHeld, p.workerId, subtaskId, p.lease.id,
           QStringLiteral("result %1 of %2 for epoch %3, shard %4, positions %5-%6: %7")
               .arg(q.held.size() + 1).arg(q.needed).arg(p.subtask.epoch + 1).arg(p.subtask.shard)
               .arg(p.subtask.begin).arg(p.subtask.end).arg(reply.reason));
@@ -1115,7 +1115,7 @@ void Coordinator::resolveQuorum(qint64 subtaskId)
         // Two results that disagree: a third worker decides.
         ++m_disagreements;
         q.needed = 3;
-        event(QStringLiteral("results-disagree"), 0, subtaskId, 0,
+        event(EventKind::ResultsDisagree, 0, subtaskId, 0,
               QStringLiteral("two workers' results of subtask %1 differ by %2 (tolerance %3): a third worker will train it")
                   .arg(subtaskId).arg(closest, 0, 'f', 3).arg(tolerance));
         // The subtask stays leased with no one on it until grantReplica() hands it to a
@@ -1130,7 +1130,7 @@ void Coordinator::resolveQuorum(qint64 subtaskId)
         const QString why = QStringLiteral("three workers' results of subtask %1 all differ (closest pair %2, "
                                            "tolerance %3): none is assimilated, the subtask is trained again")
                                 .arg(subtaskId).arg(closest, 0, 'f', 3).arg(tolerance);
-        event(QStringLiteral("results-disagree"), 0, subtaskId, 0, why);
+        event(EventKind::ResultsDisagree, 0, subtaskId, 0, why);
         for (const auto &h : q.held)
             ledger(h.workerId, h.lease.id, QStringLiteral("wasted"), h.workSeconds);
         handleChanges(m_scheduler->release(subtaskId), why);
@@ -1146,7 +1146,7 @@ void Coordinator::resolveQuorum(qint64 subtaskId)
                                 .arg(disagreement(odd.result.weights, q.held[first].result.weights, q.base), 0, 'f', 3)
                                 .arg(tolerance);
         ++m_rejected;
-        event(QStringLiteral("result-rejected"), odd.workerId, subtaskId, odd.lease.id, why);
+        event(EventKind::ResultRejected, odd.workerId, subtaskId, odd.lease.id, why);
         ledger(odd.workerId, odd.lease.id, QStringLiteral("wasted"), odd.workSeconds);
         noteVerdict(odd.workerId, true, {}, why);
     }
@@ -1156,7 +1156,7 @@ void Coordinator::resolveQuorum(qint64 subtaskId)
     ++m_verified;
     ++m_workers[verifier.workerId].leasesCompleted;
     ledger(verifier.workerId, verifier.lease.id, QStringLiteral("wasted"), verifier.workSeconds);
-    event(QStringLiteral("result-verified"), verifier.workerId, subtaskId, verifier.lease.id,
+    event(EventKind::ResultVerified, verifier.workerId, subtaskId, verifier.lease.id,
           QStringLiteral("agrees with lease %1's result within %2 (tolerance %3)")
               .arg(q.held[first].lease.id)
               .arg(disagreement(verifier.result.weights, q.held[first].result.weights, q.base), 0, 'f', 4)
@@ -1172,7 +1172,7 @@ void Coordinator::dropQuorum(qint64 subtaskId, const QString &why)
         return;
     for (const auto &h : it->second.held) {
         ledger(h.workerId, h.lease.id, QStringLiteral("wasted"), h.workSeconds);
-        event(QStringLiteral("result-duplicate"), h.workerId, subtaskId, h.lease.id,
+        event(EventKind::ResultDuplicate, h.workerId, subtaskId, h.lease.id,
               QStringLiteral("dropped: %1").arg(why));
     }
     m_quorums.erase(it);
@@ -1193,7 +1193,7 @@ void Coordinator::expireQuorums()
         Quorum q = std::move(m_quorums.at(id));
         m_quorums.erase(id);
         if (q.held.size() == 1) {
-            event(QStringLiteral("result-unverified"), q.held[0].workerId, id, q.held[0].lease.id,
+            event(EventKind::ResultUnverified, q.held[0].workerId, id, q.held[0].lease.id,
                   QStringLiteral("no other worker trained subtask %1 within %2 s: folded in without a comparison")
                       .arg(id).arg(waitMs / 1000));
             fold(std::move(q.held[0]));
@@ -1202,7 +1202,7 @@ void Coordinator::expireQuorums()
         const QString why = QStringLiteral("no third worker settled the disagreement on subtask %1 within %2 s: "
                                            "the subtask is trained again")
                                 .arg(id).arg(waitMs / 1000);
-        event(QStringLiteral("results-disagree"), 0, id, 0, why);
+        event(EventKind::ResultsDisagree, 0, id, 0, why);
         for (const auto &h : q.held)
             ledger(h.workerId, h.lease.id, QStringLiteral("wasted"), h.workSeconds);
         handleChanges(m_scheduler->release(id), why);
@@ -1314,7 +1314,7 @@ void Coordinator::quarantine(qint64 workerId, const QString &reason)
     const bool nobodyLeft = std::none_of(m_workers.begin(), m_workers.end(), [](const auto &entry) {
         return entry.second.online && !entry.second.trust.quarantined;
     });
-    event(QStringLiteral("worker-quarantined"), workerId, 0, 0,
+    event(EventKind::WorkerQuarantined, workerId, 0, 0,
           QStringLiteral("%1: %2; it gets no more subtasks until an operator releases it%3")
               .arg(w.record.name, reason,
                    nobodyLeft ? QStringLiteral(". No other worker is connected: the job waits for one to join "
@@ -1335,7 +1335,7 @@ void Coordinator::releaseWorker(qint64 workerId, const QString &by)
     w.verdicts.clear();
     w.cosines.clear();
     saveTrust(workerId);
-    event(QStringLiteral("worker-released"), workerId, 0, 0,
+    event(EventKind::WorkerReleased, workerId, 0, 0,
           QStringLiteral("%1 released from quarantine by %2").arg(w.record.name, by));
 }
 
@@ -1408,7 +1408,7 @@ void Coordinator::evaluationFailed(const EvaluationRequest &request, const QStri
     retry.onCpu = retry.attempt == kEvaluationAttempts && m_spec.training.device != QLatin1String("cpu");
     const qint64 delayMs = kEvaluationRetryMs * request.attempt;
     m_lastEvaluationError = error;
-    event(QStringLiteral("evaluation-failed"), 0, 0, 0,
+    event(EventKind::EvaluationFailed, 0, 0, 0,
           QStringLiteral("epoch %1, version %2, attempt %3 of %4: %5; %6")
               .arg(request.epoch + 1).arg(request.version).arg(request.attempt).arg(kEvaluationAttempts)
               .arg(error,
@@ -1450,7 +1450,7 @@ void Coordinator::recordEvaluation(const EvaluationRequest &request, const Evalu
         m_lastAccuracy = evaluation.accuracy;
         m_lastTestLoss = evaluation.loss;
     }
-    event(QStringLiteral("evaluation"), 0, 0, 0,
+    event(EventKind::Evaluation, 0, 0, 0,
           QStringLiteral("epoch %1, version %2: test accuracy %3%, loss %4")
               .arg(request.epoch + 1).arg(request.version).arg(100.0 * evaluation.accuracy, 0, 'f', 2)
               .arg(evaluation.loss, 0, 'f', 4));
@@ -1547,7 +1547,7 @@ Result<void> Coordinator::finalize()
                                  ? QStringLiteral("test accuracy %1%").arg(100.0 * m_lastAccuracy, 0, 'f', 2)
                                  : QStringLiteral("test accuracy unknown (the final evaluation failed: %1)")
                                        .arg(m_lastEvaluationError);
-    event(QStringLiteral("job-finished"), 0, 0, 0,
+    event(EventKind::JobFinished, 0, 0, 0,
           QStringLiteral("%1 epochs, version %2, %3; model saved to %4/model.pt")
               .arg(m_spec.training.epochs).arg(m_core->version()).arg(accuracy, m_runDir));
     if (m_hooks.finished)

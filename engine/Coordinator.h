@@ -32,6 +32,7 @@
 #include "engine/ResultScreen.h"
 #include "engine/Store.h"
 #include "engine/Trainer.h"
+#include "job/EventKind.h"
 #include "job/JobSpec.h"
 #include "job/PriceTable.h"
 
@@ -208,7 +209,7 @@ public:
     Result<qint64> workerJoined(const WorkerInfo &info, qint64 knownWorkerId = 0);
     void workerLeft(qint64 workerId, const QString &reason);
     // A note from whoever runs the fleet (e.g. a simulated preemption), stored as an event.
-    void recordEvent(const QString &kind, qint64 workerId, const QString &detail);
+    void recordEvent(EventKind kind, qint64 workerId, const QString &detail);
     void heartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps, qint64 plannedSampleSteps);
     // Whether the worker is known and online (a revoked or timed-out worker is not).
     bool isOnline(qint64 workerId) const;
@@ -257,7 +258,7 @@ private:
     Result<void> prepare();
     QString checkpointPath(qint64 seq) const;
     Result<void> persist(const SchedulerChanges &changes);
-    void event(const QString &kind, qint64 workerId, qint64 subtaskId, qint64 leaseId, const QString &detail);
+    void event(EventKind kind, qint64 workerId, qint64 subtaskId, qint64 leaseId, const QString &detail);
     LedgerRecord ledgerRecord(qint64 workerId, qint64 leaseId, const QString &kind, double seconds) const;
     void ledger(qint64 workerId, qint64 leaseId, const QString &kind, double seconds);
     void leaseEnded(const Lease &lease, const QString &why);

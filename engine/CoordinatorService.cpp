@@ -273,7 +273,7 @@ void CoordinatorService::reportHeartbeatWaits()
                                       .arg(double(w.back()), 0, 'f', 2);
 }
 
-void CoordinatorService::recordEvent(const QString &kind, qint64 workerId, const QString &detail)
+void CoordinatorService::recordEvent(EventKind kind, qint64 workerId, const QString &detail)
 {
     post([kind, workerId, detail](Coordinator &c) { c.recordEvent(kind, workerId, detail); });
 }

@@ -45,7 +45,7 @@ public:
     void leave(qint64 workerId, const QString &reason);
     void handBack(qint64 workerId, qint64 leaseId, const QString &reason);
     void heartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps, qint64 planned);
-    void recordEvent(const QString &kind, qint64 workerId, const QString &detail);
+    void recordEvent(EventKind kind, qint64 workerId, const QString &detail);
     void setPausedAsync(bool paused);
     // Lifts a worker's quarantine, as the operator in the control center decided.
     void releaseAsync(qint64 workerId, const QString &by);

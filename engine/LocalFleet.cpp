@@ -115,7 +115,7 @@ void LocalFleet::preemptOne()
     const bool notice = m_random.uniform() < m_spec.fleet.preemption.noticeFraction;
     if (!victim->preempt(notice))
         return;
-    m_service->recordEvent(QStringLiteral("worker-preempted"), victim->workerId(),
+    m_service->recordEvent(EventKind::WorkerPreempted, victim->workerId(),
                                notice ? QStringLiteral("simulated preemption with notice: the worker hands in a "
                                                        "partial result, back in %1 s")
                                             .arg(m_spec.fleet.preemption.rejoinDelaySeconds)

@@ -8,6 +8,7 @@
 
 #include "common/Result.h"
 #include "engine/Scheduler.h"
+#include "job/EventKind.h"
 
 #include <QString>
 
@@ -172,6 +173,7 @@ public:
     Result<std::vector<EvaluationRecord>> evaluations(qint64 jobId);
     Result<qint64> addEvent(qint64 jobId, const EventRecord &e);
     Result<std::vector<EventRecord>> events(qint64 jobId, const QString &kind = {});
+    Result<std::vector<EventRecord>> events(qint64 jobId, EventKind kind) { return events(jobId, eventName(kind)); }
     // When the job last recorded anything (0 if never): a lower bound of when a killed
     // coordinator died.
     Result<qint64> lastEventMs(qint64 jobId);

@@ -86,7 +86,7 @@ bool goneByHeartbeat(const QString &db)
     auto store = Store::open(db);
     if (!store)
         return false;
-    auto left = (*store)->events(1, QStringLiteral("worker-left"));
+    auto left = (*store)->events(1, EventKind::WorkerLeft);
     if (!left)
         return false;
     for (const auto &e : *left)
@@ -180,7 +180,7 @@ private Q_SLOTS:
         QVERIFY(store);
         const QString wrong = test::verifyExactlyOnce(**store, std::vector<qint64>(12, 500), 6);
         QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
-        QCOMPARE(int((*store)->events(1, QStringLiteral("job-resumed"))->size()), 1);
+        QCOMPARE(int((*store)->events(1, EventKind::JobResumed)->size()), 1);
         auto evaluations = (*store)->evaluations(1);
         QVERIFY(!evaluations->empty());
         qInfo("test accuracy %.2f%%", 100.0 * evaluations->back().accuracy);
@@ -205,9 +205,9 @@ private Q_SLOTS:
                  qPrintable(f.log(QStringLiteral("spot"))));
 
         auto store = Store::open(f.db());
-        auto partial = (*store)->events(1, QStringLiteral("result-partial"));
+        auto partial = (*store)->events(1, EventKind::ResultPartial);
         QCOMPARE(partial->size(), std::size_t(1));
-        QCOMPARE((*store)->events(1, QStringLiteral("worker-preempted"))->size(), std::size_t(1));
+        QCOMPARE((*store)->events(1, EventKind::WorkerPreempted)->size(), std::size_t(1));
         auto rows = (*store)->assimilations(1);
         QCOMPARE(rows->size(), std::size_t(1));
         QVERIFY2(rows->front().credit > 0 && rows->front().credit < 1,
@@ -265,8 +265,8 @@ private Q_SLOTS:
         QVERIFY(serve->waitForFinished(30000));
 
         auto store = Store::open(f.db());
-        QCOMPARE((*store)->events(1, QStringLiteral("result-partial"))->size(), std::size_t(1));
-        QCOMPARE((*store)->events(1, QStringLiteral("worker-preempted"))->size(), std::size_t(1));
+        QCOMPARE((*store)->events(1, EventKind::ResultPartial)->size(), std::size_t(1));
+        QCOMPARE((*store)->events(1, EventKind::WorkerPreempted)->size(), std::size_t(1));
         auto rows = (*store)->assimilations(1);
         QCOMPARE(rows->size(), std::size_t(1));
         QVERIFY2(rows->front().credit > 0 && rows->front().credit < 1, qPrintable(QString::number(rows->front().credit)));

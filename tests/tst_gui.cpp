@@ -347,7 +347,7 @@ private Q_SLOTS:
         release->click();
         auto released = [&] {
             for (const auto &e : events)
-                if (e.at(0).value<ui::EventRow>().kind == QLatin1String("worker-released"))
+                if (e.at(0).value<ui::EventRow>().is(EventKind::WorkerReleased))
                     return true;
             return false;
         };

@@ -1,11 +1,13 @@
 // Job files: the default job, JSON round trips, the shipped default.json, and the errors for
 // unknown keys, wrong types, values out of range, broken JSON and missing files, each of
 // which must name the field or the file.
+#include "job/EventKind.h"
 #include "job/JobSpec.h"
 
 #include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
+#include <QSet>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -397,6 +399,45 @@ private Q_SLOTS:
         const auto nowhere = job.save(dir.filePath(QStringLiteral("no/such/dir/job.json")));
         QVERIFY(!nowhere.ok());
         QVERIFY2(nowhere.error().contains(QLatin1String("no/such/dir/job.json")), qPrintable(nowhere.error()));
+    }
+    // The event kinds: names unique and found again by name, and docs/architecture.md's
+    // table the same as the header's, row for row.
+    void eventKindsAreOneTable()
+    {
+        QSet<QString> names;
+        for (const EventKindInfo &k : eventKinds()) {
+            QVERIFY2(!names.contains(k.name), qPrintable(k.name));
+            names.insert(k.name);
+            QCOMPARE(&eventInfo(k.kind), &k);
+            QCOMPARE(eventKindNamed(k.name), std::optional<EventKind>(k.kind));
+            QVERIFY2(!k.meaning.isEmpty(), qPrintable(k.name));
+        }
+        QVERIFY(!eventKindNamed(u"lease-granted ").has_value());
+        QVERIFY(!eventKindNamed(u"no-such-event").has_value());
+        QCOMPARE(eventName(EventKind::LeaseGranted), QStringLiteral("lease-granted"));
+        QVERIFY(!jobEventKinds().contains(EventKind::WorkerUp));
+        QVERIFY(jobEventKinds().contains(EventKind::WorkerPreempted));
+
+        QFile doc(QStringLiteral(FLOTILLA_SOURCE_DIR "/docs/architecture.md"));
+        QVERIFY2(doc.open(QIODevice::ReadOnly | QIODevice::Text), qPrintable(doc.fileName()));
+        QStringList rows;
+        bool inTable = false;
+        while (!doc.atEnd()) {
+            const QString line = QString::fromUtf8(doc.readLine()).trimmed();
+            if (line == QLatin1String("| Kind | Level | Recorded by | Meaning |"))
+                inTable = true;
+            else if (inTable && line.startsWith(QLatin1String("| `")))
+                rows.append(line);
+            else if (inTable && !line.startsWith(u'|'))
+                break;
+        }
+        QCOMPARE(rows.size(), eventKinds().size());
+        for (qsizetype i = 0; i < rows.size(); ++i) {
+            const EventKindInfo &k = eventKinds()[i];
+            const QString expected = QStringLiteral("| `%1` | %2 | %3 | %4 |")
+                                         .arg(k.name, levelName(k.level), sourceName(k.recordedBy), k.meaning);
+            QCOMPARE(rows[i], expected);
+        }
     }
 };
 

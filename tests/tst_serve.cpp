@@ -532,7 +532,7 @@ private Q_SLOTS:
         QCOMPARE(ack->header.value(QStringLiteral("status")).toString(), QStringLiteral("assimilated"));
         // Every refusal was recorded with its reason.
         auto store = Store::open(m_dir.filePath(QStringLiteral("run/flotilla.db")));
-        auto rejected = (*store)->events(1, QStringLiteral("result-rejected"));
+        auto rejected = (*store)->events(1, EventKind::ResultRejected);
         QStringList reasons;
         for (const auto &e : *rejected)
             reasons << e.detail;

@@ -81,7 +81,7 @@ SimulationResult simulate(const SimulationConfig &config, const QString &rule = 
     return std::move(r).value();
 }
 
-const SimulationEvent *findEvent(const SimulationResult &r, const QString &kind, int worker = -2)
+const SimulationEvent *findEvent(const SimulationResult &r, EventKind kind, int worker = -2)
 {
     for (const auto &e : r.events)
         if (e.kind == kind && (worker == -2 || e.worker == worker))
@@ -197,15 +197,15 @@ private Q_SLOTS:
         // (100 s, its speed being unknown) expires; worker 0, idle since 10 s, trains the
         // shard from 100 s to 110 s.
         const SimulationResult r = simulate(handMade({ TraceEntry { 1, 4000, -1, 1 } }));
-        const SimulationEvent *granted = findEvent(r, QStringLiteral("lease-granted"), 1);
+        const SimulationEvent *granted = findEvent(r, EventKind::LeaseGranted, 1);
         QVERIFY(granted);
         QCOMPARE(granted->atMs, qint64(0));
-        const SimulationEvent *expired = findEvent(r, QStringLiteral("lease-expired"));
+        const SimulationEvent *expired = findEvent(r, EventKind::LeaseExpired);
         QVERIFY(expired);
         QCOMPARE(expired->atMs, qint64(100'000));
         QCOMPARE(expired->worker, 1);
         QCOMPARE(expired->lease, granted->lease);
-        const SimulationEvent *reassigned = findEvent(r, QStringLiteral("subtask-reassigned"));
+        const SimulationEvent *reassigned = findEvent(r, EventKind::SubtaskReassigned);
         QVERIFY(reassigned);
         QCOMPARE(reassigned->atMs, qint64(100'000));
         QCOMPARE(reassigned->worker, 0);
@@ -232,11 +232,11 @@ private Q_SLOTS:
         SimulationConfig c = handMade({ TraceEntry { 1, 4000, 60'000, 1 } });
         c.heartbeatTimeoutSeconds = 30.0;
         const SimulationResult r = simulate(c);
-        const SimulationEvent *lost = findEvent(r, QStringLiteral("lease-lost"));
+        const SimulationEvent *lost = findEvent(r, EventKind::LeaseLost);
         QVERIFY(lost);
         QCOMPARE(lost->atMs, qint64(34'000));
         QCOMPARE(lost->worker, 1);
-        const SimulationEvent *reassigned = findEvent(r, QStringLiteral("subtask-reassigned"));
+        const SimulationEvent *reassigned = findEvent(r, EventKind::SubtaskReassigned);
         QVERIFY(reassigned);
         QCOMPARE(reassigned->atMs, qint64(34'000));
         QCOMPARE(r.simulatedMs, qint64(44'000));
@@ -253,7 +253,7 @@ private Q_SLOTS:
         SimulationConfig c = handMade({ TraceEntry { 1, 4000, -1, 1 } });
         c.noticeSeconds = 3.0;
         const SimulationResult r = simulate(c, QStringLiteral("async-delta"));
-        const SimulationEvent *partial = findEvent(r, QStringLiteral("result-partial"), 1);
+        const SimulationEvent *partial = findEvent(r, EventKind::ResultPartial, 1);
         QVERIFY(partial);
         QCOMPARE(partial->atMs, qint64(1'000));
         QVERIFY2(partial->detail.contains(QStringLiteral("positions 0-1")), qPrintable(partial->detail));

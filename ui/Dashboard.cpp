@@ -355,13 +355,13 @@ void Dashboard::addEvent(const EventRow &e)
     // Live, the line follows the coordinator's count (snapshots); from history, or before
     // the first snapshot, the events.
     const bool counting = m_replaying || !m_haveSnapshot;
-    if (e.kind == QLatin1String("worker-joined")) {
+    if (e.is(EventKind::WorkerJoined)) {
         if (counting)
             ++m_lastOnline;
         m_joins->append(x, m_lastOnline);
-    } else if (e.kind == QLatin1String("worker-preempted")) {
+    } else if (e.is(EventKind::WorkerPreempted)) {
         m_preemptions->append(x, m_lastOnline);
-    } else if (e.kind == QLatin1String("worker-left")) {
+    } else if (e.is(EventKind::WorkerLeft)) {
         if (counting)
             m_lastOnline = std::max(0, m_lastOnline - 1);
         m_departures->append(x, m_lastOnline);

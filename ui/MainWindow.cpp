@@ -100,9 +100,9 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
         m_events->addEvent(e);
         // Things that need the user's attention also show in the status bar; the events
         // view keeps them all.
-        if (e.kind == QLatin1String("evaluation-failed"))
+        if (e.is(EventKind::EvaluationFailed))
             statusBar()->showMessage(tr("Evaluation failed: %1").arg(e.detail), 30000);
-        else if (e.kind == QLatin1String("worker-quarantined"))
+        else if (e.is(EventKind::WorkerQuarantined))
             statusBar()->showMessage(tr("Worker quarantined: %1").arg(e.detail), 30000);
     });
     connect(m_session, &ControlSession::subtasksLoaded, m_subtasks, &SubtasksView::setSubtasks);

@@ -2,6 +2,8 @@
 // What the control center shows, as plain values: the facade (ControlSession) fills them
 // from the engine and the network; the widgets know nothing else of either.
 
+#include "job/EventKind.h"
+
 #include <QList>
 #include <QMetaType>
 #include <QString>
@@ -93,6 +95,8 @@ struct EventRow
     qint64 subtaskId = 0;
     qint64 leaseId = 0;
     QString detail;
+
+    bool is(EventKind k) const { return kind == eventName(k); }
 };
 
 struct SubtaskRow

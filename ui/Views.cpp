@@ -203,14 +203,11 @@ EventsView::EventsView(QWidget *parent) : QWidget(parent)
     auto *bar = new QHBoxLayout;
     m_kind = new QComboBox;
     m_kind->addItem(tr("all events"));
-    m_kind->addItems({QStringLiteral("worker-joined"), QStringLiteral("worker-left"), QStringLiteral("worker-preempted"),
-                      QStringLiteral("lease-granted"), QStringLiteral("lease-expired"), QStringLiteral("lease-lost"),
-                      QStringLiteral("lease-handed-back"), QStringLiteral("lease-superseded"),
-                      QStringLiteral("subtask-reassigned"), QStringLiteral("result-assimilated"),
-                      QStringLiteral("result-partial"), QStringLiteral("result-duplicate"),
-                      QStringLiteral("result-rejected"), QStringLiteral("epoch-completed"), QStringLiteral("evaluation"),
-                      QStringLiteral("job-created"), QStringLiteral("job-resumed"), QStringLiteral("job-paused"),
-                      QStringLiteral("job-unpaused"), QStringLiteral("job-finished")});
+    // Every kind a job records (job/EventKind.h), each with its meaning as a tooltip.
+    for (const EventKind k : jobEventKinds()) {
+        m_kind->addItem(eventName(k));
+        m_kind->setItemData(m_kind->count() - 1, eventInfo(k).meaning, Qt::ToolTipRole);
+    }
     m_filter = new QLineEdit;
     m_filter->setPlaceholderText(tr("filter: text in the event"));
     bar->addWidget(m_kind);
@@ -243,8 +240,8 @@ void EventsView::addEvent(const EventRow &e)
     m_table->setItem(r, 3, cell(e.subtaskId ? QString::number(e.subtaskId) : QString()));
     m_table->setItem(r, 4, cell(e.leaseId ? QString::number(e.leaseId) : QString()));
     m_table->setItem(r, 5, cell(e.detail));
-    if (e.kind == QLatin1String("result-rejected") || e.kind == QLatin1String("lease-lost")
-        || e.kind == QLatin1String("worker-preempted"))
+    const std::optional<EventKind> kind = eventKindNamed(e.kind);
+    if (kind && eventInfo(*kind).level == EventLevel::Trouble)
         m_table->item(r, 1)->setForeground(QColor(0xc0, 0x39, 0x2b));
     apply(r);
 }

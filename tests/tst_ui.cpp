@@ -1,0 +1,272 @@
+// The control center's window against a fake ControlSession: what the user presses reaches
+// the session, and what the session reports (states, events, points, snapshots) shows where
+// it should. No engine, no network, no LibTorch: this is the UI alone. tst_gui keeps the
+// end-to-end cases with a real job behind the window.
+#include "job/EventKind.h"
+#include "ui/ControlSession.h"
+#include "ui/Dashboard.h"
+#include "ui/MainWindow.h"
+#include "ui/Views.h"
+
+#include <QAction>
+#include <QChartView>
+#include <QComboBox>
+#include <QLineSeries>
+#include <QStandardPaths>
+#include <QStatusBar>
+#include <QTableWidget>
+#include <QToolBar>
+#include <QtTest>
+
+using namespace flotilla;
+using namespace flotilla::ui;
+
+namespace {
+
+// Records what the window asks of it; tests play the coordinator's part through report*().
+class FakeSession : public ControlSession
+{
+public:
+    using ControlSession::ControlSession;
+
+    JobState state() const override { return m_state; }
+    JobSpec job() const override { return m_job; }
+    QString runDir() const override { return m_runDir; }
+    QString endpoint() const override { return {}; }
+
+    void start(const JobSpec &job, const QString &runDir) override
+    {
+        calls << QStringLiteral("start");
+        m_job = job;
+        m_runDir = runDir.isEmpty() ? QStringLiteral("/runs/new") : runDir;
+        report(JobState::Loading);
+    }
+    void setPaused(bool paused) override { calls << (paused ? QStringLiteral("pause") : QStringLiteral("resume")); }
+    void stop() override { calls << QStringLiteral("stop"); }
+    void setContributing(bool on, int threads) override
+    {
+        calls << QStringLiteral("contribute %1 %2").arg(on ? QStringLiteral("on") : QStringLiteral("off")).arg(threads);
+        m_contributing = on;
+    }
+    bool contributing() const override { return m_contributing; }
+    Result<QString> issueToken(int, qint64) override { return QStringLiteral("token"); }
+    Result<QList<JoinTokenRow>> joinTokens(bool) override { return QList<JoinTokenRow> {}; }
+    Result<void> revokeToken(const QString &) override { return {}; }
+    Result<int> revoke(const QString &name) override
+    {
+        calls << QStringLiteral("revoke ") + name;
+        return fail(QStringLiteral("no worker is called '%1'").arg(name));
+    }
+    void release(qint64 workerId) override { calls << QStringLiteral("release %1").arg(workerId); }
+    void refreshSubtasks() override { ++refreshes; }
+    Result<void> exportMetrics(const QString &) override { return {}; }
+    Result<void> exportModel(const QString &) override { return {}; }
+
+    void report(JobState s, const QString &message = {})
+    {
+        m_state = s;
+        Q_EMIT stateChanged(s, message);
+    }
+
+    QStringList calls;
+    int refreshes = 0;
+
+private:
+    JobState m_state = JobState::NoJob;
+    JobSpec m_job;
+    QString m_runDir;
+    bool m_contributing = false;
+};
+
+EventRow eventOf(EventKind kind, qint64 atMs, const QString &detail = {})
+{
+    return EventRow { atMs, eventName(kind), 1, 2, 3, detail };
+}
+
+QAction *toolbarAction(const MainWindow &w, const QString &text)
+{
+    for (QToolBar *bar : w.findChildren<QToolBar *>()) {
+        for (QAction *a : bar->actions()) {
+            if (a->text() == text)
+                return a;
+        }
+    }
+    return nullptr;
+}
+
+QLineSeries *seriesNamed(const Dashboard &d, const QString &name)
+{
+    for (int i = 0; i < d.chartNames().size(); ++i) {
+        for (QAbstractSeries *s : d.chartView(i)->chart()->series()) {
+            if (s->name() == name)
+                return qobject_cast<QLineSeries *>(s);
+        }
+    }
+    return nullptr;
+}
+
+} // namespace
+
+class TestUi : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void initTestCase() { QStandardPaths::setTestModeEnabled(true); }
+
+    void buttonsReachTheSessionAndFollowItsState()
+    {
+        FakeSession session;
+        MainWindow window(&session, JobSpec::defaultJob(), QString());
+        QAction *start = toolbarAction(window, QStringLiteral("Start"));
+        QAction *pause = toolbarAction(window, QStringLiteral("Pause"));
+        QAction *stop = toolbarAction(window, QStringLiteral("Stop"));
+        QVERIFY(start && pause && stop);
+        QVERIFY(start->isEnabled());
+        QVERIFY(!pause->isEnabled());
+        QVERIFY(!stop->isEnabled());
+
+        start->trigger();
+        QCOMPARE(session.calls.value(0), QStringLiteral("start"));
+        QVERIFY(session.calls.value(1).startsWith(QLatin1String("contribute ")));
+        QVERIFY(!start->isEnabled()); // Loading
+
+        session.report(JobState::Running);
+        QVERIFY(!start->isEnabled());
+        QVERIFY(pause->isEnabled());
+        QVERIFY(stop->isEnabled());
+        QVERIFY(window.statusText().startsWith(describe(JobState::Running)));
+
+        pause->trigger();
+        QCOMPARE(session.calls.last(), QStringLiteral("pause"));
+        session.report(JobState::Paused);
+        QCOMPARE(pause->text(), QStringLiteral("Resume"));
+        pause->trigger();
+        QCOMPARE(session.calls.last(), QStringLiteral("resume"));
+
+        stop->trigger();
+        QCOMPARE(session.calls.last(), QStringLiteral("stop"));
+        session.report(JobState::Stopped);
+        QVERIFY(start->isEnabled());
+        QCOMPARE(start->text(), QStringLiteral("Resume job"));
+        QVERIFY(!stop->isEnabled());
+
+        // A second Start while running does nothing.
+        session.report(JobState::Running);
+        const qsizetype before = session.calls.size();
+        window.startJob();
+        QCOMPARE(session.calls.size(), before);
+    }
+
+    void failureAndRefusalsAreShown()
+    {
+        FakeSession session;
+        MainWindow window(&session, JobSpec::defaultJob(), QString());
+        session.report(JobState::Failed, QStringLiteral("cannot read 'train-images-idx3-ubyte'"));
+        QVERIFY(window.statusText().contains(QLatin1String("cannot read 'train-images-idx3-ubyte'")));
+        QCOMPARE(window.statusBar()->currentMessage(), QStringLiteral("cannot read 'train-images-idx3-ubyte'"));
+
+        window.revokeWorker(QStringLiteral("laptop-7"));
+        QCOMPARE(session.calls.last(), QStringLiteral("revoke laptop-7"));
+        QVERIFY(window.statusBar()->currentMessage().contains(QLatin1String("no worker is called 'laptop-7'")));
+    }
+
+    // The events view: one filter entry per kind a job records (the table in
+    // job/EventKind.h), filtering by kind and text, trouble in red, attention in the status bar.
+    void eventsAreFilteredAndTroubleStandsOut()
+    {
+        FakeSession session;
+        MainWindow window(&session, JobSpec::defaultJob(), QString());
+        EventsView *events = window.events();
+        auto *kinds = events->findChild<QComboBox *>();
+        QVERIFY(kinds);
+        QCOMPARE(kinds->count(), jobEventKinds().size() + 1);
+        for (int i = 1; i < kinds->count(); ++i) {
+            const auto kind = eventKindNamed(kinds->itemText(i));
+            QVERIFY2(kind, qPrintable(kinds->itemText(i)));
+            QVERIFY(eventInfo(*kind).recordedBy != EventSource::Sim);
+            QCOMPARE(kinds->itemData(i, Qt::ToolTipRole).toString(), eventInfo(*kind).meaning);
+        }
+
+        session.report(JobState::Running);
+        Q_EMIT session.eventAdded(eventOf(EventKind::WorkerJoined, 1000, QStringLiteral("desk-1 joined")));
+        Q_EMIT session.eventAdded(eventOf(EventKind::LeaseGranted, 1100, QStringLiteral("epoch 1, shard 3")));
+        Q_EMIT session.eventAdded(eventOf(EventKind::LeaseGranted, 1200, QStringLiteral("epoch 1, shard 4")));
+        Q_EMIT session.eventAdded(eventOf(EventKind::ResultRejected, 1300, QStringLiteral("non-finite weights")));
+        Q_EMIT session.eventAdded(eventOf(EventKind::WorkerLeft, 1400, QStringLiteral("desk-1 left")));
+        QCOMPARE(events->table()->rowCount(), 5);
+        QCOMPARE(events->visibleRows(), 5);
+
+        events->setFilter(eventName(EventKind::LeaseGranted), QString());
+        QCOMPARE(events->visibleRows(), 2);
+        events->setFilter(eventName(EventKind::LeaseGranted), QStringLiteral("shard 4"));
+        QCOMPARE(events->visibleRows(), 1);
+        events->setFilter(QString(), QStringLiteral("desk-1"));
+        QCOMPARE(events->visibleRows(), 2);
+        events->setFilter(QString(), QString());
+        QCOMPARE(events->visibleRows(), 5);
+
+        const QColor normal = events->table()->item(1, 1)->foreground().color();
+        const QColor rejected = events->table()->item(3, 1)->foreground().color();
+        QVERIFY(rejected != normal);
+        QCOMPARE(events->table()->item(0, 1)->foreground().color(), normal); // worker-joined: a notice
+
+        Q_EMIT session.eventAdded(eventOf(EventKind::EvaluationFailed, 1500, QStringLiteral("out of memory")));
+        QVERIFY(window.statusBar()->currentMessage().contains(QLatin1String("out of memory")));
+        QCOMPARE(events->table()->item(5, 1)->foreground().color(), rejected);
+    }
+
+    // The charts take the session's points as they come: the loss line is the running
+    // average, accuracy in percent, workers online from joins and snapshots.
+    void chartsTakeTheSessionsPoints()
+    {
+        FakeSession session;
+        MainWindow window(&session, JobSpec::defaultJob(), QString());
+        session.report(JobState::Running);
+        Dashboard *d = window.dashboard();
+        QVERIFY(!d->everyChartHasData());
+
+        Q_EMIT session.assimilated(AssimilationPoint { 1000, 1, 1, 0, 2.0, 500, 1.0, 1 });
+        Q_EMIT session.assimilated(AssimilationPoint { 2000, 2, 2, 1, 1.0, 500, 1.0, 1 });
+        QLineSeries *loss = seriesNamed(*d, QStringLiteral("training loss (average)"));
+        QVERIFY(loss);
+        QCOMPARE(loss->count(), 2);
+        QCOMPARE(loss->at(0).y(), 2.0);
+        QCOMPARE(loss->at(1).y(), 0.9 * 2.0 + 0.1 * 1.0);
+
+        Q_EMIT session.evaluated(EvaluationPoint { 2500, 0, 2, 0.815, 0.52 });
+        QLineSeries *accuracy = seriesNamed(*d, QStringLiteral("test accuracy"));
+        QVERIFY(accuracy);
+        QCOMPARE(accuracy->count(), 1);
+        QCOMPARE(accuracy->at(0).y(), 81.5);
+
+        Q_EMIT session.costUpdated(CostPoint { 3000, 0.01, 0.03, 0.01, 2.0, 0.0 });
+        Snapshot s;
+        s.job = QStringLiteral("fashion-cnn");
+        s.atMs = 3000;
+        s.workersOnline = 2;
+        s.epochs = 5;
+        WorkerRow w;
+        w.id = 1;
+        w.name = QStringLiteral("desk-1");
+        w.online = true;
+        w.samplesPerSecond = 900;
+        s.workers = { w };
+        Q_EMIT session.snapshot(s);
+        QVERIFY(d->everyChartHasData());
+        QLineSeries *online = seriesNamed(*d, QStringLiteral("online"));
+        QVERIFY(online);
+        QCOMPARE(online->at(online->count() - 1).y(), 2.0);
+        QVERIFY(window.statusText().contains(QLatin1String("fashion-cnn")));
+        QCOMPARE(window.workers()->findChild<QTableWidget *>()->rowCount(), 1);
+
+        // A new Start clears the old run's charts and events.
+        session.report(JobState::Finished);
+        window.startJob();
+        QVERIFY(!d->everyChartHasData());
+        QCOMPARE(window.events()->table()->rowCount(), 0);
+    }
+};
+
+QTEST_MAIN(TestUi)
+#include "tst_ui.moc"
