@@ -17,9 +17,9 @@ public:
 
     void integer(const char *field, qint64 &out, Need need = Need::Optional)
     {
-        if (const QCborValue v = find(field, need); !v.isUndefined())
-            if (check(v.isInteger(), field, "an integer"))
-                out = v.toInteger();
+        read(
+            field, out, need, "an integer", [](const QCborValue &v) { return v.isInteger(); },
+            [](const QCborValue &v) { return v.toInteger(); });
     }
 
     void nonNegative(const char *field, qint64 &out, Need need = Need::Optional)
@@ -40,37 +40,37 @@ public:
 
     void number(const char *field, double &out, Need need = Need::Optional)
     {
-        if (const QCborValue v = find(field, need); !v.isUndefined())
-            if (check(v.isDouble() || v.isInteger(), field, "a number"))
-                out = v.toDouble();
+        read(
+            field, out, need, "a number", [](const QCborValue &v) { return v.isDouble() || v.isInteger(); },
+            [](const QCborValue &v) { return v.toDouble(); });
     }
 
     void boolean(const char *field, bool &out, Need need = Need::Optional)
     {
-        if (const QCborValue v = find(field, need); !v.isUndefined())
-            if (check(v.isBool(), field, "true or false"))
-                out = v.toBool();
+        read(
+            field, out, need, "true or false", [](const QCborValue &v) { return v.isBool(); },
+            [](const QCborValue &v) { return v.toBool(); });
     }
 
     void text(const char *field, QString &out, Need need = Need::Optional)
     {
-        if (const QCborValue v = find(field, need); !v.isUndefined())
-            if (check(v.isString(), field, "text"))
-                out = v.toString();
+        read(
+            field, out, need, "text", [](const QCborValue &v) { return v.isString(); },
+            [](const QCborValue &v) { return v.toString(); });
     }
 
     void bytes(const char *field, QByteArray &out, Need need = Need::Optional)
     {
-        if (const QCborValue v = find(field, need); !v.isUndefined())
-            if (check(v.isByteArray(), field, "bytes"))
-                out = v.toByteArray();
+        read(
+            field, out, need, "bytes", [](const QCborValue &v) { return v.isByteArray(); },
+            [](const QCborValue &v) { return v.toByteArray(); });
     }
 
     void map(const char *field, QCborMap &out, Need need = Need::Optional)
     {
-        if (const QCborValue v = find(field, need); !v.isUndefined())
-            if (check(v.isMap(), field, "a map"))
-                out = v.toMap();
+        read(
+            field, out, need, "a map", [](const QCborValue &v) { return v.isMap(); },
+            [](const QCborValue &v) { return v.toMap(); });
     }
 
     void integers(const char *field, std::vector<qint64> &out, Need need = Need::Optional)
@@ -95,6 +95,14 @@ public:
     }
 
 private:
+    // Stores the field when it is present and of the expected type.
+    template<typename T, typename Is, typename Convert>
+    void read(const char *field, T &out, Need need, const char *expected, Is is, Convert convert)
+    {
+        if (const QCborValue v = find(field, need); !v.isUndefined() && check(is(v), field, expected))
+            out = convert(v);
+    }
+
     // The field's value; undefined when it is absent (an error if it is required) or when
     // an earlier field failed.
     QCborValue find(const char *field, Need need)
