@@ -7,6 +7,7 @@
 
 #include "engine/Store.h"
 #include "net/Frame.h"
+#include "net/Messages.h"
 #include "net/Pki.h"
 #include "net/TrustStore.h"
 
@@ -384,11 +385,7 @@ Result<Credentials> enroll(const ServeProcess &c, const QString &name)
     socket.connectToHostEncrypted(kLoopback, c.token().port);
     if (!socket.waitForEncrypted(10000))
         return fail(QStringLiteral("cannot reach the coordinator over TLS: %1").arg(socket.errorString()));
-    socket.write(net::encodeMessage(MessageType::Redeem,
-                                    QCborMap{{QStringLiteral("token_id"), c.token().id},
-                                             {QStringLiteral("secret"), c.token().secret},
-                                             {QStringLiteral("name"), name}},
-                                    *csr));
+    socket.write(net::encodeMessage(net::RedeemMsg{c.token().id, c.token().secret, name}, *csr));
     net::MessageReader reader;
     while (socket.waitForReadyRead(10000)) {
         reader.feed(socket.readAll());
@@ -397,9 +394,11 @@ Result<Credentials> enroll(const ServeProcess &c, const QString &name)
             return fail(m.error());
         if (!m->has_value())
             continue;
-        if ((*m)->type != MessageType::Enrolled)
+        if ((*m)->type != MessageType::Enrolled) {
+            const auto error = net::ErrorMsg::decode((*m)->header);
             return fail(QStringLiteral("the join was answered with %1: %2")
-                            .arg(net::describe((*m)->type), (*m)->header.value(QStringLiteral("reason")).toString()));
+                            .arg(net::describe((*m)->type), error ? error->reason : error.error()));
+        }
         return Credentials{(*m)->payload, *key};
     }
     return fail(QStringLiteral("no answer to the join"));

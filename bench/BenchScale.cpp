@@ -24,6 +24,7 @@
 #include "job/JobSpec.h"
 #include "net/CoordinatorEndpoint.h"
 #include "net/Frame.h"
+#include "net/Messages.h"
 #include "net/Pki.h"
 #include "net/TrustStore.h"
 
@@ -309,11 +310,8 @@ private:
         QSslSocket *socket = newSocket(i, false);
         const QByteArray request = *csr;
         QObject::connect(socket, &QSslSocket::encrypted, this, [this, i, socket, request] {
-            socket->write(net::encodeMessage(MessageType::Redeem,
-                                             QCborMap{{QStringLiteral("token_id"), m_shared.token.id},
-                                                      {QStringLiteral("secret"), m_shared.token.secret},
-                                                      {QStringLiteral("name"), m_workers[i].name}},
-                                             request));
+            socket->write(
+                net::encodeMessage(net::RedeemMsg{m_shared.token.id, m_shared.token.secret, m_workers[i].name}, request));
         });
         socket->connectToHostEncrypted(m_shared.host, m_shared.port);
     }
@@ -324,14 +322,13 @@ private:
         w.phase = Phase::Connecting;
         QSslSocket *socket = newSocket(i, true);
         QObject::connect(socket, &QSslSocket::encrypted, this, [this, i, socket] {
-            socket->write(net::encodeMessage(MessageType::Hello,
-                                             QCborMap{{QStringLiteral("protocol"), int(net::kProtocolVersion)},
-                                                      {QStringLiteral("name"), m_workers[i].name},
-                                                      {QStringLiteral("instance_type"), QStringLiteral("local")},
-                                                      {QStringLiteral("price_class"), QStringLiteral("volunteer")},
-                                                      {QStringLiteral("device"), QStringLiteral("cpu")},
-                                                      {QStringLiteral("threads"), 1},
-                                                      {QStringLiteral("samples_per_second"), 0.0}}));
+            net::HelloMsg hello;
+            hello.name = m_workers[i].name;
+            hello.instanceType = QStringLiteral("local");
+            hello.priceClass = QStringLiteral("volunteer");
+            hello.device = QStringLiteral("cpu");
+            hello.threads = 1;
+            socket->write(net::encodeMessage(hello));
         });
         socket->connectToHostEncrypted(m_shared.host, m_shared.port);
     }
@@ -405,7 +402,8 @@ private:
         Worker &w = m_workers[i];
         const qint64 now = nowNs();
         if (m.type == MessageType::Error) {
-            lost(i, QStringLiteral("the coordinator sent an error: %1").arg(m.header.value(QStringLiteral("reason")).toString()));
+            if (const auto error = decoded<net::ErrorMsg>(i, m))
+                lost(i, QStringLiteral("the coordinator sent an error: %1").arg(error->reason));
             return;
         }
         switch (w.phase) {
@@ -422,7 +420,8 @@ private:
                 lost(i, QStringLiteral("Hello was answered with %1").arg(net::describe(m.type)));
                 return;
             }
-            welcomed(i, m.header, now);
+            if (const auto welcome = decoded<net::WelcomeMsg>(i, m))
+                welcomed(i, *welcome, now);
             return;
         case Phase::Working:
             working(i, m, now);
@@ -432,14 +431,25 @@ private:
         }
     }
 
-    void welcomed(std::size_t i, const QCborMap &welcome, qint64 now)
+    // The header as its message's struct, or nothing when it is malformed: then the worker
+    // is lost, as when a frame is malformed.
+    template <typename Msg>
+    std::optional<Msg> decoded(std::size_t i, const net::Message &m)
+    {
+        auto message = Msg::decode(m.header);
+        if (message)
+            return std::move(message).value();
+        lost(i, QStringLiteral("the coordinator sent something malformed: %1").arg(message.error()));
+        return std::nullopt;
+    }
+
+    void welcomed(std::size_t i, const net::WelcomeMsg &welcome, qint64 now)
     {
         Worker &w = m_workers[i];
         if (m_manifest.isEmpty()) {
-            m_manifest = welcome.value(QStringLiteral("weights")).toMap();
+            m_manifest = welcome.weights;
             m_numel = cborInteger(m_manifest.value(QStringLiteral("numel")));
-            const qint64 ms = m_shared.settings.heartbeatMs > 0 ? m_shared.settings.heartbeatMs
-                                                                 : cborInteger(welcome.value(QStringLiteral("heartbeat_ms")), 2000);
+            const qint64 ms = m_shared.settings.heartbeatMs > 0 ? m_shared.settings.heartbeatMs : welcome.heartbeatMs;
             m_heartbeatNs = std::max<qint64>(100, ms) * 1000000;
         }
         const bool first = !w.everWelcomed;
@@ -454,7 +464,6 @@ private:
     void working(std::size_t i, const net::Message &m, qint64 now)
     {
         Worker &w = m_workers[i];
-        const QCborMap &h = m.header;
         switch (m.type) {
         case MessageType::ShardData:
             if (w.probeSentNs > 0)
@@ -462,6 +471,9 @@ private:
             w.probeSentNs = 0;
             return;
         case MessageType::Assign: {
+            const auto assign = decoded<net::AssignMsg>(i, m);
+            if (!assign)
+                return;
             if (w.requestSentNs > 0)
                 m_stats.request.push_back({w.requestSentNs, now - w.requestSentNs});
             w.requestSentNs = 0;
@@ -469,10 +481,10 @@ private:
                 ++m_stats.badAssign;
                 note(QStringLiteral("an Assign carried %1 bytes of weights, the model has %2").arg(m.payload.size()).arg(m_numel * 4));
             }
-            w.leaseId = cborInteger(h.value(QStringLiteral("lease")));
-            w.shard = cborInteger(h.value(QStringLiteral("shard")));
-            w.samples = cborInteger(h.value(QStringLiteral("end"))) - cborInteger(h.value(QStringLiteral("begin")));
-            w.localEpochs = std::max<qint64>(1, cborInteger(h.value(QStringLiteral("local_epochs"))));
+            w.leaseId = assign->lease;
+            w.shard = assign->shard;
+            w.samples = assign->end - assign->begin;
+            w.localEpochs = std::max<qint64>(1, assign->localEpochs);
             w.base = m.payload;
             w.leaseAtNs = now;
             // Machines differ: ±20% around the simulated subtask time.
@@ -480,45 +492,55 @@ private:
             w.resultSentNs = 0;
             return;
         }
-        case MessageType::NoWork:
+        case MessageType::NoWork: {
+            const auto noWork = decoded<net::NoWorkMsg>(i, m);
+            if (!noWork)
+                return;
             if (w.requestSentNs > 0)
                 m_stats.request.push_back({w.requestSentNs, now - w.requestSentNs});
             w.requestSentNs = 0;
             ++m_stats.noWork;
-            if (h.value(QStringLiteral("finished")).toBool()) {
+            if (noWork->finished) {
                 ++m_stats.finished;
                 w.phase = Phase::Stopped;
                 return;
             }
-            w.retryAtNs = now + std::clamp<qint64>(cborInteger(h.value(QStringLiteral("retry_ms"))), 50, 10000) * 1000000;
+            w.retryAtNs = now + std::clamp<qint64>(noWork->retryMs, 50, 10000) * 1000000;
             return;
+        }
         case MessageType::Ack: {
+            const auto ack = decoded<net::AckMsg>(i, m);
+            if (!ack)
+                return;
             if (w.resultSentNs > 0)
                 m_stats.result.push_back({w.resultSentNs, now - w.resultSentNs});
             w.resultSentNs = 0;
-            const QString status = h.value(QStringLiteral("status")).toString();
-            if (status == QLatin1String("assimilated"))
+            if (ack->status == QLatin1String("assimilated"))
                 m_stats.assimilatedAt.push_back(now);
-            else if (status == QLatin1String("duplicate"))
+            else if (ack->status == QLatin1String("duplicate"))
                 ++m_stats.duplicates;
             else {
                 ++m_stats.rejected;
-                note(QStringLiteral("result rejected: %1").arg(h.value(QStringLiteral("reason")).toString()));
+                note(QStringLiteral("result rejected: %1").arg(ack->reason));
             }
-            if (cborInteger(h.value(QStringLiteral("lease"))) == w.leaseId)
+            if (ack->lease == w.leaseId)
                 w.leaseId = 0;
             if (w.leaseId == 0)
                 sendRequest(w, now);
             return;
         }
-        case MessageType::Cancel:
+        case MessageType::Cancel: {
+            const auto cancel = decoded<net::CancelMsg>(i, m);
+            if (!cancel)
+                return;
             ++m_stats.cancels;
-            if (cborInteger(h.value(QStringLiteral("lease"))) == w.leaseId && w.resultSentNs == 0) {
+            if (cancel->lease == w.leaseId && w.resultSentNs == 0) {
                 w.leaseId = 0;
                 w.base.clear();
                 sendRequest(w, now);
             }
             return;
+        }
         default:
             note(QStringLiteral("unexpected %1 message").arg(net::describe(m.type)));
             return;
@@ -529,7 +551,7 @@ private:
     {
         w.retryAtNs = 0;
         w.requestSentNs = now;
-        w.socket->write(net::encodeMessage(MessageType::Request, QCborMap{{QStringLiteral("samples_per_second"), 0.0}}));
+        w.socket->write(net::encodeMessage(net::RequestMsg{0.0}));
     }
 
     void sendHeartbeat(Worker &w, qint64 now)
@@ -541,13 +563,10 @@ private:
             const double span = double(std::max<qint64>(1, w.resultDueNs - w.leaseAtNs));
             done = std::min(planned, qint64(double(planned) * double(now - w.leaseAtNs) / span));
         }
-        QByteArray bytes = net::encodeMessage(MessageType::Heartbeat,
-                                              QCborMap{{QStringLiteral("lease"), w.leaseId},
-                                                       {QStringLiteral("done"), done},
-                                                       {QStringLiteral("planned"), planned}});
+        QByteArray bytes = net::encodeMessage(net::HeartbeatMsg{w.leaseId, done, planned});
         if (w.probeSentNs == 0) {
             // The probe behind the heartbeat: its answer times the heartbeat's way through.
-            bytes += net::encodeMessage(MessageType::ShardRequest, QCborMap{{QStringLiteral("shard"), w.shard}});
+            bytes += net::encodeMessage(net::ShardRequestMsg{w.shard});
             w.probeSentNs = now;
         } else if (m_shared.inWindow(now)) {
             ++m_stats.probesSkipped;
@@ -571,15 +590,10 @@ private:
             std::memcpy(values + k, &v, sizeof v);
         }
         const qint64 steps = w.samples * w.localEpochs;
-        const QCborMap header{{QStringLiteral("lease"), w.leaseId},
-                              {QStringLiteral("loss"), 0.5 + 0.1 * uniform(w)},
-                              {QStringLiteral("sample_steps"), steps},
-                              {QStringLiteral("covered"), w.samples},
-                              {QStringLiteral("seconds"), double(now - w.leaseAtNs) / 1e9},
-                              {QStringLiteral("partial"), false},
-                              {QStringLiteral("weights"), m_manifest}};
+        const net::ResultMsg header{
+            w.leaseId, 0.5 + 0.1 * uniform(w), steps, w.samples, double(now - w.leaseAtNs) / 1e9, false, m_manifest};
         w.resultSentNs = now;
-        w.socket->write(net::encodeMessage(MessageType::Result, header, weights));
+        w.socket->write(net::encodeMessage(header, weights));
     }
 
     void tick()

@@ -1,11 +1,9 @@
 #include "bridge/CoordinatorServer.h"
 
 #include "bridge/BridgeLog.h"
-#include "common/Cbor.h"
 #include "common/Sha256.h"
 #include "engine/WireFormat.h"
 
-#include <QCborArray>
 #include <QCryptographicHash>
 #include <QFile>
 #include <QJsonDocument>
@@ -17,11 +15,16 @@ namespace {
 
 using net::MessageType;
 
-QCborMap ack(qint64 leaseId, const QString &status, const QString &reason, qint64 seq = 0, qint64 version = 0)
+// The header as its message's struct, or nothing when it is malformed: then the connection
+// is closed, as for any other violation of the protocol.
+template <typename Msg>
+std::optional<Msg> decoded(net::CoordinatorEndpoint &endpoint, qint64 connectionId, const net::Message &message)
 {
-    return QCborMap{{QStringLiteral("lease"), leaseId}, {QStringLiteral("status"), status},
-                    {QStringLiteral("reason"), reason},  {QStringLiteral("seq"), seq},
-                    {QStringLiteral("version"), version}};
+    auto m = Msg::decode(message.header);
+    if (m)
+        return std::move(m).value();
+    endpoint.close(connectionId, m.error());
+    return std::nullopt;
 }
 
 } // namespace
@@ -62,10 +65,9 @@ Result<std::unique_ptr<CoordinatorServer>> CoordinatorServer::create(Coordinator
     connect(service, &CoordinatorService::leaseSuperseded, self, [self](qint64 workerId, qint64 leaseId) {
         for (const auto &[connection, session] : self->m_sessions)
             if (session.workerId == workerId)
-                self->m_endpoint->send(connection, MessageType::Cancel,
-                                       QCborMap{{QStringLiteral("lease"), leaseId},
-                                                {QStringLiteral("reason"),
-                                                 QStringLiteral("another worker's result completed the subtask")}});
+                self->m_endpoint->send(
+                    connection,
+                    net::CancelMsg{leaseId, QStringLiteral("another worker's result completed the subtask")});
     });
     return s;
 }
@@ -83,15 +85,15 @@ Result<void> CoordinatorServer::listen()
     return m_endpoint->listen();
 }
 
-void CoordinatorServer::onHello(const net::PeerInfo &peer, const QCborMap &hello)
+void CoordinatorServer::onHello(const net::PeerInfo &peer, const net::HelloMsg &hello)
 {
     WorkerInfo info;
     info.name = peer.workerName;
-    info.instanceType = hello.value(QStringLiteral("instance_type")).toString();
-    info.priceClass = hello.value(QStringLiteral("price_class")).toString();
-    info.device = hello.value(QStringLiteral("device")).toString().left(16);
-    info.threads = int(std::clamp<qint64>(cborInteger(hello.value(QStringLiteral("threads"))), 0, 4096));
-    info.samplesPerSecond = hello.value(QStringLiteral("samples_per_second")).toDouble();
+    info.instanceType = hello.instanceType;
+    info.priceClass = hello.priceClass;
+    info.device = hello.device.left(16);
+    info.threads = int(std::clamp<qint64>(hello.threads, 0, 4096));
+    info.samplesPerSecond = hello.samplesPerSecond;
     if (!std::isfinite(info.samplesPerSecond) || info.samplesPerSecond < 0)
         info.samplesPerSecond = 0;
     Pending pending;
@@ -146,24 +148,20 @@ void CoordinatorServer::onJoined(qint64 ticket, qint64 workerId, const QString &
         m_addresses.insert(workerId, peer.address);
     }
 
-    QCborArray shape;
-    for (const auto d : m_data->inputShape)
-        shape.append(static_cast<qint64>(d));
-    m_endpoint->send(peer.connectionId, MessageType::Welcome,
-                     QCborMap{{QStringLiteral("worker_id"), workerId},
-                              {QStringLiteral("job"), m_spec.name},
-                              {QStringLiteral("model"),
-                               QString::fromUtf8(QJsonDocument(m_spec.toJson().value(QStringLiteral("model")).toObject())
-                                                     .toJson(QJsonDocument::Compact))},
-                              {QStringLiteral("model_sha256"), m_modelSha256},
-                              {QStringLiteral("input_shape"), shape},
-                              {QStringLiteral("classes"), m_data->numClasses},
-                              {QStringLiteral("layout"), m_layout.digest()},
-                              {QStringLiteral("weights"), weightManifest(m_layout)},
-                              {QStringLiteral("seed"), static_cast<qint64>(m_spec.training.seed)},
-                              {QStringLiteral("heartbeat_ms"), m_spec.fleet.heartbeatIntervalMs()},
-                              {QStringLiteral("heartbeat_timeout_ms"),
-                               qint64(m_spec.fleet.heartbeatTimeoutSeconds * 1000.0)}});
+    net::WelcomeMsg welcome;
+    welcome.workerId = workerId;
+    welcome.job = m_spec.name;
+    welcome.model = QString::fromUtf8(
+        QJsonDocument(m_spec.toJson().value(QStringLiteral("model")).toObject()).toJson(QJsonDocument::Compact));
+    welcome.modelSha256 = m_modelSha256;
+    welcome.inputShape.assign(m_data->inputShape.begin(), m_data->inputShape.end());
+    welcome.classes = m_data->numClasses;
+    welcome.layout = m_layout.digest();
+    welcome.weights = weightManifest(m_layout);
+    welcome.seed = m_spec.training.seed;
+    welcome.heartbeatMs = m_spec.fleet.heartbeatIntervalMs();
+    welcome.heartbeatTimeoutMs = qint64(m_spec.fleet.heartbeatTimeoutSeconds * 1000.0);
+    m_endpoint->send(peer.connectionId, welcome);
 }
 
 void CoordinatorServer::onMessage(qint64 connectionId, const net::Message &message)
@@ -174,31 +172,37 @@ void CoordinatorServer::onMessage(qint64 connectionId, const net::Message &messa
     const Session session = it->second;
     switch (message.type) {
     case MessageType::Request: {
+        const auto request = decoded<net::RequestMsg>(*m_endpoint, connectionId, message);
+        if (!request)
+            return;
         Pending pending;
         pending.connectionId = connectionId;
         pending.workerId = session.workerId;
-        m_requests[m_service->request(session.workerId,
-                                      message.header.value(QStringLiteral("samples_per_second")).toDouble())] = pending;
+        m_requests[m_service->request(session.workerId, request->samplesPerSecond)] = pending;
         return;
     }
     case MessageType::ShardRequest:
-        sendShard(connectionId, message.header);
+        if (const auto request = decoded<net::ShardRequestMsg>(*m_endpoint, connectionId, message))
+            sendShard(connectionId, *request);
         return;
     case MessageType::Heartbeat:
-        m_service->heartbeat(session.workerId, cborInteger(message.header.value(QStringLiteral("lease"))),
-                                 cborInteger(message.header.value(QStringLiteral("done"))),
-                                 cborInteger(message.header.value(QStringLiteral("planned"))));
+        if (const auto beat = decoded<net::HeartbeatMsg>(*m_endpoint, connectionId, message))
+            m_service->heartbeat(session.workerId, beat->lease, beat->done, beat->planned);
         return;
     case MessageType::Result:
-        receiveResult(connectionId, session, message);
+        if (const auto result = decoded<net::ResultMsg>(*m_endpoint, connectionId, message))
+            receiveResult(connectionId, session, *result, message.payload);
         return;
     case MessageType::HandBack:
-        m_service->handBack(session.workerId, cborInteger(message.header.value(QStringLiteral("lease"))),
-                                QStringLiteral("handed back by the worker: %1")
-                                    .arg(message.header.value(QStringLiteral("reason")).toString().left(500)));
+        if (const auto handBack = decoded<net::HandBackMsg>(*m_endpoint, connectionId, message))
+            m_service->handBack(session.workerId, handBack->lease,
+                                QStringLiteral("handed back by the worker: %1").arg(handBack->reason.left(500)));
         return;
     case MessageType::Bye: {
-        const QString reason = message.header.value(QStringLiteral("reason")).toString().left(500);
+        const auto bye = decoded<net::ByeMsg>(*m_endpoint, connectionId, message);
+        if (!bye)
+            return;
+        const QString reason = bye->reason.left(500);
         if (reason == QLatin1String("preempted"))
             m_service->recordEvent(EventKind::WorkerPreempted, session.workerId,
                                        QStringLiteral("preemption notice: the worker handed in its work and left"));
@@ -249,59 +253,57 @@ void CoordinatorServer::onAssigned(qint64 ticket, const std::optional<Assignment
     if (!a) {
         // Jittered, so that idle workers at an epoch's end do not all ask again at once.
         const int retryMs = 250 + int(QRandomGenerator::global()->bounded(500));
-        m_endpoint->send(connectionId, MessageType::NoWork,
-                         QCborMap{{QStringLiteral("retry_ms"), retryMs}, {QStringLiteral("finished"), finished}});
+        m_endpoint->send(connectionId, net::NoWorkMsg{retryMs, finished});
         return;
     }
     const TrainConfig &c = a->config;
-    const QCborMap header{{QStringLiteral("lease"), a->leaseId},
-                          {QStringLiteral("subtask"), a->subtaskId},
-                          {QStringLiteral("epoch"), a->epoch},
-                          {QStringLiteral("shard"), a->shard},
-                          {QStringLiteral("begin"), a->begin},
-                          {QStringLiteral("end"), a->end},
-                          {QStringLiteral("base_version"), a->baseVersion},
-                          {QStringLiteral("deadline_ms"), a->deadlineMs},
-                          {QStringLiteral("shard_samples"), qint64(m_data->plan.shardSize(a->shard))},
-                          {QStringLiteral("shard_sha256"), shardSha(a->shard)},
-                          {QStringLiteral("optimizer"), c.optimizer},
-                          {QStringLiteral("learning_rate"), c.learningRate},
-                          {QStringLiteral("momentum"), c.momentum},
-                          {QStringLiteral("weight_decay"), c.weightDecay},
-                          {QStringLiteral("batch_size"), c.batchSize},
-                          {QStringLiteral("local_epochs"), c.localEpochs},
-                          {QStringLiteral("local_steps"), c.localSteps},
-                          {QStringLiteral("seed"), static_cast<qint64>(c.seed)}};
-    m_endpoint->send(connectionId, MessageType::Assign, header, weightBytes(*a));
+    net::AssignMsg assign;
+    assign.lease = a->leaseId;
+    assign.subtask = a->subtaskId;
+    assign.epoch = a->epoch;
+    assign.shard = a->shard;
+    assign.begin = a->begin;
+    assign.end = a->end;
+    assign.baseVersion = a->baseVersion;
+    assign.deadlineMs = a->deadlineMs;
+    assign.shardSamples = qint64(m_data->plan.shardSize(a->shard));
+    assign.shardSha256 = shardSha(a->shard);
+    assign.optimizer = c.optimizer;
+    assign.learningRate = c.learningRate;
+    assign.momentum = c.momentum;
+    assign.weightDecay = c.weightDecay;
+    assign.batchSize = c.batchSize;
+    assign.localEpochs = c.localEpochs;
+    assign.localSteps = c.localSteps;
+    assign.seed = c.seed;
+    m_endpoint->send(connectionId, assign, weightBytes(*a));
 }
 
-void CoordinatorServer::sendShard(qint64 connectionId, const QCborMap &request)
+void CoordinatorServer::sendShard(qint64 connectionId, const net::ShardRequestMsg &request)
 {
-    const qint64 shard = cborInteger(request.value(QStringLiteral("shard")), -1);
-    if (shard < 0 || shard >= m_data->plan.numShards()) {
+    const qint64 shard = request.shard;
+    if (shard >= m_data->plan.numShards()) {
         m_endpoint->close(connectionId, QStringLiteral("asked for shard %1, which this job does not have").arg(shard));
         return;
     }
     const Dataset samples = m_data->train.select(m_data->plan.shard(int(shard)));
-    QCborMap header = shardManifest(samples);
-    header.insert(QStringLiteral("shard"), shard);
-    m_endpoint->send(connectionId, MessageType::ShardData, header, shardToBytes(samples));
+    m_endpoint->send(connectionId, net::ShardDataMsg{shard, shardManifest(samples)}, shardToBytes(samples));
 }
 
-void CoordinatorServer::receiveResult(qint64 connectionId, const Session &session, const net::Message &message)
+void CoordinatorServer::receiveResult(qint64 connectionId, const Session &session, const net::ResultMsg &header,
+                                      const QByteArray &payload)
 {
-    const QCborMap &h = message.header;
     SubtaskResult r;
-    r.leaseId = cborInteger(h.value(QStringLiteral("lease")));
-    r.meanLoss = h.value(QStringLiteral("loss")).toDouble();
-    r.sampleSteps = cborInteger(h.value(QStringLiteral("sample_steps")));
-    r.covered = cborInteger(h.value(QStringLiteral("covered")));
-    r.seconds = h.value(QStringLiteral("seconds")).toDouble();
-    r.partial = h.value(QStringLiteral("partial")).toBool();
+    r.leaseId = header.lease;
+    r.meanLoss = header.loss;
+    r.sampleSteps = header.sampleSteps;
+    r.covered = header.covered;
+    r.seconds = header.seconds;
+    r.partial = header.partial;
     // The manifest and the bytes are checked before the weights become a tensor.
-    if (auto manifest = checkWeightManifest(h.value(QStringLiteral("weights")).toMap(), m_layout); !manifest) {
+    if (auto manifest = checkWeightManifest(header.weights, m_layout); !manifest) {
         r.invalidReason = manifest.error();
-    } else if (auto weights = weightsFromBytes(message.payload, m_layout); !weights) {
+    } else if (auto weights = weightsFromBytes(payload, m_layout); !weights) {
         r.invalidReason = weights.error();
     } else {
         r.weights = *weights;
@@ -327,7 +329,7 @@ void CoordinatorServer::onSubmitted(qint64 ticket, const SubmitReply &reply)
                            : reply.status == SubmitStatus::Held      ? QStringLiteral("held")
                            : reply.status == SubmitStatus::Duplicate ? QStringLiteral("duplicate")
                                                                      : QStringLiteral("rejected");
-    m_endpoint->send(connectionId, MessageType::Ack, ack(pending.leaseId, status, reply.reason, reply.seq, reply.version));
+    m_endpoint->send(connectionId, net::AckMsg{pending.leaseId, status, reply.reason, reply.seq, reply.version});
     // A duplicate is what an honest worker sends after a reconnect; a rejected result is not.
     if (reply.status == SubmitStatus::Rejected)
         m_endpoint->close(connectionId, QStringLiteral("its result was rejected: %1").arg(reply.reason));

@@ -54,12 +54,13 @@ private:
     };
 
     CoordinatorServer() = default;
-    void onHello(const net::PeerInfo &peer, const QCborMap &hello);
+    void onHello(const net::PeerInfo &peer, const net::HelloMsg &hello);
     void onJoined(qint64 ticket, qint64 workerId, const QString &error);
     void onMessage(qint64 connectionId, const net::Message &message);
     void onAssigned(qint64 ticket, const std::optional<Assignment> &assignment, bool finished);
-    void sendShard(qint64 connectionId, const QCborMap &request);
-    void receiveResult(qint64 connectionId, const Session &session, const net::Message &message);
+    void sendShard(qint64 connectionId, const net::ShardRequestMsg &request);
+    void receiveResult(qint64 connectionId, const Session &session, const net::ResultMsg &header,
+                       const QByteArray &payload);
     void onSubmitted(qint64 ticket, const SubmitReply &reply);
     void onClosed(qint64 connectionId);
     QByteArray shardSha(int shard);

@@ -1,11 +1,9 @@
 #include "bridge/WorkerAgent.h"
 
 #include "bridge/BridgeLog.h"
-#include "common/Cbor.h"
 #include "engine/JobData.h"
 #include "engine/WireFormat.h"
 
-#include <QCborArray>
 #include <QCryptographicHash>
 #include <QDir>
 #include <QFile>
@@ -20,6 +18,18 @@ namespace flotilla {
 namespace {
 
 using net::MessageType;
+
+// The header as its message's struct, or nothing when it is malformed: then the client
+// reconnects, as it does when a frame is malformed.
+template <typename Msg>
+std::optional<Msg> decoded(net::WorkerClient &client, const net::Message &message)
+{
+    auto m = Msg::decode(message.header);
+    if (m)
+        return std::move(m).value();
+    client.reconnect(QStringLiteral("the coordinator sent something malformed: %1").arg(m.error()));
+    return std::nullopt;
+}
 
 } // namespace
 
@@ -43,9 +53,7 @@ WorkerAgent::WorkerAgent(Options options, QObject *parent)
     connect(&m_heartbeat, &QTimer::timeout, this, [this] {
         Q_EMIT statusChanged();
         if (m_client->isConnected())
-            m_client->send(MessageType::Heartbeat, QCborMap{{QStringLiteral("lease"), m_current ? m_current->leaseId : 0},
-                                                            {QStringLiteral("done"), m_done.load()},
-                                                            {QStringLiteral("planned"), m_planned.load()}});
+            m_client->send(net::HeartbeatMsg{m_current ? m_current->leaseId : 0, m_done.load(), m_planned.load()});
     });
     m_retry.setSingleShot(true);
     connect(&m_retry, &QTimer::timeout, this, &WorkerAgent::requestWork);
@@ -69,26 +77,32 @@ Result<void> WorkerAgent::start(const std::optional<net::JoinToken> &token)
     auto device = selectDevice(m_options.device);
     if (!device)
         return device.takeError();
-    m_client->start(QCborMap{{QStringLiteral("instance_type"), m_options.instanceType},
-                             {QStringLiteral("price_class"), m_options.priceClass},
-                             {QStringLiteral("device"), deviceDescription(*device)},
-                             {QStringLiteral("threads"), m_options.threads},
-                             {QStringLiteral("samples_per_second"), m_speed}});
+    net::HelloMsg hello;
+    hello.instanceType = m_options.instanceType;
+    hello.priceClass = m_options.priceClass;
+    hello.device = deviceDescription(*device);
+    hello.threads = m_options.threads;
+    hello.samplesPerSecond = m_speed;
+    m_client->start(hello);
     m_heartbeat.start();
     return {};
 }
 
-void WorkerAgent::onWelcomed(const QCborMap &welcome)
+void WorkerAgent::onWelcomed(const QCborMap &header)
 {
-    qCInfo(lcBridge).noquote() << "connected to" << m_client->coordinatorAddress() << "for job"
-                            << welcome.value(QStringLiteral("job")).toString() << "as worker"
-                            << cborInteger(welcome.value(QStringLiteral("worker_id")));
-    const QString layout = welcome.value(QStringLiteral("layout")).toString();
-    m_jobSeed = quint64(cborInteger(welcome.value(QStringLiteral("seed"))));
+    auto welcome = net::WelcomeMsg::decode(header);
+    if (!welcome) {
+        finish(1, QStringLiteral("the coordinator's welcome cannot be read: %1").arg(welcome.error()));
+        return;
+    }
+    qCInfo(lcBridge).noquote() << "connected to" << m_client->coordinatorAddress() << "for job" << welcome->job
+                               << "as worker" << welcome->workerId;
+    const QString layout = welcome->layout;
+    m_jobSeed = welcome->seed;
     // The coordinator says how often to beat; a value that would miss its own timeout (or an
     // older coordinator that says nothing) falls back to a safe one.
-    const qint64 timeoutMs = cborInteger(welcome.value(QStringLiteral("heartbeat_timeout_ms")), 30000);
-    qint64 intervalMs = cborInteger(welcome.value(QStringLiteral("heartbeat_ms")), 2000);
+    const qint64 timeoutMs = welcome->heartbeatTimeoutMs;
+    qint64 intervalMs = welcome->heartbeatMs;
     if (intervalMs < 100 || timeoutMs <= 0 || intervalMs * 2 > timeoutMs) {
         const qint64 safe = std::clamp<qint64>(timeoutMs / 4, 100, 2000);
         qCWarning(lcBridge).noquote() << "the coordinator's heartbeat interval" << intervalMs << "ms does not fit its"
@@ -102,7 +116,7 @@ void WorkerAgent::onWelcomed(const QCborMap &welcome)
             m_training.waitForFinished();
         }
         auto spec = JobSpec::defaultJob();
-        const QJsonObject model = QJsonDocument::fromJson(welcome.value(QStringLiteral("model")).toString().toUtf8()).object();
+        const QJsonObject model = QJsonDocument::fromJson(welcome->model.toUtf8()).object();
         auto parsed = JobSpec::fromJson(QJsonObject{{QStringLiteral("model"), model}});
         if (!parsed && model.value(QStringLiteral("kind")).toString() != QLatin1String("torchscript")) {
             finish(1, QStringLiteral("the coordinator's model description cannot be read: %1").arg(parsed.error()));
@@ -116,17 +130,15 @@ void WorkerAgent::onWelcomed(const QCborMap &welcome)
             QFile file(m_options.modelFile);
             QCryptographicHash hash(QCryptographicHash::Sha256);
             if (m_options.modelFile.isEmpty() || !file.open(QIODevice::ReadOnly) || !hash.addData(&file)
-                || QString::fromLatin1(hash.result().toHex()) != welcome.value(QStringLiteral("model_sha256")).toString()) {
+                || QString::fromLatin1(hash.result().toHex()) != welcome->modelSha256) {
                 finish(1, QStringLiteral("the job trains a TorchScript model; start the worker with --model-file pointing "
                                          "to a copy of it (SHA-256 %1)")
-                              .arg(welcome.value(QStringLiteral("model_sha256")).toString()));
+                              .arg(welcome->modelSha256));
                 return;
             }
         }
-        std::vector<std::int64_t> shape;
-        for (const auto &d : welcome.value(QStringLiteral("input_shape")).toArray())
-            shape.push_back(cborInteger(d));
-        auto session = WorkerSession::create(modelSpec, shape, int(cborInteger(welcome.value(QStringLiteral("classes")))),
+        const std::vector<std::int64_t> shape(welcome->inputShape.begin(), welcome->inputShape.end());
+        auto session = WorkerSession::create(modelSpec, shape, int(welcome->classes),
                                              m_options.device, layout);
         if (!session) {
             finish(1, session.error());
@@ -186,7 +198,7 @@ void WorkerAgent::requestWork()
 {
     if (m_preempting || m_finished || m_suspended || m_current || m_pending || !m_client->isConnected())
         return;
-    m_client->send(MessageType::Request, QCborMap{{QStringLiteral("samples_per_second"), m_speed}});
+    m_client->send(net::RequestMsg{m_speed});
 }
 
 void WorkerAgent::onMessage(const net::Message &message)
@@ -198,37 +210,44 @@ void WorkerAgent::onMessage(const net::Message &message)
     case MessageType::ShardData:
         onShard(message);
         return;
-    case MessageType::NoWork:
-        if (message.header.value(QStringLiteral("finished")).toBool()) {
-            m_client->send(MessageType::Bye, QCborMap{{QStringLiteral("reason"), QStringLiteral("the job is finished")}});
+    case MessageType::NoWork: {
+        const auto noWork = decoded<net::NoWorkMsg>(*m_client, message);
+        if (!noWork)
+            return;
+        if (noWork->finished) {
+            m_client->send(net::ByeMsg{QStringLiteral("the job is finished")});
             finish(0, QStringLiteral("the job is finished"));
             return;
         }
-        m_retry.start(int(std::clamp<qint64>(cborInteger(message.header.value(QStringLiteral("retry_ms"))), 50, 10000)));
+        m_retry.start(int(std::clamp<qint64>(noWork->retryMs, 50, 10000)));
         return;
+    }
     case MessageType::Ack: {
-        const qint64 lease = cborInteger(message.header.value(QStringLiteral("lease")));
-        const QString status = message.header.value(QStringLiteral("status")).toString();
-        if (m_pending && m_pending->leaseId == lease)
+        const auto ack = decoded<net::AckMsg>(*m_client, message);
+        if (!ack)
+            return;
+        if (m_pending && m_pending->leaseId == ack->lease)
             m_pending.reset();
         // "held": kept for comparison with another worker's result of the same subtask.
-        if (status != QLatin1String("assimilated") && status != QLatin1String("held"))
-            qCWarning(lcBridge).noquote() << "result of lease" << lease << "was" << status << "-"
-                                       << message.header.value(QStringLiteral("reason")).toString();
+        if (ack->status != QLatin1String("assimilated") && ack->status != QLatin1String("held"))
+            qCWarning(lcBridge).noquote() << "result of lease" << ack->lease << "was" << ack->status << "-"
+                                       << ack->reason;
         if (m_preempting) {
-            m_client->send(MessageType::Bye, QCborMap{{QStringLiteral("reason"), QStringLiteral("preempted")}});
+            m_client->send(net::ByeMsg{QStringLiteral("preempted")});
             finish(0, QStringLiteral("preempted: the partial result was handed in"));
             return;
         }
         requestWork();
         return;
     }
-    case MessageType::Cancel:
-        if (m_current && m_current->leaseId == cborInteger(message.header.value(QStringLiteral("lease")))) {
+    case MessageType::Cancel: {
+        const auto cancel = decoded<net::CancelMsg>(*m_client, message);
+        if (cancel && m_current && m_current->leaseId == cancel->lease) {
             m_superseded = true;
             m_cancel = true;
         }
         return;
+    }
     default:
         qCWarning(lcBridge).noquote() << "ignored an unexpected" << net::describe(message.type) << "message";
     }
@@ -236,36 +255,37 @@ void WorkerAgent::onMessage(const net::Message &message)
 
 void WorkerAgent::onAssign(const net::Message &message)
 {
-    const QCborMap &h = message.header;
+    const auto assign = decoded<net::AssignMsg>(*m_client, message);
+    if (!assign)
+        return;
+    const net::AssignMsg &a = *assign;
     if (!m_session || m_current) {
-        m_client->send(MessageType::HandBack, QCborMap{{QStringLiteral("lease"), cborInteger(h.value(QStringLiteral("lease")))},
-                                                       {QStringLiteral("reason"), QStringLiteral("the worker was not ready")}});
+        m_client->send(net::HandBackMsg{a.lease, QStringLiteral("the worker was not ready")});
         return;
     }
     auto weights = weightsFromBytes(message.payload, m_session->layout());
     if (!weights) {
-        m_client->send(MessageType::HandBack, QCborMap{{QStringLiteral("lease"), cborInteger(h.value(QStringLiteral("lease")))},
-                                                       {QStringLiteral("reason"), weights.error()}});
+        m_client->send(net::HandBackMsg{a.lease, weights.error()});
         return;
     }
     Current c;
-    c.leaseId = cborInteger(h.value(QStringLiteral("lease")));
-    c.shard = int(cborInteger(h.value(QStringLiteral("shard"))));
-    c.shardSha = h.value(QStringLiteral("shard_sha256")).toByteArray();
-    c.shardSamples = cborInteger(h.value(QStringLiteral("shard_samples")));
+    c.leaseId = a.lease;
+    c.shard = int(a.shard);
+    c.shardSha = a.shardSha256;
+    c.shardSamples = a.shardSamples;
     c.work.shard = c.shard;
-    c.work.epoch = int(cborInteger(h.value(QStringLiteral("epoch"))));
-    c.work.begin = cborInteger(h.value(QStringLiteral("begin")));
-    c.work.end = cborInteger(h.value(QStringLiteral("end")));
+    c.work.epoch = int(a.epoch);
+    c.work.begin = a.begin;
+    c.work.end = a.end;
     c.work.jobSeed = m_jobSeed;
-    c.work.config.optimizer = h.value(QStringLiteral("optimizer")).toString();
-    c.work.config.learningRate = h.value(QStringLiteral("learning_rate")).toDouble();
-    c.work.config.momentum = h.value(QStringLiteral("momentum")).toDouble();
-    c.work.config.weightDecay = h.value(QStringLiteral("weight_decay")).toDouble();
-    c.work.config.batchSize = int(cborInteger(h.value(QStringLiteral("batch_size"))));
-    c.work.config.localEpochs = int(cborInteger(h.value(QStringLiteral("local_epochs"))));
-    c.work.config.localSteps = int(cborInteger(h.value(QStringLiteral("local_steps"))));
-    c.work.config.seed = quint64(cborInteger(h.value(QStringLiteral("seed"))));
+    c.work.config.optimizer = a.optimizer;
+    c.work.config.learningRate = a.learningRate;
+    c.work.config.momentum = a.momentum;
+    c.work.config.weightDecay = a.weightDecay;
+    c.work.config.batchSize = int(a.batchSize);
+    c.work.config.localEpochs = int(a.localEpochs);
+    c.work.config.localSteps = int(a.localSteps);
+    c.work.config.seed = a.seed;
     c.work.config.threads = m_options.threads;
     c.weights = *weights;
     if (auto cached = m_shards.find(c.shardSha)) {
@@ -277,32 +297,32 @@ void WorkerAgent::onAssign(const net::Message &message)
     }
     m_current = c;
     qCInfo(lcBridge).noquote() << "downloading shard" << c.shard;
-    m_client->send(MessageType::ShardRequest, QCborMap{{QStringLiteral("shard"), c.shard}});
+    m_client->send(net::ShardRequestMsg{c.shard});
 }
 
 void WorkerAgent::onShard(const net::Message &message)
 {
     if (!m_current)
         return;
+    const auto data = decoded<net::ShardDataMsg>(*m_client, message);
+    if (!data)
+        return;
     // The digest covers the manifest's normalization and augmentation too, not only the bytes.
-    const QByteArray sha = shardDigest(message.header, message.payload);
+    const QByteArray sha = shardDigest(data->manifest, message.payload);
     if (sha != m_current->shardSha) {
-        m_client->send(MessageType::HandBack, QCborMap{{QStringLiteral("lease"), m_current->leaseId},
-                                                       {QStringLiteral("reason"),
-                                                        QStringLiteral("the shard data does not match its SHA-256")}});
+        m_client->send(net::HandBackMsg{m_current->leaseId, QStringLiteral("the shard data does not match its SHA-256")});
         m_current.reset();
         requestWork();
         return;
     }
-    auto shard = shardFromBytes(message.payload, message.header);
+    auto shard = shardFromBytes(message.payload, data->manifest);
     if (!shard) {
-        m_client->send(MessageType::HandBack, QCborMap{{QStringLiteral("lease"), m_current->leaseId},
-                                                       {QStringLiteral("reason"), shard.error()}});
+        m_client->send(net::HandBackMsg{m_current->leaseId, shard.error()});
         m_current.reset();
         requestWork();
         return;
     }
-    m_shards.insert(sha, message.header, message.payload, *shard);
+    m_shards.insert(sha, data->manifest, message.payload, *shard);
     m_current->samples = std::move(shard).value();
     train();
 }
@@ -346,8 +366,7 @@ void WorkerAgent::onTrained()
     }
     if (!outcome) {
         qCWarning(lcBridge).noquote() << "subtask failed:" << outcome.error();
-        m_client->send(MessageType::HandBack,
-                       QCborMap{{QStringLiteral("lease"), c.leaseId}, {QStringLiteral("reason"), outcome.error()}});
+        m_client->send(net::HandBackMsg{c.leaseId, outcome.error()});
         if (m_preempting)
             finish(0, QStringLiteral("preempted"));
         else
@@ -355,10 +374,9 @@ void WorkerAgent::onTrained()
         return;
     }
     if (outcome->covered == 0) {
-        m_client->send(MessageType::HandBack, QCborMap{{QStringLiteral("lease"), c.leaseId},
-                                                       {QStringLiteral("reason"), QStringLiteral("preempted before the first batch")}});
+        m_client->send(net::HandBackMsg{c.leaseId, QStringLiteral("preempted before the first batch")});
         if (m_preempting) {
-            m_client->send(MessageType::Bye, QCborMap{{QStringLiteral("reason"), QStringLiteral("preempted")}});
+            m_client->send(net::ByeMsg{QStringLiteral("preempted")});
             finish(0, QStringLiteral("preempted before training anything"));
         }
         return;
@@ -370,13 +388,8 @@ void WorkerAgent::onTrained()
     if (m_options.resultHook)
         m_options.resultHook(result, c.weights);
     m_pending = Pending{c.leaseId,
-                        QCborMap{{QStringLiteral("lease"), c.leaseId},
-                                 {QStringLiteral("loss"), result.meanLoss},
-                                 {QStringLiteral("sample_steps"), qint64(result.sampleSteps)},
-                                 {QStringLiteral("covered"), qint64(result.covered)},
-                                 {QStringLiteral("seconds"), result.seconds},
-                                 {QStringLiteral("partial"), result.partial},
-                                 {QStringLiteral("weights"), weightManifest(m_session->layout())}},
+                        net::ResultMsg{c.leaseId, result.meanLoss, qint64(result.sampleSteps), qint64(result.covered),
+                                       result.seconds, result.partial, weightManifest(m_session->layout())},
                         weightsToBytes(result.weights)};
     sendPending();
 }
@@ -384,7 +397,7 @@ void WorkerAgent::onTrained()
 void WorkerAgent::sendPending()
 {
     if (m_pending && m_client->isConnected())
-        m_client->send(MessageType::Result, m_pending->header, m_pending->payload);
+        m_client->send(m_pending->header, m_pending->payload);
 }
 
 void WorkerAgent::preemptionNotice()
@@ -404,11 +417,10 @@ void WorkerAgent::preemptionNotice()
     }
     if (m_current) {
         // Leased but not training yet (the shard was still on its way): give it back at once.
-        m_client->send(MessageType::HandBack, QCborMap{{QStringLiteral("lease"), m_current->leaseId},
-                                                       {QStringLiteral("reason"), QStringLiteral("preempted before training")}});
+        m_client->send(net::HandBackMsg{m_current->leaseId, QStringLiteral("preempted before training")});
         m_current.reset();
     }
-    m_client->send(MessageType::Bye, QCborMap{{QStringLiteral("reason"), QStringLiteral("preempted")}});
+    m_client->send(net::ByeMsg{QStringLiteral("preempted")});
     finish(0, QStringLiteral("preempted while idle"));
 }
 

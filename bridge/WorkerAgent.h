@@ -91,7 +91,7 @@ private:
     struct Pending
     {
         qint64 leaseId = 0;
-        QCborMap header;
+        net::ResultMsg header;
         QByteArray payload;
     };
 

@@ -464,9 +464,8 @@ void CoordinatorEndpoint::handle(Connection &c, Message message)
         return;
     }
     if (message.type == MessageType::Error) {
-        drop(id, QStringLiteral("the worker reported an error: %1")
-                     .arg(message.header.value(QStringLiteral("reason")).toString()),
-             false);
+        auto error = ErrorMsg::decode(message.header);
+        drop(id, error ? QStringLiteral("the worker reported an error: %1").arg(error->reason) : error.error(), false);
         return;
     }
     if (!c.authenticated) {
@@ -485,9 +484,14 @@ void CoordinatorEndpoint::handle(Connection &c, Message message)
             drop(id, QStringLiteral("sent %1 before Hello").arg(describe(message.type)), false);
             return;
         }
+        auto hello = HelloMsg::decode(message.header);
+        if (!hello) {
+            drop(id, hello.error(), false);
+            return;
+        }
         // The certificate names the worker; a Hello may not rename it, or the name on the
         // dashboard and the one `flotilla revoke` matches could be two different machines.
-        const QString said = message.header.value(QStringLiteral("name")).toString();
+        const QString said = hello->name;
         if (!said.isEmpty() && said != c.peer.workerName) {
             drop(id, QStringLiteral("said Hello as '%1', but its certificate was issued to worker '%2': a worker keeps "
                                     "the name it joined with (start it with --name %2, or join again under the new "
@@ -498,7 +502,7 @@ void CoordinatorEndpoint::handle(Connection &c, Message message)
         }
         c.stage = Stage::Worker;
         authenticated(c);
-        Q_EMIT helloReceived(c.peer, message.header);
+        Q_EMIT helloReceived(c.peer, *hello);
         return;
     }
     if (message.type == MessageType::Hello || message.type == MessageType::Redeem) {
@@ -547,9 +551,13 @@ void CoordinatorEndpoint::enroll(Connection &c, const Message &message)
              false);
         return;
     }
-    const QByteArray tokenId = message.header.value(QStringLiteral("token_id")).toByteArray();
-    const QByteArray secret = message.header.value(QStringLiteral("secret")).toByteArray();
-    const QString name = message.header.value(QStringLiteral("name")).toString();
+    auto redeem = RedeemMsg::decode(message.header);
+    if (!redeem) {
+        joinFailed(c.source);
+        drop(c.id, QStringLiteral("join refused: %1").arg(redeem.error()), true);
+        return;
+    }
+    const QString name = redeem->name;
     if (name.isEmpty() || name.size() > kMaxName) {
         joinFailed(c.source);
         drop(c.id, QStringLiteral("tried to join without a worker name of 1 to %1 characters").arg(kMaxName), true);
@@ -563,7 +571,7 @@ void CoordinatorEndpoint::enroll(Connection &c, const Message &message)
         drop(c.id, QStringLiteral("join refused: %1").arg(cert.error()), true);
         return;
     }
-    if (auto redeemed = m_trust.redeem(tokenId, secret, now); !redeemed) {
+    if (auto redeemed = m_trust.redeem(redeem->tokenId, redeem->secret, now); !redeemed) {
         joinFailed(c.source);
         drop(c.id, QStringLiteral("join refused: %1").arg(redeemed.error()), true);
         return;
@@ -577,10 +585,7 @@ void CoordinatorEndpoint::enroll(Connection &c, const Message &message)
                             << QString::fromLatin1(fingerprint.toHex().left(16));
     // Its work here is done: it hangs up and comes back with the certificate.
     authenticated(c);
-    c.socket->write(encodeMessage(MessageType::Enrolled,
-                                  QCborMap{{QStringLiteral("name"), name},
-                                           {QStringLiteral("fingerprint"), fingerprint}},
-                                  *cert));
+    c.socket->write(encodeMessage(EnrolledMsg{name, fingerprint}, *cert));
     c.socket->disconnectFromHost();
 }
 
@@ -632,8 +637,7 @@ void CoordinatorEndpoint::drop(qint64 id, const QString &reason, bool fatal, boo
                 socket->abort();
                 socket->deleteLater();
             });
-            socket->write(encodeMessage(MessageType::Error, QCborMap{{QStringLiteral("reason"), reason},
-                                                                     {QStringLiteral("fatal"), fatal}}));
+            socket->write(encodeMessage(ErrorMsg{reason, fatal}));
             socket->flush();
             socket->disconnectFromHost();
         }

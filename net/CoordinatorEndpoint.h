@@ -14,6 +14,7 @@
 // thread).
 
 #include "net/Frame.h"
+#include "net/Messages.h"
 #include "net/Pki.h"
 #include "net/TrustStore.h"
 
@@ -99,6 +100,11 @@ public:
     void setPayloadLimit(MessageType type, std::uint64_t bytes);
 
     void send(qint64 connectionId, MessageType type, const QCborMap &header, const QByteArray &payload = {});
+    template <typename Msg>
+    void send(qint64 connectionId, const Msg &message, const QByteArray &payload = {})
+    {
+        send(connectionId, Msg::type, message.encode(), payload);
+    }
     // Sends an Error with the reason, logs it (as a warning when error), and closes the
     // connection.
     void close(qint64 connectionId, const QString &reason, bool fatal = false, bool error = true);
@@ -110,8 +116,8 @@ public:
     static QString sourceOf(const QHostAddress &address);
 
 Q_SIGNALS:
-    // A worker connected with a valid certificate and said Hello (header: what it told).
-    void helloReceived(const flotilla::net::PeerInfo &peer, const QCborMap &hello);
+    // A worker connected with a valid certificate and said Hello (what it told).
+    void helloReceived(const flotilla::net::PeerInfo &peer, const flotilla::net::HelloMsg &hello);
     void messageReceived(qint64 connectionId, const flotilla::net::Message &message);
     void connectionClosed(qint64 connectionId, const QString &reason);
     // A connection refused before it became a worker's (for logs and tests).

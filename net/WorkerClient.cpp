@@ -1,6 +1,7 @@
 #include "net/WorkerClient.h"
 
 #include "common/AtomicFile.h"
+#include "net/Messages.h"
 #include "net/NetLog.h"
 #include "net/Pki.h"
 
@@ -118,7 +119,7 @@ Result<void> WorkerClient::configure(const std::optional<JoinToken> &token)
     return {};
 }
 
-void WorkerClient::start(const QCborMap &hello)
+void WorkerClient::start(const HelloMsg &hello)
 {
     m_hello = hello;
     m_stopped = false;
@@ -239,11 +240,7 @@ void WorkerClient::enroll()
     QSslSocket *socket = newSocket(false);
     const QByteArray request = *csr;
     connect(socket, &QSslSocket::encrypted, this, [this, request] {
-        send(MessageType::Redeem,
-             QCborMap{{QStringLiteral("token_id"), m_token->id},
-                      {QStringLiteral("secret"), m_token->secret},
-                      {QStringLiteral("name"), m_options.name}},
-             request);
+        send(RedeemMsg{m_token->id, m_token->secret, m_options.name}, request);
     });
     socket->connectToHostEncrypted(m_host, m_port);
 }
@@ -253,10 +250,10 @@ void WorkerClient::connectWorker()
     m_phase = Phase::Connecting;
     QSslSocket *socket = newSocket(true);
     connect(socket, &QSslSocket::encrypted, this, [this] {
-        QCborMap hello = m_hello;
-        hello.insert(QStringLiteral("protocol"), int(kProtocolVersion));
-        hello.insert(QStringLiteral("name"), m_options.name);
-        send(MessageType::Hello, hello);
+        HelloMsg hello = m_hello;
+        hello.protocol = kProtocolVersion;
+        hello.name = m_options.name;
+        send(hello);
     });
     socket->connectToHostEncrypted(m_host, m_port);
 }
@@ -288,8 +285,13 @@ void WorkerClient::onReadyRead()
 void WorkerClient::handle(Message message)
 {
     if (message.type == MessageType::Error) {
-        const QString reason = message.header.value(QStringLiteral("reason")).toString();
-        if (message.header.value(QStringLiteral("fatal")).toBool())
+        auto error = ErrorMsg::decode(message.header);
+        if (!error) {
+            lost(QStringLiteral("the coordinator sent something malformed: %1").arg(error.error()));
+            return;
+        }
+        const QString reason = error->reason;
+        if (error->fatal)
             giveUp(QStringLiteral("the coordinator refused this worker: %1%2")
                        .arg(reason, hasIdentity() && reason.contains(QStringLiteral("revoked"))
                                         ? QStringLiteral(" (to join again, delete '%1' and use a new token)")

@@ -10,6 +10,7 @@
 // Threads: lives on the thread that created it.
 
 #include "net/Frame.h"
+#include "net/Messages.h"
 #include "net/TrustStore.h"
 
 #include <QObject>
@@ -47,11 +48,19 @@ public:
     QString coordinatorAddress() const { return QStringLiteral("%1:%2").arg(m_host).arg(m_port); }
 
     // Connects (joining first if needed) and says Hello with these fields on every
-    // connection.
-    void start(const QCborMap &hello);
+    // connection, the protocol version and the worker's name filled in.
+    void start(const HelloMsg &hello);
     void stop();
     bool isConnected() const { return m_welcomed; }
     void send(MessageType type, const QCborMap &header, const QByteArray &payload = {});
+    template <typename Msg>
+    void send(const Msg &message, const QByteArray &payload = {})
+    {
+        send(Msg::type, message.encode(), payload);
+    }
+    // Closes the connection and reconnects after the usual backoff: for a message that was
+    // framed well but that its reader could not make sense of.
+    void reconnect(const QString &reason) { lost(reason); }
 
 Q_SIGNALS:
     void joined(const QString &name);
@@ -82,7 +91,7 @@ private:
     QByteArray m_keyPem;
     QByteArray m_certificatePem;
     QSslCertificate m_ca;
-    QCborMap m_hello;
+    HelloMsg m_hello;
     Phase m_phase = Phase::Idle;
     QPointer<QSslSocket> m_socket;
     std::unique_ptr<MessageReader> m_reader = std::make_unique<MessageReader>();

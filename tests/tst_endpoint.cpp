@@ -396,7 +396,7 @@ private:
         }
         QElapsedTimer timer;
         timer.start();
-        worker.start(QCborMap {});
+        worker.start({});
         if (!QTest::qWaitFor([&] { return !welcomed.isEmpty() || !failed.isEmpty(); }, 10000)) {
             *why = QStringLiteral("not welcomed within 10 s; refusals: %1").arg(refusals());
             return -1;
@@ -523,7 +523,7 @@ private Q_SLOTS:
                 m_closed << Closure { id, reason };
             });
         connect(m_endpoint.get(), &CoordinatorEndpoint::helloReceived, this,
-            [this](const PeerInfo &peer, const QCborMap &) {
+            [this](const PeerInfo &peer, const HelloMsg &) {
                 m_hellos << peer;
                 m_endpoint->send(
                     peer.connectionId, MessageType::Welcome, QCborMap { { QStringLiteral("worker_id"), 1 } });
@@ -545,7 +545,7 @@ private Q_SLOTS:
         QSignalSpy welcomed(m_steady.get(), &WorkerClient::welcomed);
         QSignalSpy failed(m_steady.get(), &WorkerClient::failed);
         REQUIRE_OK(m_steady->configure(*steadyToken));
-        m_steady->start(QCborMap { { QStringLiteral("role"), QStringLiteral("steady") } });
+        m_steady->start({});
         QTRY_VERIFY_WITH_TIMEOUT(welcomed.size() == 1 || !failed.isEmpty(), 10000);
         QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
         const PeerInfo *steady = helloFrom(QStringLiteral("steady"));
@@ -587,7 +587,7 @@ private Q_SLOTS:
         REQUIRE_OK(worker->configure(*pasted));
         QVERIFY(!worker->hasIdentity());
         QCOMPARE(worker->coordinatorAddress(), QStringLiteral("127.0.0.1:%1").arg(m_endpoint->port()));
-        worker->start(QCborMap { { QStringLiteral("cores"), 4 } });
+        worker->start({});
         QTRY_VERIFY_WITH_TIMEOUT(!welcomed.isEmpty() || !failed.isEmpty(), 10000);
         QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
         QCOMPARE(joined.size(), 1);
@@ -653,7 +653,7 @@ private Q_SLOTS:
         QSignalSpy failedAgain(again.get(), &WorkerClient::failed);
         REQUIRE_OK(again->configure(std::nullopt));
         QVERIFY(again->hasIdentity());
-        again->start(QCborMap {});
+        again->start({});
         QTRY_VERIFY_WITH_TIMEOUT(!welcomedAgain.isEmpty() || !failedAgain.isEmpty(), 10000);
         QVERIFY2(failedAgain.isEmpty(), qPrintable(failedAgain.value(0).value(0).toString()));
         QCOMPARE(joinedAgain.size(), 0);
@@ -714,7 +714,7 @@ private Q_SLOTS:
         QSignalSpy failed(worker.get(), &WorkerClient::failed);
         QSignalSpy joined(worker.get(), &WorkerClient::joined);
         REQUIRE_OK(worker->configure(joinToken));
-        worker->start(QCborMap {});
+        worker->start({});
         QTRY_VERIFY_WITH_TIMEOUT(!failed.isEmpty(), 5000);
         const QString reason = failed.first().first().toString();
         QVERIFY2(reason.contains(QLatin1String("pins")), qPrintable(reason));
@@ -767,7 +767,7 @@ private Q_SLOTS:
             QSignalSpy welcomed(first.get(), &WorkerClient::welcomed);
             QSignalSpy failed(first.get(), &WorkerClient::failed);
             REQUIRE_OK(first->configure(joinToken));
-            first->start(QCborMap {});
+            first->start({});
             QTRY_VERIFY_WITH_TIMEOUT(!welcomed.isEmpty() || !failed.isEmpty(), 10000);
             QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
             first.reset();
@@ -779,7 +779,7 @@ private Q_SLOTS:
         QSignalSpy failed(worker.get(), &WorkerClient::failed);
         QSignalSpy joined(worker.get(), &WorkerClient::joined);
         REQUIRE_OK(worker->configure(joinToken));
-        worker->start(QCborMap {});
+        worker->start({});
         // The coordinator refuses the join with the reason...
         VERIFY_REFUSED(QStringLiteral("join refused"), 5000);
         const QString refusal = refusalWith(QStringLiteral("join refused"));
@@ -1128,7 +1128,7 @@ private Q_SLOTS:
         QSignalSpy welcomed(worker.get(), &WorkerClient::welcomed);
         QSignalSpy failed(worker.get(), &WorkerClient::failed);
         REQUIRE_OK(worker->configure(*joinToken));
-        worker->start(QCborMap {});
+        worker->start({});
         QTRY_VERIFY_WITH_TIMEOUT(!welcomed.isEmpty() || !failed.isEmpty(), 10000);
         QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
         const PeerInfo *peer = helloFrom(name);
@@ -1160,7 +1160,7 @@ private Q_SLOTS:
         QSignalSpy failedAgain(again.get(), &WorkerClient::failed);
         QSignalSpy welcomedAgain(again.get(), &WorkerClient::welcomed);
         REQUIRE_OK(again->configure(std::nullopt));
-        again->start(QCborMap {});
+        again->start({});
         VERIFY_REFUSED(QStringLiteral("revoked"), 5000);
         const QString refusal = refusalWith(QStringLiteral("revoked"));
         QVERIFY2(refusal.contains(QLatin1String("stolen laptop")), qPrintable(refusals()));
@@ -1187,7 +1187,7 @@ private Q_SLOTS:
         QSignalSpy welcomed(worker.get(), &WorkerClient::welcomed);
         QSignalSpy failed(worker.get(), &WorkerClient::failed);
         REQUIRE_OK(worker->configure(*joinToken));
-        worker->start(QCborMap {});
+        worker->start({});
         QTRY_VERIFY_WITH_TIMEOUT(!welcomed.isEmpty() || !failed.isEmpty(), 10000);
         QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
         REQUIRE_OK(TrustStore(m_dir->filePath(QStringLiteral("coordinator")))
@@ -1214,7 +1214,7 @@ private Q_SLOTS:
         QSignalSpy disconnected(worker.get(), &WorkerClient::disconnected);
         QSignalSpy failed(worker.get(), &WorkerClient::failed);
         REQUIRE_OK(worker->configure(*joinToken));
-        worker->start(QCborMap {});
+        worker->start({});
         QTRY_VERIFY_WITH_TIMEOUT(!welcomed.isEmpty() || !failed.isEmpty(), 10000);
         QVERIFY(failed.isEmpty());
         const qint64 id = helloFrom(QStringLiteral("bouncer"))->connectionId;

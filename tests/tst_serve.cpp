@@ -240,8 +240,10 @@ qint64 timeToWelcome(net::WorkerClient &worker, const std::optional<net::JoinTok
     QElapsedTimer timer;
     timer.start();
     // What the coordinator needs to price its work.
-    worker.start(QCborMap{{QStringLiteral("instance_type"), QStringLiteral("aws/c5.large")},
-                          {QStringLiteral("price_class"), QStringLiteral("spot")}});
+    net::HelloMsg hello;
+    hello.instanceType = QStringLiteral("aws/c5.large");
+    hello.priceClass = QStringLiteral("spot");
+    worker.start(hello);
     if (!QTest::qWaitFor([&] { return !welcomed.isEmpty() || !failed.isEmpty(); }, 10000)) {
         *why = QStringLiteral("not welcomed within 10 s");
         return -1;

@@ -1,0 +1,231 @@
+#pragma once
+// One struct per protocol message, each with the one encode and the one decode of its CBOR
+// header: the worker, the coordinator and the load generator write and read headers only
+// through these. docs/protocol.md describes the fields; Chunk has no header and no struct.
+//
+// decode() checks the type of every field that is present and that the required ones are
+// there; its error names the message and the field. A field is required when the receiver
+// cannot act without it (a lease, a shard, a token); an absent optional field means what
+// its default says, as it always has on the wire. Ranges the receiver alone can judge (a
+// shard of this job, a sane retry delay) are its own to check.
+// Threads: plain values, safe on any thread.
+
+#include "common/Result.h"
+#include "net/Frame.h"
+
+#include <QByteArray>
+#include <QCborMap>
+#include <QString>
+
+#include <vector>
+
+namespace flotilla::net {
+
+struct HelloMsg
+{
+    static constexpr MessageType type = MessageType::Hello;
+    qint64 protocol = kProtocolVersion;
+    QString name; // empty: the name the certificate was issued to
+    QString instanceType;
+    QString priceClass;
+    QString device;
+    qint64 threads = 0;
+    double samplesPerSecond = 0;
+
+    QCborMap encode() const;
+    static Result<HelloMsg> decode(const QCborMap &header);
+};
+
+struct WelcomeMsg
+{
+    static constexpr MessageType type = MessageType::Welcome;
+    qint64 workerId = 0;
+    QString job;
+    QString model; // the job's model section, JSON
+    QString modelSha256;
+    std::vector<qint64> inputShape;
+    qint64 classes = 0;
+    QString layout; // digest of the weights' names and shapes
+    QCborMap weights; // the manifest, which the engine writes and checks
+    quint64 seed = 0;
+    // What an older coordinator that says nothing means.
+    qint64 heartbeatMs = 2000;
+    qint64 heartbeatTimeoutMs = 30000;
+
+    QCborMap encode() const;
+    static Result<WelcomeMsg> decode(const QCborMap &header);
+};
+
+// Payload: a certificate request (PEM).
+struct RedeemMsg
+{
+    static constexpr MessageType type = MessageType::Redeem;
+    QByteArray tokenId;
+    QByteArray secret;
+    QString name; // the coordinator refuses an empty one itself, and counts it as a failed join
+
+    QCborMap encode() const;
+    static Result<RedeemMsg> decode(const QCborMap &header);
+};
+
+// Payload: the client certificate (PEM).
+struct EnrolledMsg
+{
+    static constexpr MessageType type = MessageType::Enrolled;
+    QString name;
+    QByteArray fingerprint;
+
+    QCborMap encode() const;
+    static Result<EnrolledMsg> decode(const QCborMap &header);
+};
+
+struct RequestMsg
+{
+    static constexpr MessageType type = MessageType::Request;
+    double samplesPerSecond = 0;
+
+    QCborMap encode() const;
+    static Result<RequestMsg> decode(const QCborMap &header);
+};
+
+// Payload: the global weights (raw float32).
+struct AssignMsg
+{
+    static constexpr MessageType type = MessageType::Assign;
+    qint64 lease = 0;
+    qint64 subtask = 0;
+    qint64 epoch = 0;
+    qint64 shard = 0;
+    qint64 begin = 0;
+    qint64 end = 0;
+    qint64 baseVersion = 0;
+    qint64 deadlineMs = 0;
+    qint64 shardSamples = 0;
+    QByteArray shardSha256;
+    QString optimizer;
+    double learningRate = 0;
+    double momentum = 0;
+    double weightDecay = 0;
+    qint64 batchSize = 0;
+    qint64 localEpochs = 0;
+    qint64 localSteps = 0;
+    quint64 seed = 0;
+
+    QCborMap encode() const;
+    static Result<AssignMsg> decode(const QCborMap &header);
+};
+
+struct NoWorkMsg
+{
+    static constexpr MessageType type = MessageType::NoWork;
+    qint64 retryMs = 0;
+    bool finished = false;
+
+    QCborMap encode() const;
+    static Result<NoWorkMsg> decode(const QCborMap &header);
+};
+
+struct ShardRequestMsg
+{
+    static constexpr MessageType type = MessageType::ShardRequest;
+    qint64 shard = 0;
+
+    QCborMap encode() const;
+    static Result<ShardRequestMsg> decode(const QCborMap &header);
+};
+
+// Payload: the shard's bytes. Its manifest (samples, shapes, dtype, normalization,
+// augmentation) is the engine's to write and check, and what the shard's digest covers; the
+// header is that manifest plus the shard's number.
+struct ShardDataMsg
+{
+    static constexpr MessageType type = MessageType::ShardData;
+    qint64 shard = 0;
+    QCborMap manifest;
+
+    QCborMap encode() const;
+    static Result<ShardDataMsg> decode(const QCborMap &header);
+};
+
+struct HeartbeatMsg
+{
+    static constexpr MessageType type = MessageType::Heartbeat;
+    qint64 lease = 0; // 0 when idle
+    qint64 done = 0; // sample-steps
+    qint64 planned = 0;
+
+    QCborMap encode() const;
+    static Result<HeartbeatMsg> decode(const QCborMap &header);
+};
+
+// Payload: the new weights (raw float32).
+struct ResultMsg
+{
+    static constexpr MessageType type = MessageType::Result;
+    qint64 lease = 0;
+    double loss = 0;
+    qint64 sampleSteps = 0;
+    qint64 covered = 0;
+    double seconds = 0;
+    bool partial = false;
+    QCborMap weights; // the manifest; an absent one is refused with the result, not here
+
+    QCborMap encode() const;
+    static Result<ResultMsg> decode(const QCborMap &header);
+};
+
+struct AckMsg
+{
+    static constexpr MessageType type = MessageType::Ack;
+    qint64 lease = 0;
+    QString status; // assimilated, held, duplicate, rejected
+    QString reason;
+    qint64 seq = 0;
+    qint64 version = 0;
+
+    QCborMap encode() const;
+    static Result<AckMsg> decode(const QCborMap &header);
+};
+
+// HandBack (a worker gives a lease up) and Cancel (the coordinator takes one back): the
+// same fields, and why.
+template<MessageType Type> struct LeaseReasonMsg
+{
+    static constexpr MessageType type = Type;
+    qint64 lease = 0;
+    QString reason;
+
+    QCborMap encode() const;
+    static Result<LeaseReasonMsg> decode(const QCborMap &header);
+};
+using HandBackMsg = LeaseReasonMsg<MessageType::HandBack>;
+using CancelMsg = LeaseReasonMsg<MessageType::Cancel>;
+extern template struct LeaseReasonMsg<MessageType::HandBack>;
+extern template struct LeaseReasonMsg<MessageType::Cancel>;
+
+struct ErrorMsg
+{
+    static constexpr MessageType type = MessageType::Error;
+    QString reason;
+    bool fatal = false; // the peer must not come back with the same credentials
+
+    QCborMap encode() const;
+    static Result<ErrorMsg> decode(const QCborMap &header);
+};
+
+struct ByeMsg
+{
+    static constexpr MessageType type = MessageType::Bye;
+    QString reason;
+
+    QCborMap encode() const;
+    static Result<ByeMsg> decode(const QCborMap &header);
+};
+
+// The whole message on the wire: a message struct, its type and its payload.
+template<typename Msg> QByteArray encodeMessage(const Msg &message, const QByteArray &payload = {})
+{
+    return encodeMessage(Msg::type, message.encode(), payload);
+}
+
+} // namespace flotilla::net
