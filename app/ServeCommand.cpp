@@ -3,7 +3,7 @@
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
 #include "app/NetworkCommands.h"
-#include "bridge/CoordinatorServer.h"
+#include "bridge/FleetServer.h"
 #include "engine/LocalFleet.h"
 
 #include "common/AtomicFile.h"
@@ -158,7 +158,7 @@ int runServeCommand(const QStringList &arguments)
         std::fprintf(stderr, "flotilla serve: --port, --listen or --local-workers is invalid\n");
         return ExitUsage;
     }
-    net::CoordinatorEndpoint::Options options;
+    net::TlsListener::Options options;
     {
         bool timeoutOk = false;
         const double timeout = parser.value(QStringLiteral("handshake-timeout")).toDouble(&timeoutOk);
@@ -209,14 +209,14 @@ int runServeCommand(const QStringList &arguments)
     QObject context;
     context.moveToThread(&network);
     network.start();
-    std::unique_ptr<CoordinatorServer> server;
+    std::unique_ptr<FleetServer> server;
     QString error;
     options.identityDir = parser.value(QStringLiteral("identity-dir"));
     options.bindAddress = listenAddress;
     options.port = static_cast<quint16>(port);
     options.hostNames = hosts;
     QMetaObject::invokeMethod(&context, [&] {
-        auto created = CoordinatorServer::create(f.service(), options);
+        auto created = FleetServer::create(f.service(), options);
         if (!created) {
             error = created.error();
             return;

@@ -10,8 +10,8 @@
 #include "bench/BenchPeers.h"
 #include "bench/BenchScale.h"
 
-#include "net/CoordinatorEndpoint.h"
 #include "net/Pki.h"
+#include "net/TlsListener.h"
 
 #include <QCoreApplication>
 #include <QDateTime>
@@ -58,26 +58,26 @@ int benchTransfer(int megabytes, int repeats)
     QObject context;
     context.moveToThread(&network);
     network.start();
-    std::unique_ptr<net::CoordinatorEndpoint> endpoint;
+    std::unique_ptr<net::TlsListener> endpoint;
     net::CoordinatorIdentity identity;
     QString error;
     QMetaObject::invokeMethod(&context, [&] {
-        net::CoordinatorEndpoint::Options options;
+        net::TlsListener::Options options;
         options.identityDir = dir.filePath(QStringLiteral("identity"));
         options.bindAddress = QHostAddress::LocalHost;
-        auto e = net::CoordinatorEndpoint::create(options);
+        auto e = net::TlsListener::create(options);
         if (!e || !(*e)->listen()) {
             error = e ? QStringLiteral("cannot listen") : e.error();
             return;
         }
         endpoint = std::move(e).value();
         endpoint->setPayloadLimit(MessageType::Result, std::uint64_t(megabytes + 1) << 20);
-        net::CoordinatorEndpoint *raw = endpoint.get();
-        QObject::connect(raw, &net::CoordinatorEndpoint::helloReceived, raw,
+        net::TlsListener *raw = endpoint.get();
+        QObject::connect(raw, &net::TlsListener::helloReceived, raw,
                          [raw](const net::PeerInfo &peer, const QCborMap &) {
                              raw->send(peer.connectionId, MessageType::Welcome, {});
                          });
-        QObject::connect(raw, &net::CoordinatorEndpoint::messageReceived, raw,
+        QObject::connect(raw, &net::TlsListener::messageReceived, raw,
                          [raw](qint64 id, const net::Message &m) {
                              raw->send(id, MessageType::Ack, QCborMap{{QStringLiteral("bytes"), m.payload.size()}});
                          });

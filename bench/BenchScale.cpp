@@ -22,10 +22,10 @@
 
 #include "engine/Store.h"
 #include "job/JobSpec.h"
-#include "net/CoordinatorEndpoint.h"
 #include "net/Frame.h"
 #include "net/Messages.h"
 #include "net/Pki.h"
+#include "net/TlsListener.h"
 #include "net/TrustStore.h"
 
 #include <QCoreApplication>

@@ -161,8 +161,8 @@ void DesktopSession::started(std::shared_ptr<Result<std::unique_ptr<LocalFleet>>
     }
     m_fleet = std::move(*created).value();
     m_job = m_fleet->spec();
-    CoordinatorService *service = m_fleet->service();
-    connect(service, &CoordinatorService::snapshot, this,
+    CoordinatorThread *service = m_fleet->service();
+    connect(service, &CoordinatorThread::snapshot, this,
             [this](const JobProgress &p, const std::vector<WorkerStatus> &workers) {
                 ui::Snapshot s;
                 s.job = p.name;
@@ -210,11 +210,11 @@ void DesktopSession::started(std::shared_ptr<Result<std::unique_ptr<LocalFleet>>
                 Q_EMIT costUpdated(ui::CostPoint{s.atMs, p.cost.costSpot, p.cost.costOnDemand, p.cost.costActual,
                                                  p.cost.usefulSeconds, p.cost.wastedSeconds});
             });
-    connect(service, &CoordinatorService::assimilated, this,
+    connect(service, &CoordinatorThread::assimilated, this,
             [this](const AssimilationRecord &a) { Q_EMIT assimilated(toPoint(a)); });
-    connect(service, &CoordinatorService::evaluated, this,
+    connect(service, &CoordinatorThread::evaluated, this,
             [this](const EvaluationRecord &e) { Q_EMIT evaluated(toPoint(e)); });
-    connect(service, &CoordinatorService::eventRecorded, this, [this](const EventRecord &e) { Q_EMIT eventAdded(toRow(e)); });
+    connect(service, &CoordinatorThread::eventRecorded, this, [this](const EventRecord &e) { Q_EMIT eventAdded(toRow(e)); });
     connect(m_fleet.get(), &LocalFleet::finished, this, [this](bool ok, const QString &message) {
         setState(ok ? ui::JobState::Finished : ui::JobState::Failed,
                  ok ? tr("the model is in %1").arg(QDir(m_runDir).filePath(QStringLiteral("model.pt"))) : message);
@@ -241,15 +241,15 @@ void DesktopSession::loadHistory()
 
 void DesktopSession::startNetwork()
 {
-    net::CoordinatorEndpoint::Options options;
+    net::TlsListener::Options options;
     options.identityDir = m_options.identityDir;
     options.hostNames = m_options.hostNames;
-    CoordinatorService *service = m_fleet->service();
+    CoordinatorThread *service = m_fleet->service();
     QString error;
     QMetaObject::invokeMethod(m_networkContext, [&] {
         for (const quint16 port : {m_options.port, quint16(0)}) {
             options.port = port;
-            auto created = CoordinatorServer::create(service, options);
+            auto created = FleetServer::create(service, options);
             if (!created) {
                 error = created.error();
                 return;

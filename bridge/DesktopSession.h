@@ -8,7 +8,7 @@
 
 #include "ui/ControlSession.h"
 
-#include "bridge/CoordinatorServer.h"
+#include "bridge/FleetServer.h"
 #include "engine/LocalFleet.h"
 
 #include <QFutureWatcher>
@@ -68,7 +68,7 @@ private:
     std::unique_ptr<LocalFleet> m_fleet;
     QThread m_network;
     QObject *m_networkContext = nullptr;
-    std::unique_ptr<CoordinatorServer> m_server;
+    std::unique_ptr<FleetServer> m_server;
     QByteArray m_caFingerprint;
     quint16 m_port = 0;
     int m_generation = 0; // answers for a job that was stopped meanwhile are ignored

@@ -138,7 +138,7 @@ void WorkerAgent::onWelcomed(const QCborMap &header)
             }
         }
         const std::vector<std::int64_t> shape(welcome->inputShape.begin(), welcome->inputShape.end());
-        auto session = WorkerSession::create(modelSpec, shape, int(welcome->classes),
+        auto session = WorkerJob::create(modelSpec, shape, int(welcome->classes),
                                              m_options.device, layout);
         if (!session) {
             finish(1, session.error());
@@ -342,7 +342,7 @@ void WorkerAgent::train()
     m_superseded = false;
     m_done = 0;
     m_planned = 0;
-    WorkerSession *session = m_session.get();
+    WorkerJob *session = m_session.get();
     m_training.setFuture(QtConcurrent::run(&m_pool, [this, session, c] {
         return std::make_shared<Result<TrainOutcome>>(
             session->train(c.samples, c.work, c.weights, &m_cancel, [this](std::int64_t done, std::int64_t planned) {

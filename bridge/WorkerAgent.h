@@ -6,10 +6,10 @@
 // grace period, and leaves.
 //
 // Threads: the agent and the client live on the main thread; training runs on one thread
-// of the agent's pool and owns the WorkerSession while it runs.
+// of the agent's pool and owns the WorkerJob while it runs.
 
 #include "engine/ShardCache.h"
-#include "engine/WorkerSession.h"
+#include "engine/WorkerJob.h"
 #include "net/WorkerClient.h"
 
 #include <QElapsedTimer>
@@ -107,7 +107,7 @@ private:
 
     Options m_options;
     std::unique_ptr<net::WorkerClient> m_client;
-    std::unique_ptr<WorkerSession> m_session;
+    std::unique_ptr<WorkerJob> m_session;
     QString m_layout;
     double m_speed = 0.0;
     quint64 m_jobSeed = 0;

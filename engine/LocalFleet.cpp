@@ -19,7 +19,7 @@ Result<std::unique_ptr<LocalFleet>> LocalFleet::create(const JobSpec &spec, cons
     fleet->m_data = (*coordinator)->data();
     fleet->m_localWorkers = localWorkers >= 0 ? localWorkers : fleet->m_spec.fleet.workers;
     fleet->m_random = SplitMix64(mixSeed(fleet->m_spec.training.seed, 0x9EE));
-    fleet->m_service = std::make_unique<CoordinatorService>(std::move(coordinator).value());
+    fleet->m_service = std::make_unique<CoordinatorThread>(std::move(coordinator).value());
     return fleet;
 }
 
@@ -31,14 +31,14 @@ LocalFleet::~LocalFleet()
 void LocalFleet::start()
 {
     LocalFleet *self = this;
-    connect(m_service.get(), &CoordinatorService::progressed, this,
+    connect(m_service.get(), &CoordinatorThread::progressed, this,
             [self](const JobProgress &p) { Q_EMIT self->progressed(p, self->workersAlive()); });
-    connect(m_service.get(), &CoordinatorService::leaseSuperseded, this, [self](qint64 workerId, qint64 leaseId) {
+    connect(m_service.get(), &CoordinatorThread::leaseSuperseded, this, [self](qint64 workerId, qint64 leaseId) {
         for (auto &w : self->m_workers)
             if (w->workerId() == workerId)
                 w->supersede(leaseId);
     });
-    connect(m_service.get(), &CoordinatorService::jobEnded, this, [self](bool ok, const QString &message) {
+    connect(m_service.get(), &CoordinatorThread::jobEnded, this, [self](bool ok, const QString &message) {
         self->m_preemptionTimer.stop();
         Q_EMIT self->finished(ok, message);
     });

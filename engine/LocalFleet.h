@@ -6,7 +6,7 @@
 // Threads: a LocalFleet lives on the thread that created it (the CLI's main thread, the
 // GUI's thread); it never blocks that thread on training.
 
-#include "engine/CoordinatorService.h"
+#include "engine/CoordinatorThread.h"
 #include "engine/LocalWorker.h"
 #include "engine/Random.h"
 
@@ -42,7 +42,7 @@ public:
     // job's). Workers being removed hand in what they trained and stop in the background.
     void setLocalWorkers(int count, int threads = 0);
     int localWorkers() const { return int(m_workers.size()); }
-    CoordinatorService *service() { return m_service.get(); }
+    CoordinatorThread *service() { return m_service.get(); }
 
 Q_SIGNALS:
     void progressed(const flotilla::JobProgress &progress, int workersAlive);
@@ -58,7 +58,7 @@ private:
     bool m_resumed = false;
     int m_localWorkers = 0;
     std::shared_ptr<const JobData> m_data;
-    std::unique_ptr<CoordinatorService> m_service;
+    std::unique_ptr<CoordinatorThread> m_service;
     std::vector<std::unique_ptr<LocalWorker>> m_workers;
     std::vector<std::unique_ptr<LocalWorker>> m_retiring;
     int m_nextWorker = 1;

@@ -1,7 +1,7 @@
 #include "engine/LocalWorker.h"
 
 #include "engine/EngineLog.h"
-#include "engine/WorkerSession.h"
+#include "engine/WorkerJob.h"
 
 #include <QElapsedTimer>
 #include <QMutexLocker>
@@ -10,7 +10,7 @@
 
 namespace flotilla {
 
-LocalWorker::LocalWorker(CoordinatorService *service, std::shared_ptr<const JobData> data, JobSpec spec,
+LocalWorker::LocalWorker(CoordinatorThread *service, std::shared_ptr<const JobData> data, JobSpec spec,
                          WorkerInfo info, double rejoinDelaySeconds)
     : m_service(service), m_data(std::move(data)), m_spec(std::move(spec)), m_info(std::move(info)),
       m_rejoinDelay(rejoinDelaySeconds)
@@ -77,7 +77,7 @@ bool LocalWorker::sleepFor(double seconds)
 
 void LocalWorker::run()
 {
-    auto session = WorkerSession::create(m_spec.model, m_data->inputShape, m_data->numClasses, m_spec.training.device);
+    auto session = WorkerJob::create(m_spec.model, m_data->inputShape, m_data->numClasses, m_spec.training.device);
     if (!session) {
         QMutexLocker lock(&m_errorMutex);
         m_lastError = session.error();

@@ -9,7 +9,7 @@
 // called from any thread.
 
 #include "engine/Coordinator.h"
-#include "engine/CoordinatorService.h"
+#include "engine/CoordinatorThread.h"
 
 #include <QMutex>
 #include <QThread>
@@ -22,7 +22,7 @@ namespace flotilla {
 class LocalWorker
 {
 public:
-    LocalWorker(CoordinatorService *service, std::shared_ptr<const JobData> data, JobSpec spec, WorkerInfo info,
+    LocalWorker(CoordinatorThread *service, std::shared_ptr<const JobData> data, JobSpec spec, WorkerInfo info,
                 double rejoinDelaySeconds);
     ~LocalWorker();
 
@@ -47,7 +47,7 @@ private:
     void run();
     bool sleepFor(double seconds); // false if stopped meanwhile
 
-    CoordinatorService *m_service;
+    CoordinatorThread *m_service;
     std::shared_ptr<const JobData> m_data;
     JobSpec m_spec;
     WorkerInfo m_info;

@@ -2,7 +2,7 @@
 
 #include "common/AtomicFile.h"
 #include "engine/Dataset.h"
-#include "engine/Models.h"
+#include "engine/Networks.h"
 #include "engine/ScriptExport.h"
 
 #include <QCryptographicHash>

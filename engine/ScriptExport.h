@@ -7,7 +7,7 @@
 //
 // Called by the thread that owns the model; the result shares no storage with it.
 
-#include "engine/Models.h"
+#include "engine/Networks.h"
 
 #include <torch/script.h>
 

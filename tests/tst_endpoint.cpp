@@ -11,7 +11,7 @@
 // endpoint keeps accepting, bounds what it holds, closes the oldest first, and a worker still
 // joins or comes back within 2 s.
 #include "common/ProcessSetup.h"
-#include "net/CoordinatorEndpoint.h"
+#include "net/TlsListener.h"
 #include "net/WorkerClient.h"
 
 #include <QtTest>
@@ -284,7 +284,7 @@ class TestEndpoint : public QObject
 
 private:
     std::unique_ptr<QTemporaryDir> m_dir;
-    std::unique_ptr<CoordinatorEndpoint> m_endpoint;
+    std::unique_ptr<TlsListener> m_endpoint;
     CoordinatorIdentity m_identity;
     QList<Refusal> m_refused;
     QList<Closure> m_closed;
@@ -297,9 +297,9 @@ private:
     int m_steadyDisconnects = 0;
     int m_seq = 0;
 
-    CoordinatorEndpoint::Options options(const QString &dir) const
+    TlsListener::Options options(const QString &dir) const
     {
-        CoordinatorEndpoint::Options o;
+        TlsListener::Options o;
         o.identityDir = dir;
         o.bindAddress = QHostAddress(kLocalHost);
         o.port = 0;
@@ -503,7 +503,7 @@ private Q_SLOTS:
         m_steadyDisconnects = 0;
 
         const QString identityDir = m_dir->filePath(QStringLiteral("coordinator"));
-        auto endpoint = CoordinatorEndpoint::create(options(identityDir));
+        auto endpoint = TlsListener::create(options(identityDir));
         REQUIRE_OK(endpoint);
         m_endpoint = std::move(*endpoint);
         REQUIRE_OK(m_endpoint->listen());
@@ -514,22 +514,22 @@ private Q_SLOTS:
         QCOMPARE(m_identity.caFingerprint, m_endpoint->caFingerprint());
 
         // The test plays the coordinator's logic: welcome every Hello, ack every Heartbeat.
-        connect(m_endpoint.get(), &CoordinatorEndpoint::refused, this,
+        connect(m_endpoint.get(), &TlsListener::refused, this,
             [this](const QString &address, const QString &reason) {
                 m_refused << Refusal { address, reason };
             });
         connect(
-            m_endpoint.get(), &CoordinatorEndpoint::connectionClosed, this, [this](qint64 id, const QString &reason) {
+            m_endpoint.get(), &TlsListener::connectionClosed, this, [this](qint64 id, const QString &reason) {
                 m_closed << Closure { id, reason };
             });
-        connect(m_endpoint.get(), &CoordinatorEndpoint::helloReceived, this,
+        connect(m_endpoint.get(), &TlsListener::helloReceived, this,
             [this](const PeerInfo &peer, const HelloMsg &) {
                 m_hellos << peer;
                 m_endpoint->send(
                     peer.connectionId, MessageType::Welcome, QCborMap { { QStringLiteral("worker_id"), 1 } });
             });
         connect(
-            m_endpoint.get(), &CoordinatorEndpoint::messageReceived, this, [this](qint64 id, const Message &message) {
+            m_endpoint.get(), &TlsListener::messageReceived, this, [this](qint64 id, const Message &message) {
                 m_messages << qMakePair(id, message);
                 if (message.type == MessageType::Heartbeat)
                     m_endpoint->send(id, MessageType::Ack,
@@ -689,11 +689,11 @@ private Q_SLOTS:
     void tokenPinningAnotherCaIsRefusedBeforeTheSecretIsSent()
     {
         QFETCH(bool, impostor);
-        std::unique_ptr<CoordinatorEndpoint> other;
+        std::unique_ptr<TlsListener> other;
         JoinToken joinToken;
         if (impostor) {
             // The token is this coordinator's, but something else answers at its address.
-            auto created = CoordinatorEndpoint::create(options(m_dir->filePath(QStringLiteral("impostor"))));
+            auto created = TlsListener::create(options(m_dir->filePath(QStringLiteral("impostor"))));
             REQUIRE_OK(created);
             other = std::move(*created);
             REQUIRE_OK(other->listen());

@@ -179,12 +179,12 @@ const QStringList kHostNames = { QStringLiteral("127.0.0.1"), QStringLiteral("lo
 
 // One TLS endpoint of the coordinator: a QSslServer as the coordinator will configure it,
 // recording what it sees of each client.
-class CoordinatorServer : public QObject
+class FleetServer : public QObject
 {
     Q_OBJECT
 
 public:
-    CoordinatorServer(const CoordinatorIdentity &identity)
+    FleetServer(const CoordinatorIdentity &identity)
     {
         QSslConfiguration config = QSslConfiguration::defaultConfiguration();
         config.setProtocol(QSsl::TlsV1_3);
@@ -712,7 +712,7 @@ private Q_SLOTS:
     void mutualTls13Handshake()
     {
         QFETCH(QString, host);
-        CoordinatorServer server(m_identity);
+        FleetServer server(m_identity);
         QVERIFY2(server.listen(), qPrintable(server.errorString()));
 
         QSslSocket client;
@@ -756,7 +756,7 @@ private Q_SLOTS:
 
     void clientPinningAnotherCaRefusesTheCoordinator()
     {
-        CoordinatorServer server(m_identity);
+        FleetServer server(m_identity);
         QVERIFY(server.listen());
         QSslSocket client;
         configureClient(client, m_foreignCa.certificatePem, m_clientCert, m_clientKey);
@@ -780,7 +780,7 @@ private Q_SLOTS:
 
     void clientWithoutCertificateConnectsUnderQueryPeer()
     {
-        CoordinatorServer server(m_identity);
+        FleetServer server(m_identity);
         QVERIFY(server.listen());
         QSslSocket client;
         configureClient(client, m_identity.ca.certificatePem, QByteArray(), QByteArray());
@@ -797,7 +797,7 @@ private Q_SLOTS:
     // coordinator must check itself; this shows what it has to go on.
     void foreignClientCertificateIsVisibleOnTheServer()
     {
-        CoordinatorServer server(m_identity);
+        FleetServer server(m_identity);
         QVERIFY(server.listen());
         QSslSocket client;
         configureClient(client, m_identity.ca.certificatePem, m_foreignClientCert, m_foreignClientKey);
@@ -829,7 +829,7 @@ private Q_SLOTS:
     // only): the server sees an "invalid purpose" error for it.
     void serverCertificateAsClientCertificateIsFlagged()
     {
-        CoordinatorServer server(m_identity);
+        FleetServer server(m_identity);
         QVERIFY(server.listen());
         QSslSocket client;
         configureClient(client, m_identity.ca.certificatePem, m_identity.serverCertificatePem, m_identity.serverKeyPem);
@@ -845,7 +845,7 @@ private Q_SLOTS:
 
     void tls12ClientIsRefused()
     {
-        CoordinatorServer server(m_identity);
+        FleetServer server(m_identity);
         QVERIFY(server.listen());
         QSslSocket client;
         configureClient(client, m_identity.ca.certificatePem, m_clientCert, m_clientKey, QSsl::TlsV1_2);

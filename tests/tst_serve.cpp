@@ -10,7 +10,7 @@
 // after them), its --token-file keeps one live token across restarts, `flotilla token --list`
 // and `--revoke` see and bar tokens, and its limits have options that refuse bad values.
 #include "TestSupport.h"
-#include "bridge/CoordinatorServer.h"
+#include "bridge/FleetServer.h"
 #include "engine/LocalFleet.h"
 #include "engine/WireFormat.h"
 #include "net/WorkerClient.h"
@@ -282,7 +282,7 @@ class TestServe : public QObject
 private:
     QTemporaryDir m_dir;
     std::unique_ptr<LocalFleet> m_fleet;
-    std::unique_ptr<CoordinatorServer> m_server;
+    std::unique_ptr<FleetServer> m_server;
     WeightLayout m_layout;
     QStringList m_closed; // reasons of closed connections
     int m_enrolled = 0;
@@ -370,17 +370,17 @@ private Q_SLOTS:
         QVERIFY2(fleet, qPrintable(fleet.error()));
         m_fleet = std::move(fleet).value();
         m_fleet->start();
-        net::CoordinatorEndpoint::Options options;
+        net::TlsListener::Options options;
         options.identityDir = m_dir.filePath(QStringLiteral("identity"));
         options.bindAddress = QHostAddress::LocalHost;
         options.stallTimeoutMs = 1000;
-        auto server = CoordinatorServer::create(m_fleet->service(), options);
+        auto server = FleetServer::create(m_fleet->service(), options);
         QVERIFY2(server, qPrintable(server.error()));
         m_server = std::move(server).value();
         QVERIFY(m_server->listen());
-        connect(&m_server->endpoint(), &net::CoordinatorEndpoint::connectionClosed, this,
+        connect(&m_server->endpoint(), &net::TlsListener::connectionClosed, this,
                 [this](qint64, const QString &reason) { m_closed << reason; });
-        connect(&m_server->endpoint(), &net::CoordinatorEndpoint::refused, this,
+        connect(&m_server->endpoint(), &net::TlsListener::refused, this,
                 [this](const QString &, const QString &reason) { m_closed << reason; });
         m_fleet->service()->withCoordinator([&](Coordinator &c) { m_layout = c.layout(); });
     }

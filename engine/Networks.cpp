@@ -1,4 +1,4 @@
-#include "engine/Models.h"
+#include "engine/Networks.h"
 
 namespace F = torch::nn::functional;
 

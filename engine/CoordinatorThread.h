@@ -28,14 +28,14 @@
 
 namespace flotilla {
 
-class CoordinatorService : public QObject
+class CoordinatorThread : public QObject
 {
     Q_OBJECT
 
 public:
     // Takes the coordinator and moves itself to a new thread, which it starts.
-    explicit CoordinatorService(std::unique_ptr<Coordinator> coordinator);
-    ~CoordinatorService() override;
+    explicit CoordinatorThread(std::unique_ptr<Coordinator> coordinator);
+    ~CoordinatorThread() override;
 
     // Asynchronous: each returns a ticket that its answer signal carries.
     qint64 join(const WorkerInfo &info, qint64 knownWorkerId = 0);

@@ -1,4 +1,4 @@
-#include "engine/WorkerSession.h"
+#include "engine/WorkerJob.h"
 
 #include "engine/JobData.h"
 #include "engine/ShardPlan.h"
@@ -9,7 +9,7 @@
 
 namespace flotilla {
 
-Result<std::unique_ptr<WorkerSession>> WorkerSession::create(const ModelSpec &model,
+Result<std::unique_ptr<WorkerJob>> WorkerJob::create(const ModelSpec &model,
                                                              const std::vector<std::int64_t> &inputShape,
                                                              int numClasses, const QString &device,
                                                              const QString &layoutDigest)
@@ -20,7 +20,7 @@ Result<std::unique_ptr<WorkerSession>> WorkerSession::create(const ModelSpec &mo
     auto built = createModel(model, inputShape, numClasses);
     if (!built)
         return built.takeError();
-    std::unique_ptr<WorkerSession> s(new WorkerSession);
+    std::unique_ptr<WorkerJob> s(new WorkerJob);
     s->m_model = std::move(built).value();
     s->m_layout = s->m_model->layout();
     if (!layoutDigest.isEmpty() && s->m_layout.digest() != layoutDigest)
@@ -34,7 +34,7 @@ Result<std::unique_ptr<WorkerSession>> WorkerSession::create(const ModelSpec &mo
     return s;
 }
 
-Result<TrainOutcome> WorkerSession::train(const Dataset &shard, const SubtaskWork &work, const torch::Tensor &weights,
+Result<TrainOutcome> WorkerJob::train(const Dataset &shard, const SubtaskWork &work, const torch::Tensor &weights,
                                           const std::atomic<bool> *cancel, const TrainProgress &progress)
 {
     const qint64 size = shard.size();
@@ -46,7 +46,7 @@ Result<TrainOutcome> WorkerSession::train(const Dataset &shard, const SubtaskWor
     return trainSubtask(*m_model, weights, visit, work.config, m_device, cancel, progress);
 }
 
-double WorkerSession::measureThroughput(int batchSize, int threads, double seconds)
+double WorkerJob::measureThroughput(int batchSize, int threads, double seconds)
 {
     std::vector<std::int64_t> shape{batchSize};
     shape.insert(shape.end(), m_inputShape.begin(), m_inputShape.end());

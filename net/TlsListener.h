@@ -63,7 +63,7 @@ protected:
     void incomingConnection(qintptr descriptor) override;
 };
 
-class CoordinatorEndpoint : public QObject
+class TlsListener : public QObject
 {
     Q_OBJECT
 
@@ -89,8 +89,8 @@ public:
         int revocationCheckMs = 2000;
     };
 
-    static Result<std::unique_ptr<CoordinatorEndpoint>> create(const Options &options);
-    ~CoordinatorEndpoint() override;
+    static Result<std::unique_ptr<TlsListener>> create(const Options &options);
+    ~TlsListener() override;
 
     Result<void> listen();
     quint16 port() const;
@@ -146,7 +146,7 @@ private:
         QTimer *stallTimer = nullptr;
     };
 
-    CoordinatorEndpoint() = default;
+    TlsListener() = default;
     QSslSocket *socketFor(qintptr descriptor);
     // Takes the sockets accepted since the last turn of the event loop.
     void takeAccepted();

@@ -1,4 +1,4 @@
-#include "bridge/CoordinatorServer.h"
+#include "bridge/FleetServer.h"
 
 #include "bridge/BridgeLog.h"
 #include "common/Sha256.h"
@@ -18,7 +18,7 @@ using net::MessageType;
 // The header as its message's struct, or nothing when it is malformed: then the connection
 // is closed, as for any other violation of the protocol.
 template <typename Msg>
-std::optional<Msg> decoded(net::CoordinatorEndpoint &endpoint, qint64 connectionId, const net::Message &message)
+std::optional<Msg> decoded(net::TlsListener &endpoint, qint64 connectionId, const net::Message &message)
 {
     auto m = Msg::decode(message.header);
     if (m)
@@ -29,13 +29,13 @@ std::optional<Msg> decoded(net::CoordinatorEndpoint &endpoint, qint64 connection
 
 } // namespace
 
-Result<std::unique_ptr<CoordinatorServer>> CoordinatorServer::create(CoordinatorService *service,
-                                                                     const net::CoordinatorEndpoint::Options &options)
+Result<std::unique_ptr<FleetServer>> FleetServer::create(CoordinatorThread *service,
+                                                                     const net::TlsListener::Options &options)
 {
-    auto endpoint = net::CoordinatorEndpoint::create(options);
+    auto endpoint = net::TlsListener::create(options);
     if (!endpoint)
         return endpoint.takeError();
-    std::unique_ptr<CoordinatorServer> s(new CoordinatorServer);
+    std::unique_ptr<FleetServer> s(new FleetServer);
     s->m_service = service;
     s->m_endpoint = std::move(endpoint).value();
     service->withCoordinator([&](Coordinator &c) {
@@ -54,17 +54,17 @@ Result<std::unique_ptr<CoordinatorServer>> CoordinatorServer::create(Coordinator
     // A result carries exactly the model's weights; nothing larger is accepted.
     s->m_endpoint->setPayloadLimit(MessageType::Result, std::uint64_t(s->m_layout.totalNumel) * 4);
 
-    CoordinatorServer *self = s.get();
-    connect(self->m_endpoint.get(), &net::CoordinatorEndpoint::helloReceived, self, &CoordinatorServer::onHello);
-    connect(self->m_endpoint.get(), &net::CoordinatorEndpoint::messageReceived, self, &CoordinatorServer::onMessage);
-    connect(self->m_endpoint.get(), &net::CoordinatorEndpoint::connectionClosed, self,
+    FleetServer *self = s.get();
+    connect(self->m_endpoint.get(), &net::TlsListener::helloReceived, self, &FleetServer::onHello);
+    connect(self->m_endpoint.get(), &net::TlsListener::messageReceived, self, &FleetServer::onMessage);
+    connect(self->m_endpoint.get(), &net::TlsListener::connectionClosed, self,
             [self](qint64 connectionId, const QString &) { self->onClosed(connectionId); });
-    connect(service, &CoordinatorService::joinAnswered, self, &CoordinatorServer::onJoined);
-    connect(service, &CoordinatorService::requestAnswered, self, &CoordinatorServer::onAssigned);
-    connect(service, &CoordinatorService::submitAnswered, self, &CoordinatorServer::onSubmitted);
-    connect(service, &CoordinatorService::leaseSuperseded, self, [self](qint64 workerId, qint64 leaseId) {
-        for (const auto &[connection, session] : self->m_sessions)
-            if (session.workerId == workerId)
+    connect(service, &CoordinatorThread::joinAnswered, self, &FleetServer::onJoined);
+    connect(service, &CoordinatorThread::requestAnswered, self, &FleetServer::onAssigned);
+    connect(service, &CoordinatorThread::submitAnswered, self, &FleetServer::onSubmitted);
+    connect(service, &CoordinatorThread::leaseSuperseded, self, [self](qint64 workerId, qint64 leaseId) {
+        for (const auto &[connection, worker] : self->m_connected)
+            if (worker.workerId == workerId)
                 self->m_endpoint->send(
                     connection,
                     net::CancelMsg{leaseId, QStringLiteral("another worker's result completed the subtask")});
@@ -72,20 +72,20 @@ Result<std::unique_ptr<CoordinatorServer>> CoordinatorServer::create(Coordinator
     return s;
 }
 
-CoordinatorServer::~CoordinatorServer() = default;
+FleetServer::~FleetServer() = default;
 
-QString CoordinatorServer::addressOf(qint64 workerId) const
+QString FleetServer::addressOf(qint64 workerId) const
 {
     QMutexLocker lock(&m_addressMutex);
     return m_addresses.value(workerId);
 }
 
-Result<void> CoordinatorServer::listen()
+Result<void> FleetServer::listen()
 {
     return m_endpoint->listen();
 }
 
-void CoordinatorServer::onHello(const net::PeerInfo &peer, const net::HelloMsg &hello)
+void FleetServer::onHello(const net::PeerInfo &peer, const net::HelloMsg &hello)
 {
     WorkerInfo info;
     info.name = peer.workerName;
@@ -102,16 +102,16 @@ void CoordinatorServer::onHello(const net::PeerInfo &peer, const net::HelloMsg &
     m_joins[m_service->join(info, peer.workerId)] = pending;
 }
 
-void CoordinatorServer::onClosed(qint64 connectionId)
+void FleetServer::onClosed(qint64 connectionId)
 {
-    m_sessions.erase(connectionId);
+    m_connected.erase(connectionId);
     for (auto *pending : {&m_joins, &m_requests, &m_results})
         for (auto &[ticket, p] : *pending)
             if (p.connectionId == connectionId)
                 p.closed = true;
 }
 
-void CoordinatorServer::onJoined(qint64 ticket, qint64 workerId, const QString &error)
+void FleetServer::onJoined(qint64 ticket, qint64 workerId, const QString &error)
 {
     const auto it = m_joins.find(ticket);
     if (it == m_joins.end())
@@ -133,16 +133,16 @@ void CoordinatorServer::onJoined(qint64 ticket, qint64 workerId, const QString &
             qCWarning(lcBridge).noquote() << r.error();
     }
     // A worker connected twice (a reconnect racing the old connection): keep the newest.
-    for (auto it = m_sessions.begin(); it != m_sessions.end();) {
+    for (auto it = m_connected.begin(); it != m_connected.end();) {
         if (it->second.workerId == workerId && it->first != peer.connectionId) {
             const qint64 old = it->first;
-            it = m_sessions.erase(it);
+            it = m_connected.erase(it);
             m_endpoint->close(old, QStringLiteral("the worker connected again"));
         } else {
             ++it;
         }
     }
-    m_sessions[peer.connectionId] = Session{workerId, peer.fingerprint, peer.workerName};
+    m_connected[peer.connectionId] = ConnectedWorker{workerId, peer.fingerprint, peer.workerName};
     {
         QMutexLocker lock(&m_addressMutex);
         m_addresses.insert(workerId, peer.address);
@@ -164,12 +164,12 @@ void CoordinatorServer::onJoined(qint64 ticket, qint64 workerId, const QString &
     m_endpoint->send(peer.connectionId, welcome);
 }
 
-void CoordinatorServer::onMessage(qint64 connectionId, const net::Message &message)
+void FleetServer::onMessage(qint64 connectionId, const net::Message &message)
 {
-    const auto it = m_sessions.find(connectionId);
-    if (it == m_sessions.end())
+    const auto it = m_connected.find(connectionId);
+    if (it == m_connected.end())
         return;
-    const Session session = it->second;
+    const ConnectedWorker worker = it->second;
     switch (message.type) {
     case MessageType::Request: {
         const auto request = decoded<net::RequestMsg>(*m_endpoint, connectionId, message);
@@ -177,8 +177,8 @@ void CoordinatorServer::onMessage(qint64 connectionId, const net::Message &messa
             return;
         Pending pending;
         pending.connectionId = connectionId;
-        pending.workerId = session.workerId;
-        m_requests[m_service->request(session.workerId, request->samplesPerSecond)] = pending;
+        pending.workerId = worker.workerId;
+        m_requests[m_service->request(worker.workerId, request->samplesPerSecond)] = pending;
         return;
     }
     case MessageType::ShardRequest:
@@ -187,15 +187,15 @@ void CoordinatorServer::onMessage(qint64 connectionId, const net::Message &messa
         return;
     case MessageType::Heartbeat:
         if (const auto beat = decoded<net::HeartbeatMsg>(*m_endpoint, connectionId, message))
-            m_service->heartbeat(session.workerId, beat->lease, beat->done, beat->planned);
+            m_service->heartbeat(worker.workerId, beat->lease, beat->done, beat->planned);
         return;
     case MessageType::Result:
         if (const auto result = decoded<net::ResultMsg>(*m_endpoint, connectionId, message))
-            receiveResult(connectionId, session, *result, message.payload);
+            receiveResult(connectionId, worker, *result, message.payload);
         return;
     case MessageType::HandBack:
         if (const auto handBack = decoded<net::HandBackMsg>(*m_endpoint, connectionId, message))
-            m_service->handBack(session.workerId, handBack->lease,
+            m_service->handBack(worker.workerId, handBack->lease,
                                 QStringLiteral("handed back by the worker: %1").arg(handBack->reason.left(500)));
         return;
     case MessageType::Bye: {
@@ -204,10 +204,10 @@ void CoordinatorServer::onMessage(qint64 connectionId, const net::Message &messa
             return;
         const QString reason = bye->reason.left(500);
         if (reason == QLatin1String("preempted"))
-            m_service->recordEvent(EventKind::WorkerPreempted, session.workerId,
+            m_service->recordEvent(EventKind::WorkerPreempted, worker.workerId,
                                        QStringLiteral("preemption notice: the worker handed in its work and left"));
-        m_service->leave(session.workerId, QStringLiteral("the worker left: %1").arg(reason));
-        m_sessions.erase(connectionId);
+        m_service->leave(worker.workerId, QStringLiteral("the worker left: %1").arg(reason));
+        m_connected.erase(connectionId);
         m_endpoint->close(connectionId, QStringLiteral("goodbye"), false, false);
         return;
     }
@@ -216,7 +216,7 @@ void CoordinatorServer::onMessage(qint64 connectionId, const net::Message &messa
     }
 }
 
-const QByteArray &CoordinatorServer::weightBytes(const Assignment &a)
+const QByteArray &FleetServer::weightBytes(const Assignment &a)
 {
     // Every worker that asks at the same version gets the same bytes: encode them once.
     if (m_encodedSeq != a.baseSeq) {
@@ -226,7 +226,7 @@ const QByteArray &CoordinatorServer::weightBytes(const Assignment &a)
     return m_encodedWeights;
 }
 
-QByteArray CoordinatorServer::shardSha(int shard)
+QByteArray FleetServer::shardSha(int shard)
 {
     auto it = m_shardSha.find(shard);
     if (it == m_shardSha.end()) {
@@ -236,7 +236,7 @@ QByteArray CoordinatorServer::shardSha(int shard)
     return it->second;
 }
 
-void CoordinatorServer::onAssigned(qint64 ticket, const std::optional<Assignment> &a, bool finished)
+void FleetServer::onAssigned(qint64 ticket, const std::optional<Assignment> &a, bool finished)
 {
     const auto it = m_requests.find(ticket);
     if (it == m_requests.end())
@@ -279,7 +279,7 @@ void CoordinatorServer::onAssigned(qint64 ticket, const std::optional<Assignment
     m_endpoint->send(connectionId, assign, weightBytes(*a));
 }
 
-void CoordinatorServer::sendShard(qint64 connectionId, const net::ShardRequestMsg &request)
+void FleetServer::sendShard(qint64 connectionId, const net::ShardRequestMsg &request)
 {
     const qint64 shard = request.shard;
     if (shard >= m_data->plan.numShards()) {
@@ -290,7 +290,7 @@ void CoordinatorServer::sendShard(qint64 connectionId, const net::ShardRequestMs
     m_endpoint->send(connectionId, net::ShardDataMsg{shard, shardManifest(samples)}, shardToBytes(samples));
 }
 
-void CoordinatorServer::receiveResult(qint64 connectionId, const Session &session, const net::ResultMsg &header,
+void FleetServer::receiveResult(qint64 connectionId, const ConnectedWorker &worker, const net::ResultMsg &header,
                                       const QByteArray &payload)
 {
     SubtaskResult r;
@@ -310,12 +310,12 @@ void CoordinatorServer::receiveResult(qint64 connectionId, const Session &sessio
     }
     Pending pending;
     pending.connectionId = connectionId;
-    pending.workerId = session.workerId;
+    pending.workerId = worker.workerId;
     pending.leaseId = r.leaseId;
-    m_results[m_service->submit(session.workerId, std::move(r))] = pending;
+    m_results[m_service->submit(worker.workerId, std::move(r))] = pending;
 }
 
-void CoordinatorServer::onSubmitted(qint64 ticket, const SubmitReply &reply)
+void FleetServer::onSubmitted(qint64 ticket, const SubmitReply &reply)
 {
     const auto it = m_results.find(ticket);
     if (it == m_results.end())

@@ -1,14 +1,14 @@
 #pragma once
 // Connects the network to the coordinator: it owns the TLS endpoint, turns workers'
-// messages into calls on the CoordinatorService (weights decoded and checked on the way),
+// messages into calls on the CoordinatorThread (weights decoded and checked on the way),
 // and the coordinator's answers into messages. It is where bytes become tensors and back.
 //
 // Threads: lives on the network thread with its endpoint; the coordinator runs on its own
 // thread and is reached only through the service's asynchronous calls, whose answers come
 // back as signals: the network thread never waits for the coordinator (nor for its disk).
 
-#include "engine/CoordinatorService.h"
-#include "net/CoordinatorEndpoint.h"
+#include "engine/CoordinatorThread.h"
+#include "net/TlsListener.h"
 
 #include <QHash>
 #include <QMutex>
@@ -19,24 +19,24 @@
 
 namespace flotilla {
 
-class CoordinatorServer : public QObject
+class FleetServer : public QObject
 {
     Q_OBJECT
 
 public:
-    static Result<std::unique_ptr<CoordinatorServer>> create(CoordinatorService *service,
-                                                             const net::CoordinatorEndpoint::Options &options);
-    ~CoordinatorServer() override;
+    static Result<std::unique_ptr<FleetServer>> create(CoordinatorThread *service,
+                                                             const net::TlsListener::Options &options);
+    ~FleetServer() override;
 
     Result<void> listen();
     quint16 port() const { return m_endpoint->port(); }
     QByteArray caFingerprint() const { return m_endpoint->caFingerprint(); }
-    net::CoordinatorEndpoint &endpoint() { return *m_endpoint; }
+    net::TlsListener &endpoint() { return *m_endpoint; }
     // Where a worker last connected from; any thread may ask.
     QString addressOf(qint64 workerId) const;
 
 private:
-    struct Session
+    struct ConnectedWorker
     {
         qint64 workerId = 0;
         QByteArray fingerprint;
@@ -53,26 +53,26 @@ private:
         bool closed = false; // the connection closed meanwhile
     };
 
-    CoordinatorServer() = default;
+    FleetServer() = default;
     void onHello(const net::PeerInfo &peer, const net::HelloMsg &hello);
     void onJoined(qint64 ticket, qint64 workerId, const QString &error);
     void onMessage(qint64 connectionId, const net::Message &message);
     void onAssigned(qint64 ticket, const std::optional<Assignment> &assignment, bool finished);
     void sendShard(qint64 connectionId, const net::ShardRequestMsg &request);
-    void receiveResult(qint64 connectionId, const Session &session, const net::ResultMsg &header,
+    void receiveResult(qint64 connectionId, const ConnectedWorker &worker, const net::ResultMsg &header,
                        const QByteArray &payload);
     void onSubmitted(qint64 ticket, const SubmitReply &reply);
     void onClosed(qint64 connectionId);
     QByteArray shardSha(int shard);
     const QByteArray &weightBytes(const Assignment &a);
 
-    CoordinatorService *m_service = nullptr;
-    std::unique_ptr<net::CoordinatorEndpoint> m_endpoint;
+    CoordinatorThread *m_service = nullptr;
+    std::unique_ptr<net::TlsListener> m_endpoint;
     JobSpec m_spec;
     std::shared_ptr<const JobData> m_data;
     WeightLayout m_layout;
     QString m_modelSha256; // TorchScript jobs: the model file workers must hold
-    std::map<qint64, Session> m_sessions; // by connection
+    std::map<qint64, ConnectedWorker> m_connected; // by connection
     std::map<qint64, Pending> m_joins;     // by ticket
     std::map<qint64, Pending> m_requests;
     std::map<qint64, Pending> m_results;

@@ -27,12 +27,12 @@ struct SubtaskWork
     TrainConfig config;
 };
 
-class WorkerSession
+class WorkerJob
 {
 public:
     // Builds the model; refuses to work for a job whose weight layout differs from the one
     // the coordinator announced (layoutDigest empty: no check).
-    static Result<std::unique_ptr<WorkerSession>> create(const ModelSpec &model,
+    static Result<std::unique_ptr<WorkerJob>> create(const ModelSpec &model,
                                                          const std::vector<std::int64_t> &inputShape, int numClasses,
                                                          const QString &device, const QString &layoutDigest = {});
 
@@ -49,7 +49,7 @@ public:
     double measureThroughput(int batchSize, int threads, double seconds);
 
 private:
-    WorkerSession() = default;
+    WorkerJob() = default;
 
     std::unique_ptr<Model> m_model;
     WeightLayout m_layout;

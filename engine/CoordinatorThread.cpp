@@ -1,4 +1,4 @@
-#include "engine/CoordinatorService.h"
+#include "engine/CoordinatorThread.h"
 
 #include "engine/EngineLog.h"
 
@@ -12,7 +12,7 @@
 
 namespace flotilla {
 
-CoordinatorService::CoordinatorService(std::unique_ptr<Coordinator> coordinator)
+CoordinatorThread::CoordinatorThread(std::unique_ptr<Coordinator> coordinator)
     : m_coordinator(std::move(coordinator))
 {
     qRegisterMetaType<flotilla::JobProgress>();
@@ -25,27 +25,27 @@ CoordinatorService::CoordinatorService(std::unique_ptr<Coordinator> coordinator)
     m_evaluationPool.setMaxThreadCount(1);
     m_thread.setObjectName(QStringLiteral("coordinator"));
     moveToThread(&m_thread);
-    connect(&m_thread, &QThread::started, this, &CoordinatorService::start);
+    connect(&m_thread, &QThread::started, this, &CoordinatorThread::start);
     m_thread.start();
 }
 
-CoordinatorService::~CoordinatorService()
+CoordinatorThread::~CoordinatorThread()
 {
     shutdown();
 }
 
-void CoordinatorService::openGroup()
+void CoordinatorThread::openGroup()
 {
     if (!m_groupEndPosted) {
         // Runs after every call queued so far: they share the group.
         m_groupEndPosted = true;
-        QMetaObject::invokeMethod(this, &CoordinatorService::endGroup, Qt::QueuedConnection);
+        QMetaObject::invokeMethod(this, &CoordinatorThread::endGroup, Qt::QueuedConnection);
     }
     if (!m_groupOpen && m_coordinator && m_coordinator->beginGroup())
         m_groupOpen = true;
 }
 
-void CoordinatorService::endGroup()
+void CoordinatorThread::endGroup()
 {
     m_groupEndPosted = false;
     QString failure;
@@ -63,7 +63,7 @@ void CoordinatorService::endGroup()
 }
 
 template <typename R, typename Op, typename Lost>
-void CoordinatorService::queue(Op op, Lost lost, std::function<void(R)> deliver)
+void CoordinatorThread::queue(Op op, Lost lost, std::function<void(R)> deliver)
 {
     QMetaObject::invokeMethod(this, [this, op = std::move(op), lost, deliver = std::move(deliver)]() mutable {
         openGroup();
@@ -76,7 +76,7 @@ void CoordinatorService::queue(Op op, Lost lost, std::function<void(R)> deliver)
     }, Qt::QueuedConnection);
 }
 
-void CoordinatorService::post(std::function<void(Coordinator &)> op, bool grouped)
+void CoordinatorThread::post(std::function<void(Coordinator &)> op, bool grouped)
 {
     QMetaObject::invokeMethod(this, [this, op = std::move(op), grouped] {
         if (grouped)
@@ -112,7 +112,7 @@ struct Awaited
 
 } // namespace
 
-void CoordinatorService::start()
+void CoordinatorThread::start()
 {
     Coordinator &c = *m_coordinator;
     // The evaluator's model lives on the evaluation pool's single thread.
@@ -160,7 +160,7 @@ void CoordinatorService::start()
 
     m_tickTimer = new QTimer(this);
     m_tickTimer->setInterval(250);
-    connect(m_tickTimer, &QTimer::timeout, this, &CoordinatorService::onTick);
+    connect(m_tickTimer, &QTimer::timeout, this, &CoordinatorThread::onTick);
     m_tickTimer->start();
     if (c.finished() && !m_ended) {
         m_ended = true;
@@ -168,7 +168,7 @@ void CoordinatorService::start()
     }
 }
 
-void CoordinatorService::onTick()
+void CoordinatorThread::onTick()
 {
     openGroup();
     m_coordinator->tick();
@@ -184,7 +184,7 @@ void CoordinatorService::onTick()
     }
 }
 
-void CoordinatorService::shutdown()
+void CoordinatorThread::shutdown()
 {
     if (!m_thread.isRunning())
         return;
@@ -204,7 +204,7 @@ void CoordinatorService::shutdown()
     m_thread.wait();
 }
 
-qint64 CoordinatorService::join(const WorkerInfo &info, qint64 knownWorkerId)
+qint64 CoordinatorThread::join(const WorkerInfo &info, qint64 knownWorkerId)
 {
     const qint64 ticket = m_nextTicket++;
     queue<Result<qint64>>([info, knownWorkerId](Coordinator &c) { return c.workerJoined(info, knownWorkerId); },
@@ -214,7 +214,7 @@ qint64 CoordinatorService::join(const WorkerInfo &info, qint64 knownWorkerId)
     return ticket;
 }
 
-qint64 CoordinatorService::request(qint64 workerId, double samplesPerSecond)
+qint64 CoordinatorThread::request(qint64 workerId, double samplesPerSecond)
 {
     const qint64 ticket = m_nextTicket++;
     queue<RequestAnswer>(
@@ -227,7 +227,7 @@ qint64 CoordinatorService::request(qint64 workerId, double samplesPerSecond)
     return ticket;
 }
 
-qint64 CoordinatorService::submit(qint64 workerId, SubtaskResult result)
+qint64 CoordinatorThread::submit(qint64 workerId, SubtaskResult result)
 {
     const qint64 ticket = m_nextTicket++;
     auto shared = std::make_shared<SubtaskResult>(std::move(result));
@@ -236,17 +236,17 @@ qint64 CoordinatorService::submit(qint64 workerId, SubtaskResult result)
     return ticket;
 }
 
-void CoordinatorService::leave(qint64 workerId, const QString &reason)
+void CoordinatorThread::leave(qint64 workerId, const QString &reason)
 {
     post([workerId, reason](Coordinator &c) { c.workerLeft(workerId, reason); });
 }
 
-void CoordinatorService::handBack(qint64 workerId, qint64 leaseId, const QString &reason)
+void CoordinatorThread::handBack(qint64 workerId, qint64 leaseId, const QString &reason)
 {
     post([workerId, leaseId, reason](Coordinator &c) { c.handBack(workerId, leaseId, reason); });
 }
 
-void CoordinatorService::heartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps, qint64 planned)
+void CoordinatorThread::heartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps, qint64 planned)
 {
     // Writes nothing: it opens no group. How long it waited in the queue is kept for the log.
     const auto queued = std::chrono::steady_clock::now();
@@ -257,7 +257,7 @@ void CoordinatorService::heartbeat(qint64 workerId, qint64 leaseId, qint64 sampl
     }, false);
 }
 
-void CoordinatorService::reportHeartbeatWaits()
+void CoordinatorThread::reportHeartbeatWaits()
 {
     if (m_heartbeatWaits.empty())
         return;
@@ -273,22 +273,22 @@ void CoordinatorService::reportHeartbeatWaits()
                                       .arg(double(w.back()), 0, 'f', 2);
 }
 
-void CoordinatorService::recordEvent(EventKind kind, qint64 workerId, const QString &detail)
+void CoordinatorThread::recordEvent(EventKind kind, qint64 workerId, const QString &detail)
 {
     post([kind, workerId, detail](Coordinator &c) { c.recordEvent(kind, workerId, detail); });
 }
 
-void CoordinatorService::setPausedAsync(bool paused)
+void CoordinatorThread::setPausedAsync(bool paused)
 {
     post([paused](Coordinator &c) { c.setPaused(paused); });
 }
 
-void CoordinatorService::releaseAsync(qint64 workerId, const QString &by)
+void CoordinatorThread::releaseAsync(qint64 workerId, const QString &by)
 {
     post([workerId, by](Coordinator &c) { c.releaseWorker(workerId, by); });
 }
 
-Result<qint64> CoordinatorService::callJoin(const WorkerInfo &info, qint64 knownWorkerId)
+Result<qint64> CoordinatorThread::callJoin(const WorkerInfo &info, qint64 knownWorkerId)
 {
     Awaited<Result<qint64>> answer;
     queue<Result<qint64>>([info, knownWorkerId](Coordinator &c) { return c.workerJoined(info, knownWorkerId); },
@@ -296,7 +296,7 @@ Result<qint64> CoordinatorService::callJoin(const WorkerInfo &info, qint64 known
     return answer.get();
 }
 
-std::optional<Assignment> CoordinatorService::callRequest(qint64 workerId)
+std::optional<Assignment> CoordinatorThread::callRequest(qint64 workerId)
 {
     Awaited<std::optional<Assignment>> answer;
     queue<std::optional<Assignment>>([workerId](Coordinator &c) { return c.requestSubtask(workerId); },
@@ -304,7 +304,7 @@ std::optional<Assignment> CoordinatorService::callRequest(qint64 workerId)
     return answer.get();
 }
 
-SubmitReply CoordinatorService::callSubmit(qint64 workerId, SubtaskResult result)
+SubmitReply CoordinatorThread::callSubmit(qint64 workerId, SubtaskResult result)
 {
     Awaited<SubmitReply> answer;
     auto shared = std::make_shared<SubtaskResult>(std::move(result));
@@ -313,14 +313,14 @@ SubmitReply CoordinatorService::callSubmit(qint64 workerId, SubtaskResult result
     return answer.get();
 }
 
-JobProgress CoordinatorService::callProgress()
+JobProgress CoordinatorThread::callProgress()
 {
     JobProgress out;
     withCoordinator([&](Coordinator &c) { out = c.progress(); });
     return out;
 }
 
-void CoordinatorService::withCoordinator(const std::function<void(Coordinator &)> &f)
+void CoordinatorThread::withCoordinator(const std::function<void(Coordinator &)> &f)
 {
     const auto run = [&] {
         if (m_coordinator)

@@ -1,4 +1,4 @@
-#include "net/CoordinatorEndpoint.h"
+#include "net/TlsListener.h"
 
 #include "net/NetLog.h"
 
@@ -87,7 +87,7 @@ void AcceptingServer::incomingConnection(qintptr descriptor)
         closeDescriptor(descriptor);
 }
 
-QString CoordinatorEndpoint::sourceOf(const QHostAddress &address)
+QString TlsListener::sourceOf(const QHostAddress &address)
 {
     bool v4 = false;
     const quint32 ipv4 = address.toIPv4Address(&v4);
@@ -102,7 +102,7 @@ QString CoordinatorEndpoint::sourceOf(const QHostAddress &address)
     return address.toString();
 }
 
-Result<std::unique_ptr<CoordinatorEndpoint>> CoordinatorEndpoint::create(const Options &options)
+Result<std::unique_ptr<TlsListener>> TlsListener::create(const Options &options)
 {
     if (options.handshakeTimeoutMs < 100 || options.maxUnauthenticated < 1 || options.maxUnauthenticatedPerSource < 1
         || options.maxJoinFailuresPerSource < 1 || options.joinFailureWindowMs < 1 || options.listenBacklog < 1)
@@ -111,7 +111,7 @@ Result<std::unique_ptr<CoordinatorEndpoint>> CoordinatorEndpoint::create(const O
     auto identity = loadOrCreateCoordinatorIdentity(options.identityDir, options.hostNames);
     if (!identity)
         return identity.takeError();
-    std::unique_ptr<CoordinatorEndpoint> e(new CoordinatorEndpoint);
+    std::unique_ptr<TlsListener> e(new TlsListener);
     e->m_options = options;
     e->m_identity = *identity;
     e->m_trust = TrustStore(options.identityDir);
@@ -131,14 +131,14 @@ Result<std::unique_ptr<CoordinatorEndpoint>> CoordinatorEndpoint::create(const O
     e->m_server.setListenBacklogSize(options.listenBacklog);
     e->m_server.setMaxPendingConnections(kAcceptBatch);
 
-    CoordinatorEndpoint *self = e.get();
+    TlsListener *self = e.get();
     e->m_server.make = [self](qintptr descriptor) -> QTcpSocket * { return self->socketFor(descriptor); };
     // Taken on the next turn of the event loop, after the sockets already there have had
     // theirs.
     connect(&e->m_server, &QTcpServer::pendingConnectionAvailable, self, [self] {
         if (std::exchange(self->m_takeScheduled, true))
             return;
-        QMetaObject::invokeMethod(self, &CoordinatorEndpoint::takeAccepted, Qt::QueuedConnection);
+        QMetaObject::invokeMethod(self, &TlsListener::takeAccepted, Qt::QueuedConnection);
     });
     // Qt stops accepting after an error such as running out of file descriptors: free the
     // oldest unauthenticated connection's and start again shortly.
@@ -156,14 +156,14 @@ Result<std::unique_ptr<CoordinatorEndpoint>> CoordinatorEndpoint::create(const O
     });
     e->m_clock.start();
     e->m_deadlineTimer.setSingleShot(true);
-    connect(&e->m_deadlineTimer, &QTimer::timeout, self, &CoordinatorEndpoint::expireDeadlines);
+    connect(&e->m_deadlineTimer, &QTimer::timeout, self, &TlsListener::expireDeadlines);
     // Tokens may be revoked by another process (flotilla revoke): look now and then.
     e->m_revocationTimer.setInterval(options.revocationCheckMs);
-    connect(&e->m_revocationTimer, &QTimer::timeout, self, &CoordinatorEndpoint::checkRevocations);
+    connect(&e->m_revocationTimer, &QTimer::timeout, self, &TlsListener::checkRevocations);
     return e;
 }
 
-CoordinatorEndpoint::~CoordinatorEndpoint()
+TlsListener::~TlsListener()
 {
     m_server.close(); // and with it the sockets not taken yet
     // abort() emits disconnected at once, whose handler erases from m_connections: take the
@@ -179,7 +179,7 @@ CoordinatorEndpoint::~CoordinatorEndpoint()
         }
 }
 
-Result<void> CoordinatorEndpoint::listen()
+Result<void> TlsListener::listen()
 {
     if (!m_server.listen(m_options.bindAddress, m_options.port))
         return fail(QStringLiteral("cannot listen on %1:%2: %3")
@@ -190,19 +190,19 @@ Result<void> CoordinatorEndpoint::listen()
     return {};
 }
 
-quint16 CoordinatorEndpoint::port() const
+quint16 TlsListener::port() const
 {
     return m_server.serverPort();
 }
 
-void CoordinatorEndpoint::setPayloadLimit(MessageType type, std::uint64_t bytes)
+void TlsListener::setPayloadLimit(MessageType type, std::uint64_t bytes)
 {
     m_limits[type] = bytes;
     for (auto &[id, c] : m_connections)
         c->reader.assembler().setPayloadLimit(type, bytes);
 }
 
-QSslSocket *CoordinatorEndpoint::socketFor(qintptr descriptor)
+QSslSocket *TlsListener::socketFor(qintptr descriptor)
 {
     auto *socket = new QSslSocket(this);
     socket->setSslConfiguration(m_tls);
@@ -214,14 +214,14 @@ QSslSocket *CoordinatorEndpoint::socketFor(qintptr descriptor)
     return socket;
 }
 
-void CoordinatorEndpoint::takeAccepted()
+void TlsListener::takeAccepted()
 {
     m_takeScheduled = false;
     while (QTcpSocket *socket = m_server.nextPendingConnection())
         accept(static_cast<QSslSocket *>(socket));
 }
 
-void CoordinatorEndpoint::accept(QSslSocket *socket)
+void TlsListener::accept(QSslSocket *socket)
 {
     if (socket->state() != QAbstractSocket::ConnectedState) {
         // Gone before its turn came.
@@ -266,7 +266,7 @@ void CoordinatorEndpoint::accept(QSslSocket *socket)
         onFirstBytes(conn);
 }
 
-void CoordinatorEndpoint::makeRoom(const QString &source)
+void TlsListener::makeRoom(const QString &source)
 {
     for (;;) {
         const auto mine = m_unauthenticatedBySource.constFind(source);
@@ -287,7 +287,7 @@ void CoordinatorEndpoint::makeRoom(const QString &source)
              false);
 }
 
-std::unique_ptr<CoordinatorEndpoint::Connection> CoordinatorEndpoint::take(qint64 id)
+std::unique_ptr<TlsListener::Connection> TlsListener::take(qint64 id)
 {
     const auto it = m_connections.find(id);
     if (it == m_connections.end())
@@ -298,7 +298,7 @@ std::unique_ptr<CoordinatorEndpoint::Connection> CoordinatorEndpoint::take(qint6
     return c;
 }
 
-void CoordinatorEndpoint::authenticated(const Connection &c)
+void TlsListener::authenticated(const Connection &c)
 {
     if (m_unauthenticated.erase(c.id) == 0)
         return;
@@ -310,7 +310,7 @@ void CoordinatorEndpoint::authenticated(const Connection &c)
         m_unauthenticatedBySource.erase(mine);
 }
 
-void CoordinatorEndpoint::expireDeadlines()
+void TlsListener::expireDeadlines()
 {
     const qint64 now = m_clock.elapsed();
     while (!m_unauthenticated.empty()) {
@@ -334,7 +334,7 @@ void CoordinatorEndpoint::expireDeadlines()
     }
 }
 
-void CoordinatorEndpoint::onFirstBytes(Connection &c)
+void TlsListener::onFirstBytes(Connection &c)
 {
     char first = 0;
     if (c.socket->peek(&first, 1) != 1)
@@ -350,7 +350,7 @@ void CoordinatorEndpoint::onFirstBytes(Connection &c)
     c.socket->startServerEncryption();
 }
 
-void CoordinatorEndpoint::onHandshakeError(qint64 id, QAbstractSocket::SocketError error)
+void TlsListener::onHandshakeError(qint64 id, QAbstractSocket::SocketError error)
 {
     const auto it = m_connections.find(id);
     if (it == m_connections.end())
@@ -365,7 +365,7 @@ void CoordinatorEndpoint::onHandshakeError(qint64 id, QAbstractSocket::SocketErr
         drop(id, QStringLiteral("the TLS handshake failed: %1").arg(c.socket->errorString()), false);
 }
 
-void CoordinatorEndpoint::onEncrypted(qint64 id)
+void TlsListener::onEncrypted(qint64 id)
 {
     const auto it = m_connections.find(id);
     if (it == m_connections.end())
@@ -428,7 +428,7 @@ void CoordinatorEndpoint::onEncrypted(qint64 id)
     c.peer = PeerInfo{id, fingerprint, (*record)->workerName, (*record)->workerId, c.address};
 }
 
-void CoordinatorEndpoint::onReadyRead(qint64 id)
+void TlsListener::onReadyRead(qint64 id)
 {
     auto it = m_connections.find(id);
     if (it == m_connections.end())
@@ -456,7 +456,7 @@ void CoordinatorEndpoint::onReadyRead(qint64 id)
     }
 }
 
-void CoordinatorEndpoint::handle(Connection &c, Message message)
+void TlsListener::handle(Connection &c, Message message)
 {
     const qint64 id = c.id;
     if (!sentByWorkers(message.type)) {
@@ -512,7 +512,7 @@ void CoordinatorEndpoint::handle(Connection &c, Message message)
     Q_EMIT messageReceived(id, message);
 }
 
-qint64 CoordinatorEndpoint::joinBlockedMs(const QString &source)
+qint64 TlsListener::joinBlockedMs(const QString &source)
 {
     const auto it = m_joinFailures.find(source);
     if (it == m_joinFailures.end())
@@ -529,7 +529,7 @@ qint64 CoordinatorEndpoint::joinBlockedMs(const QString &source)
     return it->front() + m_options.joinFailureWindowMs - now;
 }
 
-void CoordinatorEndpoint::joinFailed(const QString &source)
+void TlsListener::joinFailed(const QString &source)
 {
     // Many sources that failed once each: forget those whose window has passed.
     if (m_joinFailures.size() > 100000) {
@@ -540,7 +540,7 @@ void CoordinatorEndpoint::joinFailed(const QString &source)
     m_joinFailures[source].push_back(m_clock.elapsed());
 }
 
-void CoordinatorEndpoint::enroll(Connection &c, const Message &message)
+void TlsListener::enroll(Connection &c, const Message &message)
 {
     // Token guessing: a source that keeps failing is refused before anything is checked.
     if (const qint64 waitMs = joinBlockedMs(c.source); waitMs > 0) {
@@ -589,7 +589,7 @@ void CoordinatorEndpoint::enroll(Connection &c, const Message &message)
     c.socket->disconnectFromHost();
 }
 
-void CoordinatorEndpoint::send(qint64 connectionId, MessageType type, const QCborMap &header, const QByteArray &payload)
+void TlsListener::send(qint64 connectionId, MessageType type, const QCborMap &header, const QByteArray &payload)
 {
     const auto it = m_connections.find(connectionId);
     if (it == m_connections.end() || !it->second->socket)
@@ -597,12 +597,12 @@ void CoordinatorEndpoint::send(qint64 connectionId, MessageType type, const QCbo
     it->second->socket->write(encodeMessage(type, header, payload));
 }
 
-void CoordinatorEndpoint::close(qint64 connectionId, const QString &reason, bool fatal, bool error)
+void TlsListener::close(qint64 connectionId, const QString &reason, bool fatal, bool error)
 {
     drop(connectionId, reason, fatal, error);
 }
 
-void CoordinatorEndpoint::drop(qint64 id, const QString &reason, bool fatal, bool error)
+void TlsListener::drop(qint64 id, const QString &reason, bool fatal, bool error)
 {
     std::unique_ptr<Connection> c = take(id);
     if (!c)
@@ -648,7 +648,7 @@ void CoordinatorEndpoint::drop(qint64 id, const QString &reason, bool fatal, boo
         Q_EMIT connectionClosed(id, reason);
 }
 
-void CoordinatorEndpoint::logRefusal(const QString &line, bool warning)
+void TlsListener::logRefusal(const QString &line, bool warning)
 {
     if (m_clock.elapsed() - m_logWindowStart >= kLogWindowMs)
         flushRefusalLog();
@@ -663,10 +663,10 @@ void CoordinatorEndpoint::logRefusal(const QString &line, bool warning)
     // The count is told when the window ends.
     if (m_unloggedInWindow++ == 0)
         QTimer::singleShot(int(m_logWindowStart + kLogWindowMs - m_clock.elapsed()) + 1, this,
-                           &CoordinatorEndpoint::flushRefusalLog);
+                           &TlsListener::flushRefusalLog);
 }
 
-void CoordinatorEndpoint::flushRefusalLog()
+void TlsListener::flushRefusalLog()
 {
     const qint64 now = m_clock.elapsed();
     if (m_unloggedInWindow > 0)
@@ -678,7 +678,7 @@ void CoordinatorEndpoint::flushRefusalLog()
     m_unloggedInWindow = 0;
 }
 
-void CoordinatorEndpoint::checkRevocations()
+void TlsListener::checkRevocations()
 {
     if (m_connections.empty())
         return;
