@@ -9,14 +9,6 @@
 #include <cstdio>
 #include <limits>
 
-#ifdef Q_OS_WIN
-#include <io.h>
-#define FLOTILLA_ISATTY(f) _isatty(_fileno(f))
-#else
-#include <unistd.h>
-#define FLOTILLA_ISATTY(f) isatty(fileno(f))
-#endif
-
 namespace flotilla {
 
 namespace {
@@ -283,11 +275,6 @@ std::optional<int> parseOrExit(QCommandLineParser &parser, const QStringList &ar
         return 0;
     }
     return std::nullopt;
-}
-
-bool isTerminal(std::FILE *stream)
-{
-    return FLOTILLA_ISATTY(stream);
 }
 
 void installStopSignals()

@@ -3,6 +3,7 @@
 // overrides), the run directory's default, the live progress line and the closing summary,
 // and graceful stops on SIGINT/SIGTERM.
 
+#include "common/LogSink.h" // isTerminal
 #include "engine/Coordinator.h"
 #include "job/JobSpec.h"
 
@@ -23,7 +24,6 @@ QString commandHelp(const QCommandLineParser &parser, const QString &command);
 // stop there: a usage error (reported on standard error) or the help (printed).
 std::optional<int> parseOrExit(QCommandLineParser &parser, const QStringList &arguments, const QString &command);
 
-bool isTerminal(std::FILE *stream);
 // SIGINT and SIGTERM set a flag that pendingStopSignal() reads (poll it from a timer).
 void installStopSignals();
 int pendingStopSignal();

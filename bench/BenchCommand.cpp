@@ -74,7 +74,7 @@ int benchTransfer(int megabytes, int repeats)
         endpoint->setPayloadLimit(MessageType::Result, std::uint64_t(megabytes + 1) << 20);
         net::TlsListener *raw = endpoint.get();
         QObject::connect(raw, &net::TlsListener::helloReceived, raw,
-                         [raw](const net::PeerInfo &peer, const QCborMap &) {
+                         [raw](const net::PeerInfo &peer, const net::HelloMsg &) {
                              raw->send(peer.connectionId, MessageType::Welcome, {});
                          });
         QObject::connect(raw, &net::TlsListener::messageReceived, raw,

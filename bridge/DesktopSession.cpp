@@ -2,6 +2,7 @@
 
 #include "bridge/BridgeLog.h"
 #include "common/AtomicFile.h"
+#include "common/LogSink.h"
 #include "engine/Store.h"
 
 #include <QDateTime>

@@ -4,6 +4,7 @@
 #include <QFileInfo>
 
 #include <cstring>
+#include <type_traits>
 
 #include <sqlite3.h>
 
@@ -101,6 +102,16 @@ public:
         }
         return {};
     }
+    // Runs an UPDATE that must change exactly one row: one that matches none names what it
+    // looked for, rather than succeeding without effect.
+    Result<void> runOne(const QString &what)
+    {
+        if (auto r = run(); !r)
+            return r;
+        if (sqlite3_changes(m_db) != 1)
+            return fail(QStringLiteral("job store error: there is no %1").arg(what));
+        return {};
+    }
     // Steps to the next row; false at the end or on error (then ok() is false).
     bool next()
     {
@@ -142,15 +153,49 @@ private:
     int m_index = 0;
 };
 
+// Reads every row with row(q), which returns T, or Result<T> when a row can be refused (a
+// value the code does not know: the first such row's error is the answer).
 template <typename T, typename F>
 Result<std::vector<T>> collect(Statement &q, F &&row)
 {
     std::vector<T> out;
-    while (q.next())
-        out.push_back(row(q));
+    while (q.next()) {
+        if constexpr (std::is_same_v<std::invoke_result_t<F &, Statement &>, Result<T>>) {
+            Result<T> r = row(q);
+            if (!r)
+                return r.takeError();
+            out.push_back(std::move(*r));
+        } else {
+            out.push_back(row(q));
+        }
+    }
     if (!q.ok())
         return q.error();
     return out;
+}
+
+// Refuses another program's SQLite database before anything is written to it (not even the
+// journal mode): a file with tables, none of them a store's.
+Result<void> refuseForeignDatabase(sqlite3 *db)
+{
+    Statement t(db, "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name");
+    QStringList tables;
+    while (t.next())
+        tables << t.text(0);
+    if (!t.ok())
+        return t.error();
+    if (!tables.isEmpty() && !tables.contains(QLatin1String("meta")) && !tables.contains(QLatin1String("jobs")))
+        return fail(QStringLiteral("the file is another program's SQLite database (tables: %1), not a job store; "
+                                   "choose another run folder")
+                        .arg(tables.mid(0, 5).join(QStringLiteral(", "))));
+    return {};
+}
+
+// The error for a row whose state this version does not know.
+Error damaged(const QString &path, const QString &what, const QString &state)
+{
+    return fail(QStringLiteral("job store '%1' is damaged: %2 has the state '%3', which this version does not know")
+                    .arg(path, what, state));
 }
 
 } // namespace
@@ -181,9 +226,23 @@ Result<std::unique_ptr<Store>> Store::open(const QString &path)
                                    "(check its permissions and its owner)")
                         .arg(path));
     sqlite3_busy_timeout(store->m_db, 10000);
+    if (auto r = refuseForeignDatabase(store->m_db); !r)
+        return fail(QStringLiteral("cannot open job store '%1': %2").arg(path, r.error()));
     // WAL: readers (the dashboard, a status command) never block the coordinator's writes.
     // synchronous=FULL: a committed assimilation survives a power loss, not just a crash.
-    for (const char *pragma : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL", "PRAGMA foreign_keys=ON"})
+    // SQLite keeps the old journal mode where WAL cannot work (some network file systems)
+    // and says so only in the pragma's answer.
+    {
+        Statement wal(store->m_db, "PRAGMA journal_mode=WAL");
+        const QString mode = wal.next() ? wal.text(0) : QString();
+        if (!wal.ok())
+            return fail(QStringLiteral("cannot open job store '%1': %2").arg(path, wal.error().message));
+        if (mode.compare(QLatin1String("wal"), Qt::CaseInsensitive) != 0)
+            return fail(QStringLiteral("cannot open job store '%1': its file system does not support write-ahead "
+                                       "logging (journal mode stays '%2'); put the run folder on a local disk")
+                            .arg(path, mode));
+    }
+    for (const char *pragma : {"PRAGMA synchronous=FULL", "PRAGMA foreign_keys=ON"})
         if (auto r = store->exec(pragma); !r)
             return fail(QStringLiteral("cannot open job store '%1': %2").arg(path, r.error()));
     if (auto r = store->migrate(); !r)
@@ -271,7 +330,8 @@ Result<std::optional<JobRecord>> Store::latestJob()
 Result<void> Store::setJobState(qint64 jobId, const QString &state, qint64 nowMs)
 {
     Statement q(m_db, "UPDATE jobs SET state = ?, finished_ms = ? WHERE id = ?");
-    return q.bind(state).bind(state == QLatin1String("running") ? qint64(0) : nowMs).bind(jobId).run();
+    return q.bind(state).bind(state == QLatin1String("running") ? qint64(0) : nowMs).bind(jobId)
+        .runOne(QStringLiteral("job %1").arg(jobId));
 }
 
 Result<qint64> Store::addWorker(qint64 jobId, const WorkerRecord &w)
@@ -290,7 +350,8 @@ Result<void> Store::updateWorker(qint64 jobId, const WorkerRecord &w)
     Statement q(m_db, "UPDATE workers SET name = ?, instance_type = ?, price_class = ?, device = ?, threads = ?, "
                       "joined_ms = ?, last_seen_ms = ?, state = ? WHERE job_id = ? AND id = ?");
     return q.bind(w.name).bind(w.instanceType).bind(w.priceClass).bind(w.device).bind(w.threads)
-        .bind(w.joinedMs).bind(w.lastSeenMs).bind(w.state).bind(jobId).bind(w.id).run();
+        .bind(w.joinedMs).bind(w.lastSeenMs).bind(w.state).bind(jobId).bind(w.id)
+        .runOne(QStringLiteral("worker %1 in job %2").arg(w.id).arg(jobId));
 }
 
 Result<std::vector<WorkerRecord>> Store::workers(qint64 jobId)
@@ -344,7 +405,7 @@ Result<std::vector<Subtask>> Store::subtasks(qint64 jobId)
     Statement q(m_db, "SELECT id, epoch, shard, begin_pos, end_pos, parent_id, state, covered_end, assimilated_seq "
                       "FROM subtasks WHERE job_id = ? ORDER BY id");
     q.bind(jobId);
-    return collect<Subtask>(q, [](Statement &s) {
+    return collect<Subtask>(q, [this](Statement &s) -> Result<Subtask> {
         Subtask t;
         t.id = s.i64(0);
         t.epoch = s.i32(1);
@@ -352,7 +413,10 @@ Result<std::vector<Subtask>> Store::subtasks(qint64 jobId)
         t.begin = s.i64(3);
         t.end = s.i64(4);
         t.parentId = s.i64(5);
-        t.state = subtaskStateFromString(s.text(6)).value_or(SubtaskState::Queued);
+        const auto state = subtaskStateFromString(s.text(6));
+        if (!state)
+            return damaged(m_path, QStringLiteral("subtask %1").arg(t.id), s.text(6));
+        t.state = *state;
         t.coveredEnd = s.i64(7);
         t.assimilatedSeq = s.i64(8);
         return t;
@@ -364,7 +428,7 @@ Result<std::vector<Lease>> Store::leases(qint64 jobId)
     Statement q(m_db, "SELECT id, subtask_id, worker_id, base_seq, base_version, issued_ms, deadline_ms, state, "
                       "ended_ms FROM leases WHERE job_id = ? ORDER BY id");
     q.bind(jobId);
-    return collect<Lease>(q, [](Statement &s) {
+    return collect<Lease>(q, [this](Statement &s) -> Result<Lease> {
         Lease l;
         l.id = s.i64(0);
         l.subtaskId = s.i64(1);
@@ -373,7 +437,10 @@ Result<std::vector<Lease>> Store::leases(qint64 jobId)
         l.baseVersion = s.i64(4);
         l.issuedMs = s.i64(5);
         l.deadlineMs = s.i64(6);
-        l.state = leaseStateFromString(s.text(7)).value_or(LeaseState::Lost);
+        const auto state = leaseStateFromString(s.text(7));
+        if (!state)
+            return damaged(m_path, QStringLiteral("lease %1").arg(l.id), s.text(7));
+        l.state = *state;
         l.endedMs = s.i64(8);
         return l;
     });
@@ -582,7 +649,7 @@ Result<std::vector<OperatorRequest>> Store::pendingOperatorRequests(qint64 jobId
 Result<void> Store::markOperatorRequestDone(qint64 id)
 {
     Statement q(m_db, "UPDATE operator_requests SET done = 1 WHERE id = ?");
-    return q.bind(id).run();
+    return q.bind(id).runOne(QStringLiteral("operator request %1").arg(id));
 }
 
 } // namespace flotilla

@@ -10,6 +10,7 @@
 // connections, floods of stalled handshakes, too many from one address, token guessing. The
 // endpoint keeps accepting, bounds what it holds, closes the oldest first, and a worker still
 // joins or comes back within 2 s.
+#include "TestFiles.h"
 #include "common/ProcessSetup.h"
 #include "net/TlsListener.h"
 #include "net/WorkerClient.h"
@@ -41,26 +42,13 @@
 
 using namespace flotilla;
 using namespace flotilla::net;
+using namespace flotilla::test;
 
 namespace {
 
 const QString kLocalHost = QStringLiteral("127.0.0.1");
 
-QByteArray readFile(const QString &path)
-{
-    QFile file(path);
-    return file.open(QIODevice::ReadOnly) ? file.readAll() : QByteArray();
-}
 
-#ifdef Q_OS_UNIX
-int fileMode(const QString &path)
-{
-    struct stat info;
-    if (::stat(QFile::encodeName(path).constData(), &info) != 0)
-        return -1;
-    return int(info.st_mode & 0777);
-}
-#endif
 
 qint64 nowMs()
 {

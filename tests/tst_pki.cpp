@@ -1,6 +1,7 @@
 // The coordinator's PKI: keys, the CA, server and client certificates checked with OpenSSL
 // and Qt, refusal of tampered requests and garbage input, the identity folder, and real
 // mutual TLS 1.3 handshakes on loopback with QSslServer/QSslSocket.
+#include "TestFiles.h"
 #include "net/Pki.h"
 
 #include <QtTest>
@@ -30,6 +31,7 @@
 
 using namespace flotilla;
 using namespace flotilla::net;
+using namespace flotilla::test;
 
 namespace {
 
@@ -124,29 +126,8 @@ bool isCritical(X509 *cert, int nid)
     return index >= 0 && X509_EXTENSION_get_critical(X509_get_ext(cert, index)) == 1;
 }
 
-QByteArray readFile(const QString &path)
-{
-    QFile file(path);
-    if (!file.open(QIODevice::ReadOnly))
-        return {};
-    return file.readAll();
-}
 
-bool writeFile(const QString &path, const QByteArray &data)
-{
-    QFile file(path);
-    return file.open(QIODevice::WriteOnly | QIODevice::Truncate) && file.write(data) == data.size();
-}
 
-#ifdef Q_OS_UNIX
-int fileMode(const QString &path)
-{
-    struct stat info;
-    if (::stat(QFile::encodeName(path).constData(), &info) != 0)
-        return -1;
-    return int(info.st_mode & 0777);
-}
-#endif
 
 QString describe(const QList<QSslError> &errors)
 {
@@ -615,7 +596,7 @@ private Q_SLOTS:
         REQUIRE_OK(first);
         auto shortLived = issueServerCertificate(first->ca, first->serverKeyPem, kHostNames, 10);
         REQUIRE_OK(shortLived);
-        QVERIFY(writeFile(dir + QStringLiteral("/server.pem"), *shortLived));
+        writeFile(dir + QStringLiteral("/server.pem"), *shortLived);
         auto second = loadOrCreateCoordinatorIdentity(dir, kHostNames);
         REQUIRE_OK(second);
         QCOMPARE(second->caFingerprint, first->caFingerprint);
@@ -626,7 +607,7 @@ private Q_SLOTS:
         // A server certificate from some other CA is replaced by one from ours.
         auto foreign = issueServerCertificate(m_foreignCa, first->serverKeyPem, kHostNames, 300);
         REQUIRE_OK(foreign);
-        QVERIFY(writeFile(dir + QStringLiteral("/server.pem"), *foreign));
+        writeFile(dir + QStringLiteral("/server.pem"), *foreign);
         auto third = loadOrCreateCoordinatorIdentity(dir, kHostNames);
         REQUIRE_OK(third);
         QCOMPARE(
@@ -653,32 +634,32 @@ private Q_SLOTS:
         const QByteArray caPem = readFile(caPath);
         const QByteArray caKeyPem = readFile(caKeyPath);
 
-        QVERIFY(writeFile(caPath, "this is not a certificate\n"));
+        writeFile(caPath, "this is not a certificate\n");
         REQUIRE_ERROR(
             loadOrCreateCoordinatorIdentity(dir, kHostNames), caPath, QStringLiteral("not a PEM certificate"));
         QCOMPARE(readFile(caPath), QByteArray("this is not a certificate\n")); // never overwritten
 
-        QVERIFY(writeFile(caPath, created->serverCertificatePem));
+        writeFile(caPath, created->serverCertificatePem);
         REQUIRE_ERROR(loadOrCreateCoordinatorIdentity(dir, kHostNames), caPath, QStringLiteral("not a CA certificate"));
 
-        QVERIFY(writeFile(caPath, caPem));
-        QVERIFY(writeFile(caKeyPath, m_foreignCa.keyPem));
+        writeFile(caPath, caPem);
+        writeFile(caKeyPath, m_foreignCa.keyPem);
         REQUIRE_ERROR(loadOrCreateCoordinatorIdentity(dir, kHostNames), caKeyPath, QStringLiteral("does not match"));
 
         QVERIFY(QFile::remove(caKeyPath));
         REQUIRE_ERROR(loadOrCreateCoordinatorIdentity(dir, kHostNames), caKeyPath, QStringLiteral("missing"));
         QVERIFY(!QFile::exists(caKeyPath)); // no new CA behind the user's back
 
-        QVERIFY(writeFile(caKeyPath, caKeyPem));
+        writeFile(caKeyPath, caKeyPem);
         QVERIFY(QFile::setPermissions(caKeyPath, QFile::ReadOwner | QFile::WriteOwner));
-        QVERIFY(writeFile(dir + QStringLiteral("/server-key.pem"), "garbage"));
+        writeFile(dir + QStringLiteral("/server-key.pem"), "garbage");
         REQUIRE_ERROR(loadOrCreateCoordinatorIdentity(dir, kHostNames), dir + QStringLiteral("/server-key.pem"),
             QStringLiteral("not a PEM private key"));
-        QVERIFY(writeFile(dir + QStringLiteral("/server-key.pem"), created->serverKeyPem));
-        QVERIFY(writeFile(dir + QStringLiteral("/server.pem"), "-----BEGIN CERTIFICATE-----\nAAAA\n"));
+        writeFile(dir + QStringLiteral("/server-key.pem"), created->serverKeyPem);
+        writeFile(dir + QStringLiteral("/server.pem"), "-----BEGIN CERTIFICATE-----\nAAAA\n");
         REQUIRE_ERROR(loadOrCreateCoordinatorIdentity(dir, kHostNames), dir + QStringLiteral("/server.pem"),
             QStringLiteral("not a PEM certificate"));
-        QVERIFY(writeFile(dir + QStringLiteral("/server.pem"), created->serverCertificatePem));
+        writeFile(dir + QStringLiteral("/server.pem"), created->serverCertificatePem);
 
 #ifdef Q_OS_UNIX
         if (::geteuid() != 0) { // root reads any file

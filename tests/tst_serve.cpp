@@ -26,16 +26,12 @@
 #include <torch/torch.h>
 
 using namespace flotilla;
+using flotilla::test::readFile;
 using net::Message;
 using net::MessageType;
 
 namespace {
 
-QByteArray readFile(const QString &path)
-{
-    QFile f(path);
-    return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
-}
 
 // A worker speaking the protocol by hand over a mutual-TLS socket, with an identity
 // enrolled through the real join flow.

@@ -1,6 +1,7 @@
 // The SQLite job store on real files: every kind of record reads back field by field and
 // survives closing and reopening, transactions keep or discard what they wrote, and a file
 // or path that cannot hold a store is refused with a message that names it.
+#include "TestFiles.h"
 #include "engine/Store.h"
 
 #include <QDir>
@@ -15,6 +16,7 @@
 #include <random>
 
 using namespace flotilla;
+using namespace flotilla::test;
 
 namespace {
 
@@ -26,18 +28,6 @@ std::unique_ptr<Store> openStore(const QString &path)
         return nullptr;
     }
     return std::move(s).value();
-}
-
-QByteArray readAll(const QString &path)
-{
-    QFile f(path);
-    return f.open(QIODevice::ReadOnly) ? f.readAll() : QByteArray();
-}
-
-bool writeAll(const QString &path, const QByteArray &bytes)
-{
-    QFile f(path);
-    return f.open(QIODevice::WriteOnly | QIODevice::Truncate) && f.write(bytes) == bytes.size();
 }
 
 // The first column of every row of a query, run on a connection of its own, so that what is
@@ -353,11 +343,87 @@ private Q_SLOTS:
         QCOMPARE(store->workers(other)->size(), size_t(1));
         QCOMPARE(store->workers(other)->front().state, QStringLiteral("online"));
         QCOMPARE(store->workers(other)->front().threads, 6);
-        // Updating a worker under the wrong job changes nothing.
+        // Updating a worker under the wrong job changes nothing, and says so.
         WorkerRecord wrongJob = b;
         wrongJob.state = QStringLiteral("offline");
-        QVERIFY(store->updateWorker(other, wrongJob).ok());
+        auto wrong = store->updateWorker(other, wrongJob);
+        QVERIFY(!wrong.ok());
+        expectErrorNaming(wrong.error(), {QStringLiteral("no worker %1 in job %2").arg(b.id).arg(other)});
         QCOMPARE(store->workers(job)->at(1).state, QStringLiteral("online"));
+    }
+
+    // An update that matches no row is an error naming what it looked for, not a silent
+    // success: a caller with a wrong id learns it at once.
+    void updatesOfUnknownRowsAreErrors()
+    {
+        qint64 job = 0;
+        auto store = storeWithJob(QStringLiteral("unknown-ids.db"), job);
+        QVERIFY(store);
+        auto state = store->setJobState(job + 41, QStringLiteral("finished"), 5);
+        QVERIFY(!state.ok());
+        expectErrorNaming(state.error(), {QStringLiteral("no job %1").arg(job + 41)});
+        WorkerRecord ghost = sampleWorker(QStringLiteral("ghost"));
+        ghost.id = 777;
+        auto worker = store->updateWorker(job, ghost);
+        QVERIFY(!worker.ok());
+        expectErrorNaming(worker.error(), {QStringLiteral("no worker 777 in job %1").arg(job)});
+        auto request = store->markOperatorRequestDone(12345);
+        QVERIFY(!request.ok());
+        expectErrorNaming(request.error(), {QStringLiteral("no operator request 12345")});
+        // The real ones still succeed.
+        QVERIFY(store->setJobState(job, QStringLiteral("finished"), 5).ok());
+        QCOMPARE((*store->latestJob())->state, QStringLiteral("finished"));
+    }
+
+    // A state name this version does not know (a damaged file, a newer writer that did not
+    // bump the schema) is refused with the row and the value, never read as another state.
+    void unknownStateNamesAreRefused()
+    {
+        qint64 job = 0;
+        const QString db = path(QStringLiteral("states-damaged.db"));
+        {
+            auto store = storeWithJob(QStringLiteral("states-damaged.db"), job);
+            QVERIFY(store);
+        }
+        QVERIFY(execFile(db, qPrintable(QStringLiteral(
+                                 "INSERT INTO subtasks VALUES(7, %1, 0, 0, 0, 100, 0, 'queued', 0, 0);"
+                                 "INSERT INTO subtasks VALUES(8, %1, 0, 1, 0, 100, 0, 'half-done', 0, 0);"
+                                 "INSERT INTO leases VALUES(3, %1, 7, 1, 0, 0, 10, 20, 'misplaced', 0);")
+                                                     .arg(job))));
+        auto store = Store::open(db);
+        QVERIFY2(store.ok(), qPrintable(store.error()));
+        auto subtasks = (*store)->subtasks(job);
+        QVERIFY(!subtasks.ok());
+        expectErrorNaming(subtasks.error(), {db, QStringLiteral("subtask 8"), QStringLiteral("'half-done'")});
+        auto leases = (*store)->leases(job);
+        QVERIFY(!leases.ok());
+        expectErrorNaming(leases.error(), {db, QStringLiteral("lease 3"), QStringLiteral("'misplaced'")});
+    }
+
+    // Another program's SQLite database is refused before anything is written to it.
+    void anotherProgramsDatabaseIsRefused()
+    {
+        const QString db = path(QStringLiteral("photos.sqlite"));
+        QVERIFY(execFile(db, "CREATE TABLE photos(id INTEGER PRIMARY KEY, path TEXT);"
+                             "CREATE TABLE albums(id INTEGER PRIMARY KEY, title TEXT);"
+                             "INSERT INTO photos(path) VALUES('beach.jpg');"));
+        const QByteArray before = readFile(db);
+        auto r = Store::open(db);
+        QVERIFY(!r.ok());
+        expectErrorNaming(r.error(), {QStringLiteral("cannot open job store '%1'").arg(db),
+                                      QStringLiteral("another program's SQLite database"),
+                                      QStringLiteral("albums, photos")});
+        QCOMPARE(readFile(db), before);
+        QVERIFY(!QFile::exists(db + QStringLiteral("-wal")));
+        QCOMPARE(queryFile(db, "PRAGMA journal_mode"), QStringList{QStringLiteral("delete")});
+    }
+
+    void storeRunsInWalMode()
+    {
+        qint64 job = 0;
+        auto store = storeWithJob(QStringLiteral("wal.db"), job);
+        QVERIFY(store);
+        QCOMPARE(queryFile(store->path(), "PRAGMA journal_mode"), QStringList{QStringLiteral("wal")});
     }
 
     void saveChangesWritesEveryField()
@@ -857,12 +923,12 @@ private Q_SLOTS:
         QFETCH(QByteArray, bytes);
         QFETCH(QString, reason);
         const QString p = path(QStringLiteral("not-a-store-%1.db").arg(QString::fromLatin1(QTest::currentDataTag())).replace(u' ', u'-'));
-        QVERIFY(writeAll(p, bytes));
+        writeFile(p, bytes);
         auto r = Store::open(p);
         QVERIFY(!r.ok());
         expectErrorNaming(r.error(), {QStringLiteral("cannot open job store '%1'").arg(p), reason});
         // Whatever the file was, it is left as it was.
-        QCOMPARE(readAll(p), bytes);
+        QCOMPARE(readFile(p), bytes);
     }
 
     void newerSchemaIsRefused()
@@ -897,7 +963,7 @@ private Q_SLOTS:
     void unwritablePathIsRefused()
     {
         QFETCH(QString, dbPath);
-        QVERIFY(writeAll(path(QStringLiteral("plain-file")), "not a directory"));
+        writeFile(path(QStringLiteral("plain-file")), "not a directory");
         QVERIFY(QDir(m_dir.path()).mkpath(QStringLiteral("a-directory")));
         auto r = Store::open(dbPath);
         QVERIFY(!r.ok());
@@ -915,7 +981,9 @@ private Q_SLOTS:
         // Root ignores permission bits, so the directory is only read-only if a file cannot be
         // made in it.
         const QString probe = dir + QStringLiteral("/probe");
-        const bool enforced = !writeAll(probe, "x");
+        QFile probeFile(probe);
+        const bool enforced = !probeFile.open(QIODevice::WriteOnly);
+        probeFile.close();
         QFile::remove(probe);
         if (!enforced) {
             QFile::setPermissions(dir, readOnly | QFileDevice::WriteOwner);

@@ -4,6 +4,7 @@
 // revocation by name or fingerprint prefix, two stores on one folder (as `flotilla token`
 // beside `flotilla serve`), and the file itself: private, never overwritten when it cannot
 // be read.
+#include "TestFiles.h"
 #include "net/TrustStore.h"
 
 #include <QtTest>
@@ -26,6 +27,7 @@
 
 using namespace flotilla;
 using namespace flotilla::net;
+using namespace flotilla::test;
 
 namespace {
 
@@ -92,27 +94,8 @@ QString hex(const QByteArray &b)
     return QString::fromLatin1(b.toHex());
 }
 
-QByteArray readFile(const QString &path)
-{
-    QFile file(path);
-    return file.open(QIODevice::ReadOnly) ? file.readAll() : QByteArray();
-}
 
-bool writeFile(const QString &path, const QByteArray &data)
-{
-    QFile file(path);
-    return file.open(QIODevice::WriteOnly | QIODevice::Truncate) && file.write(data) == data.size();
-}
 
-#ifdef Q_OS_UNIX
-int fileMode(const QString &path)
-{
-    struct stat info;
-    if (::stat(QFile::encodeName(path).constData(), &info) != 0)
-        return -1;
-    return int(info.st_mode & 0777);
-}
-#endif
 
 std::optional<TokenRecord> findToken(const TrustStore &store, const QByteArray &id)
 {
@@ -431,7 +414,7 @@ private Q_SLOTS:
             {"id": "abcd000000000001", "secret_sha256": "00", "created_ms": 1, "expires_ms": 9e15, "uses_left": 1, "uses_total": 1},
             {"id": "abcd000000000002", "secret_sha256": "00", "created_ms": 1, "expires_ms": 9e15, "uses_left": 1, "uses_total": 1}
         ], "certificates": []})";
-        QVERIFY(writeFile(store.path(), json));
+        writeFile(store.path(), json);
         REQUIRE_ERROR(store.revokeToken(id, kNow), expected);
         const auto tokens = store.tokens();
         REQUIRE_OK(tokens);
@@ -451,7 +434,7 @@ private Q_SLOTS:
         const QByteArray json = R"({"tokens": [
             {"id": "0102030405060708", "secret_sha256": "00", "created_ms": 1, "expires_ms": 9e15, "uses_left": 3, "uses_total": 4}
         ], "certificates": []})";
-        QVERIFY(writeFile(store.path(), json));
+        writeFile(store.path(), json);
         auto tokens = store.tokens();
         REQUIRE_OK(tokens);
         QCOMPARE(tokens->size(), 1);
@@ -784,7 +767,7 @@ private Q_SLOTS:
         QFETCH(QByteArray, content);
         QVERIFY(QDir().mkpath(folder()));
         TrustStore store(folder());
-        QVERIFY(writeFile(store.path(), content));
+        writeFile(store.path(), content);
         const QString path = store.path();
         REQUIRE_ERROR(store.tokens(), path, QStringLiteral("corrupt"));
         REQUIRE_ERROR(store.certificates(), path);

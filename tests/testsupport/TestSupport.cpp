@@ -83,13 +83,6 @@ QByteArray gzip(const QByteArray &raw)
     return out;
 }
 
-void writeFile(const QString &path, const QByteArray &bytes)
-{
-    QFile f(path);
-    if (!f.open(QIODevice::WriteOnly) || f.write(bytes) != bytes.size())
-        throw std::runtime_error("cannot write test file");
-}
-
 QString verifyExactlyOnce(Store &store, const std::vector<qint64> &shardSizes, int epochs)
 {
     auto job = store.latestJob();

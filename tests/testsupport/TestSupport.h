@@ -2,6 +2,7 @@
 // Helpers shared by the tests: synthetic data sets, IDX file writers, and where the binaries
 // and data under test are.
 
+#include "TestFiles.h"
 #include "engine/JobData.h"
 #include "engine/Store.h"
 #include "job/JobSpec.h"
@@ -23,7 +24,6 @@ JobSpec blobsJob(int shards, int epochs);
 // IDX bytes: magic, big-endian dims, payload.
 QByteArray idxBytes(quint8 type, const QList<int> &dims, const QByteArray &payload);
 QByteArray gzip(const QByteArray &raw);
-void writeFile(const QString &path, const QByteArray &bytes);
 
 // Checks the job in the store finished with every shard of every epoch assimilated exactly
 // once (the assimilated pieces tile each shard) and with contiguous sequence numbers and
