@@ -3,7 +3,7 @@
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
 #include "app/NetworkCommands.h"
-#include "bridge/FleetServer.h"
+#include "bridge/NetworkHost.h"
 #include "engine/LocalFleet.h"
 
 #include "common/AtomicFile.h"
@@ -19,7 +19,6 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QStandardPaths>
-#include <QThread>
 #include <QTimer>
 
 namespace flotilla {
@@ -202,43 +201,16 @@ int runServeCommand(const QStringList &arguments)
     }
     LocalFleet &f = **fleet;
 
-    // The network runs on a thread of its own: hashing and copying weights never wait for
-    // the coordinator's thread, nor the other way round.
-    QThread network;
-    network.setObjectName(QStringLiteral("network"));
-    QObject context;
-    context.moveToThread(&network);
-    network.start();
-    std::unique_ptr<FleetServer> server;
-    QString error;
     options.identityDir = parser.value(QStringLiteral("identity-dir"));
     options.bindAddress = listenAddress;
-    options.port = static_cast<quint16>(port);
     options.hostNames = hosts;
-    QMetaObject::invokeMethod(&context, [&] {
-        auto created = FleetServer::create(f.service(), options);
-        if (!created) {
-            error = created.error();
-            return;
-        }
-        if (auto listening = (*created)->listen(); !listening) {
-            error = listening.error();
-            return;
-        }
-        server = std::move(created).value();
-    }, Qt::BlockingQueuedConnection);
-    auto stopNetwork = [&] {
-        QMetaObject::invokeMethod(&context, [&] { server.reset(); }, Qt::BlockingQueuedConnection);
-        network.quit();
-        network.wait();
-    };
-    if (!server) {
-        qCCritical(lcApp).noquote() << "cannot start the coordinator's endpoint:" << error;
-        stopNetwork();
+    NetworkHost network;
+    if (auto serving = network.start(f.coordinator(), options, {quint16(port)}); !serving) {
+        qCCritical(lcApp).noquote() << "cannot start the coordinator's endpoint:" << serving.error();
         return ExitFailure;
     }
-    const quint16 actualPort = server->port();
-    const QByteArray fingerprint = server->caFingerprint();
+    const quint16 actualPort = network.port();
+    const QByteArray fingerprint = network.caFingerprint();
     // Where to reach this coordinator, for `flotilla token`.
     (void)writeFileAtomically(QDir(options.identityDir).filePath(QStringLiteral("endpoint.json")),
                               QJsonDocument(QJsonObject{{QStringLiteral("host"), hosts.first()},
@@ -256,7 +228,6 @@ int runServeCommand(const QStringList &arguments)
                                   parser.value(QStringLiteral("token-uses")).toInt());
         if (!token) {
             qCCritical(lcApp).noquote() << "cannot write the join token to" << file << "-" << token.error();
-            stopNetwork();
             return ExitFailure;
         }
         if (token->reused)
@@ -297,7 +268,7 @@ int runServeCommand(const QStringList &arguments)
     f.start();
     QCoreApplication::exec();
     signalPoll.stop();
-    stopNetwork();
+    network.stop();
     f.stop();
     if (exitCode == ExitOk) {
         printer.endLine();

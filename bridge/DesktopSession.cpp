@@ -8,6 +8,7 @@
 #include <QDateTime>
 #include <QDir>
 #include <QFile>
+#include <QThread>
 #include <QtConcurrent>
 
 namespace flotilla {
@@ -99,10 +100,6 @@ DesktopSession::DesktopSession(Options options, QObject *parent) : ControlSessio
     qRegisterMetaType<ui::JobState>();
     qRegisterMetaType<ui::Snapshot>();
     qRegisterMetaType<ui::History>();
-    m_network.setObjectName(QStringLiteral("network"));
-    m_networkContext = new QObject;
-    m_networkContext->moveToThread(&m_network);
-    m_network.start();
 }
 
 DesktopSession::~DesktopSession()
@@ -110,9 +107,6 @@ DesktopSession::~DesktopSession()
     stopNetwork();
     if (m_fleet)
         m_fleet->stop();
-    QMetaObject::invokeMethod(m_networkContext, [this] { delete m_networkContext; }, Qt::BlockingQueuedConnection);
-    m_network.quit();
-    m_network.wait();
 }
 
 void DesktopSession::setState(ui::JobState state, const QString &message)
@@ -162,8 +156,8 @@ void DesktopSession::started(std::shared_ptr<Result<std::unique_ptr<LocalFleet>>
     }
     m_fleet = std::move(*created).value();
     m_job = m_fleet->spec();
-    CoordinatorThread *service = m_fleet->service();
-    connect(service, &CoordinatorThread::snapshot, this,
+    CoordinatorThread *coordinator = m_fleet->coordinator();
+    connect(coordinator, &CoordinatorThread::snapshot, this,
             [this](const JobProgress &p, const std::vector<WorkerStatus> &workers) {
                 ui::Snapshot s;
                 s.job = p.name;
@@ -185,7 +179,7 @@ void DesktopSession::started(std::shared_ptr<Result<std::unique_ptr<LocalFleet>>
                     r.name = w.name;
                     r.address = w.name.startsWith(QStringLiteral("local-"))
                                     ? QStringLiteral("this machine")
-                                    : (m_server ? m_server->addressOf(w.id) : QString());
+                                    : m_network.addressOf(w.id);
                     r.device = w.device;
                     r.threads = w.threads;
                     r.online = w.online;
@@ -211,11 +205,11 @@ void DesktopSession::started(std::shared_ptr<Result<std::unique_ptr<LocalFleet>>
                 Q_EMIT costUpdated(ui::CostPoint{s.atMs, p.cost.costSpot, p.cost.costOnDemand, p.cost.costActual,
                                                  p.cost.usefulSeconds, p.cost.wastedSeconds});
             });
-    connect(service, &CoordinatorThread::assimilated, this,
+    connect(coordinator, &CoordinatorThread::assimilated, this,
             [this](const AssimilationRecord &a) { Q_EMIT assimilated(toPoint(a)); });
-    connect(service, &CoordinatorThread::evaluated, this,
+    connect(coordinator, &CoordinatorThread::evaluated, this,
             [this](const EvaluationRecord &e) { Q_EMIT evaluated(toPoint(e)); });
-    connect(service, &CoordinatorThread::eventRecorded, this, [this](const EventRecord &e) { Q_EMIT eventAdded(toRow(e)); });
+    connect(coordinator, &CoordinatorThread::eventRecorded, this, [this](const EventRecord &e) { Q_EMIT eventAdded(toRow(e)); });
     connect(m_fleet.get(), &LocalFleet::finished, this, [this](bool ok, const QString &message) {
         setState(ok ? ui::JobState::Finished : ui::JobState::Failed,
                  ok ? tr("the model is in %1").arg(QDir(m_runDir).filePath(QStringLiteral("model.pt"))) : message);
@@ -245,38 +239,18 @@ void DesktopSession::startNetwork()
     net::TlsListener::Options options;
     options.identityDir = m_options.identityDir;
     options.hostNames = m_options.hostNames;
-    CoordinatorThread *service = m_fleet->service();
-    QString error;
-    QMetaObject::invokeMethod(m_networkContext, [&] {
-        for (const quint16 port : {m_options.port, quint16(0)}) {
-            options.port = port;
-            auto created = FleetServer::create(service, options);
-            if (!created) {
-                error = created.error();
-                return;
-            }
-            if ((*created)->listen()) {
-                m_server = std::move(created).value();
-                return;
-            }
-        }
-        error = tr("no port to listen on");
-    }, Qt::BlockingQueuedConnection);
-    if (!m_server) {
-        qCWarning(lcBridge).noquote() << "remote workers cannot join:" << error;
+    // A busy port (another Flotilla, say) falls back to any free one.
+    if (auto serving = m_network.start(m_fleet->coordinator(), options, {m_options.port, quint16(0)}); !serving) {
+        qCWarning(lcBridge).noquote() << "remote workers cannot join:" << serving.error();
         m_endpoint.clear();
         return;
     }
-    m_port = m_server->port();
-    m_caFingerprint = m_server->caFingerprint();
-    m_endpoint = QStringLiteral("%1:%2").arg(m_options.hostNames.value(0, QStringLiteral("127.0.0.1"))).arg(m_port);
+    m_endpoint = QStringLiteral("%1:%2").arg(m_options.hostNames.value(0, QStringLiteral("127.0.0.1"))).arg(m_network.port());
 }
 
 void DesktopSession::stopNetwork()
 {
-    if (!m_server)
-        return;
-    QMetaObject::invokeMethod(m_networkContext, [this] { m_server.reset(); }, Qt::BlockingQueuedConnection);
+    m_network.stop();
     m_endpoint.clear();
 }
 
@@ -284,7 +258,7 @@ void DesktopSession::setPaused(bool paused)
 {
     if (!m_fleet || (m_state != ui::JobState::Running && m_state != ui::JobState::Paused))
         return;
-    m_fleet->service()->setPausedAsync(paused);
+    m_fleet->coordinator()->setPausedAsync(paused);
     setState(paused ? ui::JobState::Paused : ui::JobState::Running);
 }
 
@@ -309,10 +283,10 @@ void DesktopSession::setContributing(bool on, int threads)
 
 Result<QString> DesktopSession::issueToken(int uses, qint64 validSeconds)
 {
-    if (!m_server)
+    if (!m_network.serving())
         return fail(tr("start a job first: tokens name the coordinator's address"));
     net::TrustStore trust(m_options.identityDir);
-    auto token = trust.issueToken(m_options.hostNames.value(0, QStringLiteral("127.0.0.1")), m_port, m_caFingerprint,
+    auto token = trust.issueToken(m_options.hostNames.value(0, QStringLiteral("127.0.0.1")), m_network.port(), m_network.caFingerprint(),
                                   validSeconds, uses, QDateTime::currentMSecsSinceEpoch(),
                                   QStringLiteral("control center"));
     if (!token)
@@ -353,7 +327,7 @@ Result<int> DesktopSession::revoke(const QString &workerName)
 void DesktopSession::release(qint64 workerId)
 {
     if (m_fleet)
-        m_fleet->service()->releaseAsync(workerId, tr("the operator at the control center"));
+        m_fleet->coordinator()->releaseAsync(workerId, tr("the operator at the control center"));
 }
 
 void DesktopSession::refreshSubtasks()

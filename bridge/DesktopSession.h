@@ -8,11 +8,10 @@
 
 #include "ui/ControlSession.h"
 
-#include "bridge/FleetServer.h"
+#include "bridge/NetworkHost.h"
 #include "engine/LocalFleet.h"
 
 #include <QFutureWatcher>
-#include <QThread>
 
 #include <memory>
 
@@ -66,11 +65,7 @@ private:
     bool m_contributing = true;
     int m_threads = 1;
     std::unique_ptr<LocalFleet> m_fleet;
-    QThread m_network;
-    QObject *m_networkContext = nullptr;
-    std::unique_ptr<FleetServer> m_server;
-    QByteArray m_caFingerprint;
-    quint16 m_port = 0;
+    NetworkHost m_network; // declared after m_fleet: the server goes before the coordinator it serves
     int m_generation = 0; // answers for a job that was stopped meanwhile are ignored
 };
 

@@ -29,16 +29,16 @@ std::optional<Msg> decoded(net::TlsListener &endpoint, qint64 connectionId, cons
 
 } // namespace
 
-Result<std::unique_ptr<FleetServer>> FleetServer::create(CoordinatorThread *service,
+Result<std::unique_ptr<FleetServer>> FleetServer::create(CoordinatorThread *coordinator,
                                                                      const net::TlsListener::Options &options)
 {
     auto endpoint = net::TlsListener::create(options);
     if (!endpoint)
         return endpoint.takeError();
     std::unique_ptr<FleetServer> s(new FleetServer);
-    s->m_service = service;
-    s->m_endpoint = std::move(endpoint).value();
-    service->withCoordinator([&](Coordinator &c) {
+    s->m_coordinator = coordinator;
+    s->m_listener = std::move(endpoint).value();
+    coordinator->withCoordinator([&](Coordinator &c) {
         s->m_spec = c.spec();
         s->m_data = c.data();
         s->m_layout = c.layout();
@@ -52,20 +52,20 @@ Result<std::unique_ptr<FleetServer>> FleetServer::create(CoordinatorThread *serv
         s->m_modelSha256 = QString::fromLatin1(hash.result().toHex());
     }
     // A result carries exactly the model's weights; nothing larger is accepted.
-    s->m_endpoint->setPayloadLimit(MessageType::Result, std::uint64_t(s->m_layout.totalNumel) * 4);
+    s->m_listener->setPayloadLimit(MessageType::Result, std::uint64_t(s->m_layout.totalNumel) * 4);
 
     FleetServer *self = s.get();
-    connect(self->m_endpoint.get(), &net::TlsListener::helloReceived, self, &FleetServer::onHello);
-    connect(self->m_endpoint.get(), &net::TlsListener::messageReceived, self, &FleetServer::onMessage);
-    connect(self->m_endpoint.get(), &net::TlsListener::connectionClosed, self,
+    connect(self->m_listener.get(), &net::TlsListener::helloReceived, self, &FleetServer::onHello);
+    connect(self->m_listener.get(), &net::TlsListener::messageReceived, self, &FleetServer::onMessage);
+    connect(self->m_listener.get(), &net::TlsListener::connectionClosed, self,
             [self](qint64 connectionId, const QString &) { self->onClosed(connectionId); });
-    connect(service, &CoordinatorThread::joinAnswered, self, &FleetServer::onJoined);
-    connect(service, &CoordinatorThread::requestAnswered, self, &FleetServer::onAssigned);
-    connect(service, &CoordinatorThread::submitAnswered, self, &FleetServer::onSubmitted);
-    connect(service, &CoordinatorThread::leaseSuperseded, self, [self](qint64 workerId, qint64 leaseId) {
+    connect(coordinator, &CoordinatorThread::joinAnswered, self, &FleetServer::onJoined);
+    connect(coordinator, &CoordinatorThread::requestAnswered, self, &FleetServer::onAssigned);
+    connect(coordinator, &CoordinatorThread::submitAnswered, self, &FleetServer::onSubmitted);
+    connect(coordinator, &CoordinatorThread::leaseSuperseded, self, [self](qint64 workerId, qint64 leaseId) {
         for (const auto &[connection, worker] : self->m_connected)
             if (worker.workerId == workerId)
-                self->m_endpoint->send(
+                self->m_listener->send(
                     connection,
                     net::CancelMsg{leaseId, QStringLiteral("another worker's result completed the subtask")});
     });
@@ -82,7 +82,7 @@ QString FleetServer::addressOf(qint64 workerId) const
 
 Result<void> FleetServer::listen()
 {
-    return m_endpoint->listen();
+    return m_listener->listen();
 }
 
 void FleetServer::onHello(const net::PeerInfo &peer, const net::HelloMsg &hello)
@@ -99,7 +99,7 @@ void FleetServer::onHello(const net::PeerInfo &peer, const net::HelloMsg &hello)
     Pending pending;
     pending.connectionId = peer.connectionId;
     pending.peer = peer;
-    m_joins[m_service->join(info, peer.workerId)] = pending;
+    m_joins[m_coordinator->join(info, peer.workerId)] = pending;
 }
 
 void FleetServer::onClosed(qint64 connectionId)
@@ -121,15 +121,15 @@ void FleetServer::onJoined(qint64 ticket, qint64 workerId, const QString &error)
     const net::PeerInfo &peer = pending.peer;
     if (!error.isEmpty()) {
         if (!pending.closed)
-            m_endpoint->close(peer.connectionId, QStringLiteral("cannot join the job: %1").arg(error), true);
+            m_listener->close(peer.connectionId, QStringLiteral("cannot join the job: %1").arg(error), true);
         return;
     }
     if (pending.closed) {
-        m_service->leave(workerId, QStringLiteral("its connection closed while it joined"));
+        m_coordinator->leave(workerId, QStringLiteral("its connection closed while it joined"));
         return;
     }
     if (workerId != peer.workerId) {
-        if (auto r = m_endpoint->trust().setWorkerId(peer.fingerprint, workerId); !r)
+        if (auto r = m_listener->trust().setWorkerId(peer.fingerprint, workerId); !r)
             qCWarning(lcBridge).noquote() << r.error();
     }
     // A worker connected twice (a reconnect racing the old connection): keep the newest.
@@ -137,7 +137,7 @@ void FleetServer::onJoined(qint64 ticket, qint64 workerId, const QString &error)
         if (it->second.workerId == workerId && it->first != peer.connectionId) {
             const qint64 old = it->first;
             it = m_connected.erase(it);
-            m_endpoint->close(old, QStringLiteral("the worker connected again"));
+            m_listener->close(old, QStringLiteral("the worker connected again"));
         } else {
             ++it;
         }
@@ -161,7 +161,7 @@ void FleetServer::onJoined(qint64 ticket, qint64 workerId, const QString &error)
     welcome.seed = m_spec.training.seed;
     welcome.heartbeatMs = m_spec.fleet.heartbeatIntervalMs();
     welcome.heartbeatTimeoutMs = qint64(m_spec.fleet.heartbeatTimeoutSeconds * 1000.0);
-    m_endpoint->send(peer.connectionId, welcome);
+    m_listener->send(peer.connectionId, welcome);
 }
 
 void FleetServer::onMessage(qint64 connectionId, const net::Message &message)
@@ -172,47 +172,47 @@ void FleetServer::onMessage(qint64 connectionId, const net::Message &message)
     const ConnectedWorker worker = it->second;
     switch (message.type) {
     case MessageType::Request: {
-        const auto request = decoded<net::RequestMsg>(*m_endpoint, connectionId, message);
+        const auto request = decoded<net::RequestMsg>(*m_listener, connectionId, message);
         if (!request)
             return;
         Pending pending;
         pending.connectionId = connectionId;
         pending.workerId = worker.workerId;
-        m_requests[m_service->request(worker.workerId, request->samplesPerSecond)] = pending;
+        m_requests[m_coordinator->request(worker.workerId, request->samplesPerSecond)] = pending;
         return;
     }
     case MessageType::ShardRequest:
-        if (const auto request = decoded<net::ShardRequestMsg>(*m_endpoint, connectionId, message))
+        if (const auto request = decoded<net::ShardRequestMsg>(*m_listener, connectionId, message))
             sendShard(connectionId, *request);
         return;
     case MessageType::Heartbeat:
-        if (const auto beat = decoded<net::HeartbeatMsg>(*m_endpoint, connectionId, message))
-            m_service->heartbeat(worker.workerId, beat->lease, beat->done, beat->planned);
+        if (const auto beat = decoded<net::HeartbeatMsg>(*m_listener, connectionId, message))
+            m_coordinator->heartbeat(worker.workerId, beat->lease, beat->done, beat->planned);
         return;
     case MessageType::Result:
-        if (const auto result = decoded<net::ResultMsg>(*m_endpoint, connectionId, message))
+        if (const auto result = decoded<net::ResultMsg>(*m_listener, connectionId, message))
             receiveResult(connectionId, worker, *result, message.payload);
         return;
     case MessageType::HandBack:
-        if (const auto handBack = decoded<net::HandBackMsg>(*m_endpoint, connectionId, message))
-            m_service->handBack(worker.workerId, handBack->lease,
+        if (const auto handBack = decoded<net::HandBackMsg>(*m_listener, connectionId, message))
+            m_coordinator->handBack(worker.workerId, handBack->lease,
                                 QStringLiteral("handed back by the worker: %1").arg(handBack->reason.left(500)));
         return;
     case MessageType::Bye: {
-        const auto bye = decoded<net::ByeMsg>(*m_endpoint, connectionId, message);
+        const auto bye = decoded<net::ByeMsg>(*m_listener, connectionId, message);
         if (!bye)
             return;
         const QString reason = bye->reason.left(500);
         if (reason == QLatin1String("preempted"))
-            m_service->recordEvent(EventKind::WorkerPreempted, worker.workerId,
+            m_coordinator->recordEvent(EventKind::WorkerPreempted, worker.workerId,
                                        QStringLiteral("preemption notice: the worker handed in its work and left"));
-        m_service->leave(worker.workerId, QStringLiteral("the worker left: %1").arg(reason));
+        m_coordinator->leave(worker.workerId, QStringLiteral("the worker left: %1").arg(reason));
         m_connected.erase(connectionId);
-        m_endpoint->close(connectionId, QStringLiteral("goodbye"), false, false);
+        m_listener->close(connectionId, QStringLiteral("goodbye"), false, false);
         return;
     }
     default:
-        m_endpoint->close(connectionId, QStringLiteral("sent an unexpected %1 message").arg(net::describe(message.type)));
+        m_listener->close(connectionId, QStringLiteral("sent an unexpected %1 message").arg(net::describe(message.type)));
     }
 }
 
@@ -246,14 +246,14 @@ void FleetServer::onAssigned(qint64 ticket, const std::optional<Assignment> &a, 
     const qint64 connectionId = pending.connectionId;
     if (pending.closed) {
         if (a)
-            m_service->handBack(pending.workerId, a->leaseId,
+            m_coordinator->handBack(pending.workerId, a->leaseId,
                                 QStringLiteral("the worker's connection closed before the lease reached it"));
         return;
     }
     if (!a) {
         // Jittered, so that idle workers at an epoch's end do not all ask again at once.
         const int retryMs = 250 + int(QRandomGenerator::global()->bounded(500));
-        m_endpoint->send(connectionId, net::NoWorkMsg{retryMs, finished});
+        m_listener->send(connectionId, net::NoWorkMsg{retryMs, finished});
         return;
     }
     const TrainConfig &c = a->config;
@@ -276,18 +276,18 @@ void FleetServer::onAssigned(qint64 ticket, const std::optional<Assignment> &a, 
     assign.localEpochs = c.localEpochs;
     assign.localSteps = c.localSteps;
     assign.seed = c.seed;
-    m_endpoint->send(connectionId, assign, weightBytes(*a));
+    m_listener->send(connectionId, assign, weightBytes(*a));
 }
 
 void FleetServer::sendShard(qint64 connectionId, const net::ShardRequestMsg &request)
 {
     const qint64 shard = request.shard;
     if (shard >= m_data->plan.numShards()) {
-        m_endpoint->close(connectionId, QStringLiteral("asked for shard %1, which this job does not have").arg(shard));
+        m_listener->close(connectionId, QStringLiteral("asked for shard %1, which this job does not have").arg(shard));
         return;
     }
     const Dataset samples = m_data->train.select(m_data->plan.shard(int(shard)));
-    m_endpoint->send(connectionId, net::ShardDataMsg{shard, shardManifest(samples)}, shardToBytes(samples));
+    m_listener->send(connectionId, net::ShardDataMsg{shard, shardManifest(samples)}, shardToBytes(samples));
 }
 
 void FleetServer::receiveResult(qint64 connectionId, const ConnectedWorker &worker, const net::ResultMsg &header,
@@ -312,7 +312,7 @@ void FleetServer::receiveResult(qint64 connectionId, const ConnectedWorker &work
     pending.connectionId = connectionId;
     pending.workerId = worker.workerId;
     pending.leaseId = r.leaseId;
-    m_results[m_service->submit(worker.workerId, std::move(r))] = pending;
+    m_results[m_coordinator->submit(worker.workerId, std::move(r))] = pending;
 }
 
 void FleetServer::onSubmitted(qint64 ticket, const SubmitReply &reply)
@@ -329,10 +329,10 @@ void FleetServer::onSubmitted(qint64 ticket, const SubmitReply &reply)
                            : reply.status == SubmitStatus::Held      ? QStringLiteral("held")
                            : reply.status == SubmitStatus::Duplicate ? QStringLiteral("duplicate")
                                                                      : QStringLiteral("rejected");
-    m_endpoint->send(connectionId, net::AckMsg{pending.leaseId, status, reply.reason, reply.seq, reply.version});
+    m_listener->send(connectionId, net::AckMsg{pending.leaseId, status, reply.reason, reply.seq, reply.version});
     // A duplicate is what an honest worker sends after a reconnect; a rejected result is not.
     if (reply.status == SubmitStatus::Rejected)
-        m_endpoint->close(connectionId, QStringLiteral("its result was rejected: %1").arg(reply.reason));
+        m_listener->close(connectionId, QStringLiteral("its result was rejected: %1").arg(reply.reason));
 }
 
 } // namespace flotilla

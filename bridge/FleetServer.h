@@ -4,7 +4,7 @@
 // and the coordinator's answers into messages. It is where bytes become tensors and back.
 //
 // Threads: lives on the network thread with its endpoint; the coordinator runs on its own
-// thread and is reached only through the service's asynchronous calls, whose answers come
+// thread and is reached only through the CoordinatorThread's asynchronous calls, whose answers come
 // back as signals: the network thread never waits for the coordinator (nor for its disk).
 
 #include "engine/CoordinatorThread.h"
@@ -24,14 +24,14 @@ class FleetServer : public QObject
     Q_OBJECT
 
 public:
-    static Result<std::unique_ptr<FleetServer>> create(CoordinatorThread *service,
+    static Result<std::unique_ptr<FleetServer>> create(CoordinatorThread *coordinator,
                                                              const net::TlsListener::Options &options);
     ~FleetServer() override;
 
     Result<void> listen();
-    quint16 port() const { return m_endpoint->port(); }
-    QByteArray caFingerprint() const { return m_endpoint->caFingerprint(); }
-    net::TlsListener &endpoint() { return *m_endpoint; }
+    quint16 port() const { return m_listener->port(); }
+    QByteArray caFingerprint() const { return m_listener->caFingerprint(); }
+    net::TlsListener &listener() { return *m_listener; }
     // Where a worker last connected from; any thread may ask.
     QString addressOf(qint64 workerId) const;
 
@@ -66,8 +66,8 @@ private:
     QByteArray shardSha(int shard);
     const QByteArray &weightBytes(const Assignment &a);
 
-    CoordinatorThread *m_service = nullptr;
-    std::unique_ptr<net::TlsListener> m_endpoint;
+    CoordinatorThread *m_coordinator = nullptr;
+    std::unique_ptr<net::TlsListener> m_listener;
     JobSpec m_spec;
     std::shared_ptr<const JobData> m_data;
     WeightLayout m_layout;

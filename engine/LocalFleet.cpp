@@ -19,7 +19,7 @@ Result<std::unique_ptr<LocalFleet>> LocalFleet::create(const JobSpec &spec, cons
     fleet->m_data = (*coordinator)->data();
     fleet->m_localWorkers = localWorkers >= 0 ? localWorkers : fleet->m_spec.fleet.workers;
     fleet->m_random = SplitMix64(mixSeed(fleet->m_spec.training.seed, 0x9EE));
-    fleet->m_service = std::make_unique<CoordinatorThread>(std::move(coordinator).value());
+    fleet->m_coordinator = std::make_unique<CoordinatorThread>(std::move(coordinator).value());
     return fleet;
 }
 
@@ -31,14 +31,14 @@ LocalFleet::~LocalFleet()
 void LocalFleet::start()
 {
     LocalFleet *self = this;
-    connect(m_service.get(), &CoordinatorThread::progressed, this,
+    connect(m_coordinator.get(), &CoordinatorThread::progressed, this,
             [self](const JobProgress &p) { Q_EMIT self->progressed(p, self->workersAlive()); });
-    connect(m_service.get(), &CoordinatorThread::leaseSuperseded, this, [self](qint64 workerId, qint64 leaseId) {
+    connect(m_coordinator.get(), &CoordinatorThread::leaseSuperseded, this, [self](qint64 workerId, qint64 leaseId) {
         for (auto &w : self->m_workers)
             if (w->workerId() == workerId)
                 w->supersede(leaseId);
     });
-    connect(m_service.get(), &CoordinatorThread::jobEnded, this, [self](bool ok, const QString &message) {
+    connect(m_coordinator.get(), &CoordinatorThread::jobEnded, this, [self](bool ok, const QString &message) {
         self->m_preemptionTimer.stop();
         Q_EMIT self->finished(ok, message);
     });
@@ -60,7 +60,7 @@ void LocalFleet::addWorker(int threads)
     info.name = QStringLiteral("local-%1").arg(m_nextWorker++);
     info.instanceType = fleet.instanceType;
     info.priceClass = fleet.priceClass;
-    auto worker = std::make_unique<LocalWorker>(m_service.get(), m_data, m_spec, info,
+    auto worker = std::make_unique<LocalWorker>(m_coordinator.get(), m_data, m_spec, info,
                                                 fleet.preemption.rejoinDelaySeconds);
     worker->setThreads(threads);
     worker->start();
@@ -115,7 +115,7 @@ void LocalFleet::preemptOne()
     const bool notice = m_random.uniform() < m_spec.fleet.preemption.noticeFraction;
     if (!victim->preempt(notice))
         return;
-    m_service->recordEvent(EventKind::WorkerPreempted, victim->workerId(),
+    m_coordinator->recordEvent(EventKind::WorkerPreempted, victim->workerId(),
                                notice ? QStringLiteral("simulated preemption with notice: the worker hands in a "
                                                        "partial result, back in %1 s")
                                             .arg(m_spec.fleet.preemption.rejoinDelaySeconds)
@@ -145,8 +145,8 @@ void LocalFleet::stop()
         w->wait();
     m_workers.clear();
     m_retiring.clear();
-    if (m_service)
-        m_service->shutdown();
+    if (m_coordinator)
+        m_coordinator->shutdown();
 }
 
 } // namespace flotilla

@@ -42,7 +42,7 @@ public:
     // job's). Workers being removed hand in what they trained and stop in the background.
     void setLocalWorkers(int count, int threads = 0);
     int localWorkers() const { return int(m_workers.size()); }
-    CoordinatorThread *service() { return m_service.get(); }
+    CoordinatorThread *coordinator() { return m_coordinator.get(); }
 
 Q_SIGNALS:
     void progressed(const flotilla::JobProgress &progress, int workersAlive);
@@ -58,7 +58,7 @@ private:
     bool m_resumed = false;
     int m_localWorkers = 0;
     std::shared_ptr<const JobData> m_data;
-    std::unique_ptr<CoordinatorThread> m_service;
+    std::unique_ptr<CoordinatorThread> m_coordinator;
     std::vector<std::unique_ptr<LocalWorker>> m_workers;
     std::vector<std::unique_ptr<LocalWorker>> m_retiring;
     int m_nextWorker = 1;

@@ -10,9 +10,9 @@
 
 namespace flotilla {
 
-LocalWorker::LocalWorker(CoordinatorThread *service, std::shared_ptr<const JobData> data, JobSpec spec,
+LocalWorker::LocalWorker(CoordinatorThread *coordinator, std::shared_ptr<const JobData> data, JobSpec spec,
                          WorkerInfo info, double rejoinDelaySeconds)
-    : m_service(service), m_data(std::move(data)), m_spec(std::move(spec)), m_info(std::move(info)),
+    : m_coordinator(coordinator), m_data(std::move(data)), m_spec(std::move(spec)), m_info(std::move(info)),
       m_rejoinDelay(rejoinDelaySeconds)
 {
 }
@@ -86,7 +86,7 @@ void LocalWorker::run()
     }
     m_info.device = deviceDescription((*session)->device());
     m_info.threads = m_spec.training.threads;
-    auto joined = m_service->callJoin(m_info);
+    auto joined = m_coordinator->callJoin(m_info);
     if (!joined) {
         QMutexLocker lock(&m_errorMutex);
         m_lastError = joined.error();
@@ -99,17 +99,17 @@ void LocalWorker::run()
     while (!m_stop) {
         if (m_down) {
             if (!m_killed)
-                m_service->leave(id, QStringLiteral("preemption notice: the worker handed in its work and left"));
+                m_coordinator->leave(id, QStringLiteral("preemption notice: the worker handed in its work and left"));
             if (!sleepFor(m_rejoinDelay))
                 break;
             m_killed = false;
             m_cancel = false;
             m_down = false;
-            if (auto back = m_service->callJoin(m_info, id); !back)
+            if (auto back = m_coordinator->callJoin(m_info, id); !back)
                 qCWarning(lcEngine).noquote() << m_info.name << "cannot rejoin:" << back.error();
             continue;
         }
-        std::optional<Assignment> a = m_service->callRequest(id);
+        std::optional<Assignment> a = m_coordinator->callRequest(id);
         if (!a) {
             sleepFor(0.05);
             continue;
@@ -126,7 +126,7 @@ void LocalWorker::run()
         auto outcome = (*session)->train(shard, work, a->weights, &m_cancel, [&](std::int64_t done, std::int64_t planned) {
             if (beat.elapsed() >= 250) {
                 beat.restart();
-                m_service->heartbeat(id, leaseId, done, planned);
+                m_coordinator->heartbeat(id, leaseId, done, planned);
             }
         });
         a.reset(); // let go of the snapshot
@@ -135,9 +135,9 @@ void LocalWorker::run()
         if (m_stop) {
             // Stopping is a notice too: what was trained is handed in, the rest handed back.
             if (outcome && outcome->covered > 0)
-                m_service->callSubmit(id, SubtaskResult::fromOutcome(leaseId, *outcome));
+                m_coordinator->callSubmit(id, SubtaskResult::fromOutcome(leaseId, *outcome));
             else
-                m_service->handBack(id, leaseId, QStringLiteral("the worker is shutting down"));
+                m_coordinator->handBack(id, leaseId, QStringLiteral("the worker is shutting down"));
             break;
         }
         if (m_killed) // a simulated SIGKILL: nothing reaches the coordinator
@@ -145,15 +145,15 @@ void LocalWorker::run()
         if (m_supersededLease.exchange(0) == leaseId) {
             if (!m_down)
                 m_cancel = false;
-            m_service->handBack(id, leaseId, QStringLiteral("another worker's result completed the subtask"));
+            m_coordinator->handBack(id, leaseId, QStringLiteral("another worker's result completed the subtask"));
             continue;
         }
         if (!outcome) {
             qCWarning(lcEngine).noquote() << m_info.name << "subtask failed:" << outcome.error();
-            m_service->handBack(id, leaseId, outcome.error());
+            m_coordinator->handBack(id, leaseId, outcome.error());
             continue;
         }
-        const SubmitReply reply = m_service->callSubmit(id, SubtaskResult::fromOutcome(leaseId, *outcome));
+        const SubmitReply reply = m_coordinator->callSubmit(id, SubtaskResult::fromOutcome(leaseId, *outcome));
         if (reply.status == SubmitStatus::Rejected)
             qCWarning(lcEngine).noquote() << m_info.name << "result rejected:" << reply.reason;
     }

@@ -22,7 +22,7 @@ namespace flotilla {
 class LocalWorker
 {
 public:
-    LocalWorker(CoordinatorThread *service, std::shared_ptr<const JobData> data, JobSpec spec, WorkerInfo info,
+    LocalWorker(CoordinatorThread *coordinator, std::shared_ptr<const JobData> data, JobSpec spec, WorkerInfo info,
                 double rejoinDelaySeconds);
     ~LocalWorker();
 
@@ -47,7 +47,7 @@ private:
     void run();
     bool sleepFor(double seconds); // false if stopped meanwhile
 
-    CoordinatorThread *m_service;
+    CoordinatorThread *m_coordinator;
     std::shared_ptr<const JobData> m_data;
     JobSpec m_spec;
     WorkerInfo m_info;

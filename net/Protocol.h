@@ -37,6 +37,13 @@ enum class MessageType : std::uint8_t {
 #undef FLOTILLA_ENUM
 };
 
+// Every message type, in code order.
+inline constexpr MessageType kMessageTypes[] = {
+#define FLOTILLA_LIST(name, code, dir) MessageType::name,
+    FLOTILLA_MESSAGES(FLOTILLA_LIST)
+#undef FLOTILLA_LIST
+};
+
 // The name of a type ("Hello"), or nullptr for a code no message has.
 const char *messageName(std::uint8_t code);
 inline bool isKnownMessage(std::uint8_t code) { return messageName(code) != nullptr; }

@@ -373,8 +373,8 @@ void TlsListener::onEncrypted(qint64 id)
     Connection &c = *it->second;
     c.stage = Stage::Encrypted;
     // What workers may send: a CSR, weights; nothing else carries a payload.
-    for (int t = 1; t <= 17; ++t)
-        c.reader.assembler().setPayloadLimit(static_cast<MessageType>(t), 0);
+    for (const MessageType type : kMessageTypes)
+        c.reader.assembler().setPayloadLimit(type, 0);
     c.reader.assembler().setPayloadLimit(MessageType::Redeem, 64 * 1024);
     for (const auto &[type, limit] : m_limits)
         c.reader.assembler().setPayloadLimit(type, limit);

@@ -10,9 +10,10 @@
 // after them), its --token-file keeps one live token across restarts, `flotilla token --list`
 // and `--revoke` see and bar tokens, and its limits have options that refuse bad values.
 #include "TestSupport.h"
-#include "bridge/FleetServer.h"
+#include "bridge/NetworkHost.h"
 #include "engine/LocalFleet.h"
 #include "engine/WireFormat.h"
+#include "net/TrustStore.h"
 #include "net/WorkerClient.h"
 
 #include <QProcess>
@@ -278,7 +279,8 @@ class TestServe : public QObject
 private:
     QTemporaryDir m_dir;
     std::unique_ptr<LocalFleet> m_fleet;
-    std::unique_ptr<FleetServer> m_server;
+    std::unique_ptr<NetworkHost> m_network; // the coordinator's endpoint, hosted as serve hosts it
+    QString m_identityDir;
     WeightLayout m_layout;
     QStringList m_closed; // reasons of closed connections
     int m_enrolled = 0;
@@ -287,9 +289,9 @@ private:
     QString enroll()
     {
         const QString state = m_dir.filePath(QStringLiteral("worker-%1").arg(++m_enrolled));
-        auto token = m_server->endpoint().trust().issueToken(QStringLiteral("127.0.0.1"), m_server->port(),
-                                                             m_server->caFingerprint(), 600, 1,
-                                                             QDateTime::currentMSecsSinceEpoch());
+        auto token = net::TrustStore(m_identityDir)
+                         .issueToken(QStringLiteral("127.0.0.1"), m_network->port(), m_network->caFingerprint(), 600, 1,
+                                     QDateTime::currentMSecsSinceEpoch());
         net::WorkerClient client({state, QStringLiteral("raw-%1").arg(m_enrolled), 50, 500});
         QSignalSpy joined(&client, &net::WorkerClient::joined);
         if (!client.configure(*token))
@@ -309,13 +311,13 @@ private:
     torch::Tensor globalWeights()
     {
         torch::Tensor w;
-        m_fleet->service()->withCoordinator([&](Coordinator &c) { w = c.globalWeights().clone(); });
+        m_fleet->coordinator()->withCoordinator([&](Coordinator &c) { w = c.globalWeights().clone(); });
         return w;
     }
 
     qint64 seq()
     {
-        return m_fleet->service()->callProgress().seq;
+        return m_fleet->coordinator()->callProgress().seq;
     }
 
     // Sends a result that must be refused: checks the reason, the closed connection, the
@@ -324,7 +326,7 @@ private:
     {
         const QString state = enroll();
         QVERIFY(!state.isEmpty());
-        RawWorker w(state, m_server->port());
+        RawWorker w(state, m_network->port());
         QVERIFY(w.hello());
         auto assign = leaseSomething(w);
         QVERIFY(assign);
@@ -367,23 +369,23 @@ private Q_SLOTS:
         m_fleet = std::move(fleet).value();
         m_fleet->start();
         net::TlsListener::Options options;
-        options.identityDir = m_dir.filePath(QStringLiteral("identity"));
+        m_identityDir = m_dir.filePath(QStringLiteral("identity"));
+        options.identityDir = m_identityDir;
         options.bindAddress = QHostAddress::LocalHost;
         options.stallTimeoutMs = 1000;
-        auto server = FleetServer::create(m_fleet->service(), options);
-        QVERIFY2(server, qPrintable(server.error()));
-        m_server = std::move(server).value();
-        QVERIFY(m_server->listen());
-        connect(&m_server->endpoint(), &net::TlsListener::connectionClosed, this,
+        m_network = std::make_unique<NetworkHost>();
+        auto serving = m_network->start(m_fleet->coordinator(), options, {0});
+        QVERIFY2(serving, qPrintable(serving.error()));
+        connect(&m_network->server()->listener(), &net::TlsListener::connectionClosed, this,
                 [this](qint64, const QString &reason) { m_closed << reason; });
-        connect(&m_server->endpoint(), &net::TlsListener::refused, this,
+        connect(&m_network->server()->listener(), &net::TlsListener::refused, this,
                 [this](const QString &, const QString &reason) { m_closed << reason; });
-        m_fleet->service()->withCoordinator([&](Coordinator &c) { m_layout = c.layout(); });
+        m_fleet->coordinator()->withCoordinator([&](Coordinator &c) { m_layout = c.layout(); });
     }
 
     void cleanupTestCase()
     {
-        m_server.reset();
+        m_network.reset();
         m_fleet.reset();
     }
 
@@ -497,7 +499,7 @@ private Q_SLOTS:
     void sameResultTwiceAndAnHonestWorkerCarriesOn()
     {
         const QString state = enroll();
-        RawWorker w(state, m_server->port());
+        RawWorker w(state, m_network->port());
         QVERIFY(w.hello());
         auto a = leaseSomething(w);
         QVERIFY(a);
@@ -545,14 +547,14 @@ private Q_SLOTS:
         const QString state = enroll();
         QVERIFY(!state.isEmpty());
         const QString enrolledAs = QStringLiteral("raw-%1").arg(m_enrolled);
-        RawWorker impostor(state, m_server->port());
+        RawWorker impostor(state, m_network->port());
         QVERIFY(QTest::qWaitFor([&] { return impostor.socket.isEncrypted(); }, 10000));
         m_closed.clear();
         impostor.send(MessageType::Hello, QCborMap{{QStringLiteral("name"), QStringLiteral("gpu-box-1")}});
         QVERIFY(impostor.closedByPeer());
         QVERIFY2(impostor.lastError.contains(QStringLiteral("issued to worker '%1'").arg(enrolledAs)),
                  qPrintable(impostor.lastError));
-        RawWorker honest(state, m_server->port());
+        RawWorker honest(state, m_network->port());
         QVERIFY(honest.hello());
         auto store = Store::open(m_dir.filePath(QStringLiteral("run/flotilla.db")));
         QVERIFY(store);

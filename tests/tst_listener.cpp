@@ -266,13 +266,13 @@ struct Closure
         QCOMPARE(error_.value(QStringLiteral("fatal")).toBool(), isFatal);                                             \
     } while (false)
 
-class TestEndpoint : public QObject
+class TestListener : public QObject
 {
     Q_OBJECT
 
 private:
     std::unique_ptr<QTemporaryDir> m_dir;
-    std::unique_ptr<TlsListener> m_endpoint;
+    std::unique_ptr<TlsListener> m_listener;
     CoordinatorIdentity m_identity;
     QList<Refusal> m_refused;
     QList<Closure> m_closed;
@@ -331,8 +331,8 @@ private:
 
     Result<JoinToken> token(int uses = 1, qint64 validSeconds = 600, qint64 issuedMs = nowMs())
     {
-        return m_endpoint->trust().issueToken(
-            kLocalHost, m_endpoint->port(), m_endpoint->caFingerprint(), validSeconds, uses, issuedMs);
+        return m_listener->trust().issueToken(
+            kLocalHost, m_listener->port(), m_listener->caFingerprint(), validSeconds, uses, issuedMs);
     }
 
     QString refusals() const
@@ -451,9 +451,9 @@ private:
             5000);
         if (!acked)
             return QStringLiteral("the steady worker never received the Ack for Heartbeat %1").arg(seq);
-        if (checkCount && m_endpoint->connectionCount() != 1)
+        if (checkCount && m_listener->connectionCount() != 1)
             return QStringLiteral("the endpoint holds %1 connections; only the steady worker's should be left")
-                .arg(m_endpoint->connectionCount());
+                .arg(m_listener->connectionCount());
         return {};
     }
 
@@ -493,34 +493,34 @@ private Q_SLOTS:
         const QString identityDir = m_dir->filePath(QStringLiteral("coordinator"));
         auto endpoint = TlsListener::create(options(identityDir));
         REQUIRE_OK(endpoint);
-        m_endpoint = std::move(*endpoint);
-        REQUIRE_OK(m_endpoint->listen());
-        QVERIFY(m_endpoint->port() != 0);
+        m_listener = std::move(*endpoint);
+        REQUIRE_OK(m_listener->listen());
+        QVERIFY(m_listener->port() != 0);
         auto identity = loadOrCreateCoordinatorIdentity(identityDir, options(identityDir).hostNames);
         REQUIRE_OK(identity);
         m_identity = *identity;
-        QCOMPARE(m_identity.caFingerprint, m_endpoint->caFingerprint());
+        QCOMPARE(m_identity.caFingerprint, m_listener->caFingerprint());
 
         // The test plays the coordinator's logic: welcome every Hello, ack every Heartbeat.
-        connect(m_endpoint.get(), &TlsListener::refused, this,
+        connect(m_listener.get(), &TlsListener::refused, this,
             [this](const QString &address, const QString &reason) {
                 m_refused << Refusal { address, reason };
             });
         connect(
-            m_endpoint.get(), &TlsListener::connectionClosed, this, [this](qint64 id, const QString &reason) {
+            m_listener.get(), &TlsListener::connectionClosed, this, [this](qint64 id, const QString &reason) {
                 m_closed << Closure { id, reason };
             });
-        connect(m_endpoint.get(), &TlsListener::helloReceived, this,
+        connect(m_listener.get(), &TlsListener::helloReceived, this,
             [this](const PeerInfo &peer, const HelloMsg &) {
                 m_hellos << peer;
-                m_endpoint->send(
+                m_listener->send(
                     peer.connectionId, MessageType::Welcome, QCborMap { { QStringLiteral("worker_id"), 1 } });
             });
         connect(
-            m_endpoint.get(), &TlsListener::messageReceived, this, [this](qint64 id, const Message &message) {
+            m_listener.get(), &TlsListener::messageReceived, this, [this](qint64 id, const Message &message) {
                 m_messages << qMakePair(id, message);
                 if (message.type == MessageType::Heartbeat)
-                    m_endpoint->send(id, MessageType::Ack,
+                    m_listener->send(id, MessageType::Ack,
                         QCborMap { { QStringLiteral("seq"), message.header.value(QStringLiteral("seq")) } });
             });
 
@@ -540,7 +540,7 @@ private Q_SLOTS:
         QVERIFY(steady);
         m_steadyId = steady->connectionId;
         // The joining worker's probe and enrollment connections are gone.
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
         m_steadyDisconnects = 0;
         VERIFY_FLEET();
         clearRecords();
@@ -551,9 +551,9 @@ private Q_SLOTS:
     void cleanup()
     {
         m_steady.reset();
-        if (m_endpoint)
-            QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 0, 5000);
-        m_endpoint.reset();
+        if (m_listener)
+            QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 0, 5000);
+        m_listener.reset();
         m_dir.reset();
     }
 
@@ -574,7 +574,7 @@ private Q_SLOTS:
         QSignalSpy failed(worker.get(), &WorkerClient::failed);
         REQUIRE_OK(worker->configure(*pasted));
         QVERIFY(!worker->hasIdentity());
-        QCOMPARE(worker->coordinatorAddress(), QStringLiteral("127.0.0.1:%1").arg(m_endpoint->port()));
+        QCOMPARE(worker->coordinatorAddress(), QStringLiteral("127.0.0.1:%1").arg(m_listener->port()));
         worker->start({});
         QTRY_VERIFY_WITH_TIMEOUT(!welcomed.isEmpty() || !failed.isEmpty(), 10000);
         QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
@@ -592,7 +592,7 @@ private Q_SLOTS:
         QCOMPARE(fileMode(QDir(dir).filePath(QStringLiteral("key.pem"))), 0600);
 #endif
         const QSslCertificate ca(readFile(QDir(dir).filePath(QStringLiteral("ca.pem"))));
-        QCOMPARE(ca.digest(QCryptographicHash::Sha256), m_endpoint->caFingerprint());
+        QCOMPARE(ca.digest(QCryptographicHash::Sha256), m_listener->caFingerprint());
         const QByteArray certPem = readFile(QDir(dir).filePath(QStringLiteral("cert.pem")));
         const QSslCertificate cert(certPem);
         QVERIFY(!cert.isNull());
@@ -602,16 +602,16 @@ private Q_SLOTS:
         const QJsonObject coordinator
             = QJsonDocument::fromJson(readFile(QDir(dir).filePath(QStringLiteral("coordinator.json")))).object();
         QCOMPARE(coordinator.value(QStringLiteral("host")).toString(), kLocalHost);
-        QCOMPARE(coordinator.value(QStringLiteral("port")).toInt(), int(m_endpoint->port()));
+        QCOMPARE(coordinator.value(QStringLiteral("port")).toInt(), int(m_listener->port()));
         const QByteArray fingerprint = cert.digest(QCryptographicHash::Sha256);
 
         // The coordinator recorded the certificate and spent the token.
-        auto record = m_endpoint->trust().certificate(fingerprint);
+        auto record = m_listener->trust().certificate(fingerprint);
         REQUIRE_OK(record);
         QVERIFY(record->has_value());
         QCOMPARE((*record)->workerName, name);
         QVERIFY(!(*record)->revoked());
-        auto tokens = m_endpoint->trust().tokens();
+        auto tokens = m_listener->trust().tokens();
         REQUIRE_OK(tokens);
         bool spent = false;
         for (const TokenRecord &t : *tokens)
@@ -624,16 +624,16 @@ private Q_SLOTS:
         QCOMPARE(peer->fingerprint, fingerprint);
         QVERIFY(peer->address.startsWith(kLocalHost + QLatin1Char(':')));
         const qint64 firstId = peer->connectionId;
-        QCOMPARE(m_endpoint->connectionCount(), 2);
+        QCOMPARE(m_listener->connectionCount(), 2);
 
         // The worker goes away: the coordinator says so.
         worker.reset();
         QTRY_VERIFY_WITH_TIMEOUT(!closureOf(firstId).isNull(), 5000);
         QVERIFY2(closureOf(firstId).contains(QLatin1String("disconnected")), qPrintable(closureOf(firstId)));
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
 
         // Back from the state folder alone; the coordinator now knows its worker id.
-        REQUIRE_OK(m_endpoint->trust().setWorkerId(fingerprint, 42));
+        REQUIRE_OK(m_listener->trust().setWorkerId(fingerprint, 42));
         m_hellos.clear();
         auto again = newWorker(name);
         QSignalSpy joinedAgain(again.get(), &WorkerClient::joined);
@@ -658,7 +658,7 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(!received.isEmpty(), 5000);
         QCOMPARE(received.first().first().value<Message>().type, MessageType::Ack);
         again.reset();
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
 
         // With neither a token nor an identity there is nothing to start from.
         auto blank = newWorker(QStringLiteral("blank"));
@@ -685,15 +685,15 @@ private Q_SLOTS:
             REQUIRE_OK(created);
             other = std::move(*created);
             REQUIRE_OK(other->listen());
-            auto t = m_endpoint->trust().issueToken(
-                kLocalHost, other->port(), m_endpoint->caFingerprint(), 600, 1, nowMs());
+            auto t = m_listener->trust().issueToken(
+                kLocalHost, other->port(), m_listener->caFingerprint(), 600, 1, nowMs());
             REQUIRE_OK(t);
             joinToken = *t;
         } else {
             auto foreignCa = createCertificateAuthority(QStringLiteral("Someone else's CA"), 30);
             REQUIRE_OK(foreignCa);
-            auto t = m_endpoint->trust().issueToken(
-                kLocalHost, m_endpoint->port(), certificateFingerprint(foreignCa->certificatePem), 600, 1, nowMs());
+            auto t = m_listener->trust().issueToken(
+                kLocalHost, m_listener->port(), certificateFingerprint(foreignCa->certificatePem), 600, 1, nowMs());
             REQUIRE_OK(t);
             joinToken = *t;
         }
@@ -712,7 +712,7 @@ private Q_SLOTS:
         QVERIFY(!QFileInfo::exists(QDir(stateDir(QStringLiteral("careful"))).filePath(QStringLiteral("cert.pem"))));
 
         // The secret never left the worker: the token is unspent and no join was refused.
-        auto tokens = m_endpoint->trust().tokens();
+        auto tokens = m_listener->trust().tokens();
         REQUIRE_OK(tokens);
         bool unspent = false;
         for (const TokenRecord &t : *tokens)
@@ -722,7 +722,7 @@ private Q_SLOTS:
         // And it does not try again.
         QTest::qWait(300);
         QCOMPARE(failed.size(), 1);
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
         if (other)
             QTRY_COMPARE_WITH_TIMEOUT(other->connectionCount(), 0, 5000);
         VERIFY_FLEET();
@@ -759,7 +759,7 @@ private Q_SLOTS:
             QTRY_VERIFY_WITH_TIMEOUT(!welcomed.isEmpty() || !failed.isEmpty(), 10000);
             QVERIFY2(failed.isEmpty(), qPrintable(failed.value(0).value(0).toString()));
             first.reset();
-            QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+            QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
             clearRecords();
         }
 
@@ -779,7 +779,7 @@ private Q_SLOTS:
         worker.reset();
         QCOMPARE(joined.size(), 0);
         QVERIFY(!QFileInfo::exists(QDir(stateDir(QStringLiteral("late"))).filePath(QStringLiteral("cert.pem"))));
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
         VERIFY_FLEET();
         QVERIFY2(gaveUp,
             qPrintable(QStringLiteral("the worker never gave up: it was refused %1 times in 1.5 s (\"%2\") and kept "
@@ -805,12 +805,12 @@ private Q_SLOTS:
     {
         QFETCH(QByteArray, bytes);
         RawClient client { QByteArray() };
-        client.connectTo(m_endpoint->port());
+        client.connectTo(m_listener->port());
         QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.state() == QAbstractSocket::ConnectedState, 5000);
         const quint16 localPort = client.m_socket.localPort();
         client.send(bytes);
         QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
-        QCOMPARE(m_endpoint->connectionCount(), 1);
+        QCOMPARE(m_listener->connectionCount(), 1);
         VERIFY_FLEET();
         // The coordinator says why, naming the peer.
         VERIFY_REFUSED(QStringLiteral("TLS handshake failed"), 500);
@@ -821,14 +821,14 @@ private Q_SLOTS:
     void silentTcpConnectionIsClosedAfterTheHandshakeTimeout()
     {
         RawClient client { QByteArray() };
-        client.connectTo(m_endpoint->port());
+        client.connectTo(m_listener->port());
         QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.state() == QAbstractSocket::ConnectedState, 5000);
         const quint16 localPort = client.m_socket.localPort();
         QElapsedTimer timer;
         timer.start();
         QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
         QVERIFY2(timer.elapsed() >= 1000, qPrintable(QString::number(timer.elapsed())));
-        QCOMPARE(m_endpoint->connectionCount(), 1);
+        QCOMPARE(m_listener->connectionCount(), 1);
         VERIFY_FLEET();
         // The refusal names the peer and says what went wrong.
         VERIFY_REFUSED(QStringLiteral("TLS handshake"), 1000);
@@ -890,10 +890,10 @@ private Q_SLOTS:
         QFETCH(QByteArray, bytes);
         QFETCH(QString, expected);
 
-        auto credentials = issueClient(m_identity.ca, QStringLiteral("raw"), &m_endpoint->trust());
+        auto credentials = issueClient(m_identity.ca, QStringLiteral("raw"), &m_listener->trust());
         REQUIRE_OK(credentials);
         RawClient client(m_identity.ca.certificatePem, credentials->certificatePem, credentials->keyPem);
-        client.connectTo(m_endpoint->port());
+        client.connectTo(m_listener->port());
         QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.isEncrypted() || client.closed(), 5000);
         QVERIFY2(client.m_socket.isEncrypted(), qPrintable(client.m_socket.errorString()));
         qint64 id = 0;
@@ -906,7 +906,7 @@ private Q_SLOTS:
             id = peer->connectionId;
             QCOMPARE(peer->fingerprint, credentials->fingerprint);
         }
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 2, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 2, 5000);
         const quint16 localPort = client.m_socket.localPort();
 
         client.send(bytes);
@@ -918,7 +918,7 @@ private Q_SLOTS:
             VERIFY_REFUSED(expected, 5000);
             QVERIFY2(refusedFrom(localPort, expected), qPrintable(refusals()));
         }
-        QCOMPARE(m_endpoint->connectionCount(), 1);
+        QCOMPARE(m_listener->connectionCount(), 1);
         QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
         // None of it reached the coordinator's logic.
         for (const auto &[from, m] : std::as_const(m_messages))
@@ -930,14 +930,14 @@ private Q_SLOTS:
     // A worker that completes the TLS handshake but never says Hello.
     void silenceAfterTheHandshakeIsClosed()
     {
-        auto credentials = issueClient(m_identity.ca, QStringLiteral("mute"), &m_endpoint->trust());
+        auto credentials = issueClient(m_identity.ca, QStringLiteral("mute"), &m_listener->trust());
         REQUIRE_OK(credentials);
         RawClient client(m_identity.ca.certificatePem, credentials->certificatePem, credentials->keyPem);
-        client.connectTo(m_endpoint->port());
+        client.connectTo(m_listener->port());
         QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.isEncrypted() || client.closed(), 5000);
         QVERIFY(client.m_socket.isEncrypted());
         VERIFY_REFUSED(QStringLiteral("neither Hello nor Redeem"), 5000);
-        QCOMPARE(m_endpoint->connectionCount(), 1);
+        QCOMPARE(m_listener->connectionCount(), 1);
         QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
         VERIFY_FLEET();
         VERIFY_CLIENT_READ_ERROR(client, QStringLiteral("neither Hello nor Redeem"), false);
@@ -946,7 +946,7 @@ private Q_SLOTS:
     // Payload limits per message type, and chunked payloads through the endpoint.
     void payloadLimitsArePerMessageType()
     {
-        m_endpoint->setPayloadLimit(MessageType::Result, 3u << 20);
+        m_listener->setPayloadLimit(MessageType::Result, 3u << 20);
         QByteArray weights(2500 * 1024, Qt::Uninitialized);
         for (qsizetype i = 0; i < weights.size(); ++i)
             weights[i] = char(i * 7);
@@ -958,10 +958,10 @@ private Q_SLOTS:
         QVERIFY(m_messages.first().second.payload == weights);
 
         // Announcing more than the limit is refused before any of it arrives.
-        auto credentials = issueClient(m_identity.ca, QStringLiteral("greedy"), &m_endpoint->trust());
+        auto credentials = issueClient(m_identity.ca, QStringLiteral("greedy"), &m_listener->trust());
         REQUIRE_OK(credentials);
         RawClient client(m_identity.ca.certificatePem, credentials->certificatePem, credentials->keyPem);
-        client.connectTo(m_endpoint->port());
+        client.connectTo(m_listener->port());
         QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.isEncrypted() || client.closed(), 5000);
         client.send(
             encodeMessage(MessageType::Hello, QCborMap { { QStringLiteral("name"), QStringLiteral("greedy") } }));
@@ -1011,15 +1011,15 @@ private Q_SLOTS:
         QFETCH(QString, expected);
         QFETCH(bool, fatal);
         RawClient client(m_identity.ca.certificatePem);
-        client.connectTo(m_endpoint->port());
+        client.connectTo(m_listener->port());
         QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.isEncrypted() || client.closed(), 5000);
         QVERIFY2(client.m_socket.isEncrypted(), qPrintable(client.m_socket.errorString()));
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 2, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 2, 5000);
         const quint16 localPort = client.m_socket.localPort();
         client.send(bytes);
         VERIFY_REFUSED(expected, 5000);
         QVERIFY2(refusedFrom(localPort, expected), qPrintable(refusals()));
-        QCOMPARE(m_endpoint->connectionCount(), 1);
+        QCOMPARE(m_listener->connectionCount(), 1);
         QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
         QVERIFY(m_hellos.isEmpty());
         VERIFY_FLEET();
@@ -1032,7 +1032,7 @@ private Q_SLOTS:
         auto joinToken = token(2);
         REQUIRE_OK(joinToken);
         RawClient client(m_identity.ca.certificatePem);
-        client.connectTo(m_endpoint->port());
+        client.connectTo(m_listener->port());
         QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.isEncrypted() || client.closed(), 5000);
         QVERIFY(client.m_socket.isEncrypted());
         client.send(encodeMessage(MessageType::Redeem,
@@ -1040,10 +1040,10 @@ private Q_SLOTS:
                 { QStringLiteral("name"), QStringLiteral("forger") } },
             QByteArray("-----BEGIN CERTIFICATE REQUEST-----\ngarbage\n-----END CERTIFICATE REQUEST-----\n")));
         VERIFY_REFUSED(QStringLiteral("join refused"), 5000);
-        QCOMPARE(m_endpoint->connectionCount(), 1);
+        QCOMPARE(m_listener->connectionCount(), 1);
         QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
         QVERIFY(!client.received(MessageType::Enrolled));
-        auto certificates = m_endpoint->trust().certificates();
+        auto certificates = m_listener->trust().certificates();
         REQUIRE_OK(certificates);
         for (const CertificateRecord &c : *certificates)
             QVERIFY(c.workerName != QLatin1String("forger"));
@@ -1083,7 +1083,7 @@ private Q_SLOTS:
             credentials = *c;
         }
         RawClient client(m_identity.ca.certificatePem, credentials.certificatePem, credentials.keyPem);
-        client.connectTo(m_endpoint->port());
+        client.connectTo(m_listener->port());
         // It says Hello as soon as it can, under the name of a real worker.
         QObject::connect(&client.m_socket, &QSslSocket::encrypted, &client.m_socket, [&client] {
             client.send(
@@ -1091,7 +1091,7 @@ private Q_SLOTS:
         });
         VERIFY_REFUSED(expected, 5000);
         QVERIFY2(refusedAddressIsLoopback(expected), qPrintable(refusals()));
-        QCOMPARE(m_endpoint->connectionCount(), 1);
+        QCOMPARE(m_listener->connectionCount(), 1);
         QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
         QVERIFY(m_hellos.isEmpty());
         VERIFY_FLEET();
@@ -1123,7 +1123,7 @@ private Q_SLOTS:
         QVERIFY(peer);
         const qint64 id = peer->connectionId;
         const QByteArray fingerprint = peer->fingerprint;
-        QCOMPARE(m_endpoint->connectionCount(), 2);
+        QCOMPARE(m_listener->connectionCount(), 2);
 
         // `flotilla revoke` runs beside the coordinator: another TrustStore on the same folder.
         TrustStore cli(m_dir->filePath(QStringLiteral("coordinator")));
@@ -1156,7 +1156,7 @@ private Q_SLOTS:
         const QString refusedTimes = QString::number(m_refused.size());
         QCOMPARE(welcomedAgain.size(), 0);
         again.reset();
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
         VERIFY_FLEET();
         QVERIFY2(gaveUp,
             qPrintable(QStringLiteral("the revoked worker never gave up: it was refused %1 times in 1.5 s (\"%2\") and "
@@ -1187,7 +1187,7 @@ private Q_SLOTS:
         const QString reason = failed.first().first().toString();
         QVERIFY2(reason.contains(QLatin1String("revoked")), qPrintable(reason));
         QVERIFY2(reason.contains(QLatin1String("retired")), qPrintable(reason));
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
         VERIFY_FLEET();
     }
 
@@ -1206,14 +1206,14 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(!welcomed.isEmpty() || !failed.isEmpty(), 10000);
         QVERIFY(failed.isEmpty());
         const qint64 id = helloFrom(QStringLiteral("bouncer"))->connectionId;
-        m_endpoint->close(id, QStringLiteral("draining for maintenance"), false, false);
+        m_listener->close(id, QStringLiteral("draining for maintenance"), false, false);
         QVERIFY2(closureOf(id).contains(QLatin1String("draining")), qPrintable(closures()));
         QTRY_COMPARE_WITH_TIMEOUT(welcomed.size(), 2, 5000);
         QVERIFY(failed.isEmpty());
         QVERIFY(worker->isConnected());
-        QCOMPARE(m_endpoint->connectionCount(), 2);
+        QCOMPARE(m_listener->connectionCount(), 2);
         worker.reset();
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
         VERIFY_FLEET();
         QVERIFY(!disconnected.isEmpty());
         const QString reason = disconnected.first().first().toString();
@@ -1223,11 +1223,11 @@ private Q_SLOTS:
     // 9. TLS 1.2 is not spoken.
     void tls12ClientCannotConnect()
     {
-        auto credentials = issueClient(m_identity.ca, QStringLiteral("old"), &m_endpoint->trust());
+        auto credentials = issueClient(m_identity.ca, QStringLiteral("old"), &m_listener->trust());
         REQUIRE_OK(credentials);
         RawClient client(m_identity.ca.certificatePem, credentials->certificatePem, credentials->keyPem, QSsl::TlsV1_2);
         QSignalSpy encrypted(&client.m_socket, &QSslSocket::encrypted);
-        client.connectTo(m_endpoint->port());
+        client.connectTo(m_listener->port());
         QTRY_VERIFY_WITH_TIMEOUT(!client.m_errors.isEmpty(), 5000);
         QVERIFY(client.m_errors.contains(QAbstractSocket::SslHandshakeFailedError)
             || client.m_errors.contains(QAbstractSocket::RemoteHostClosedError));
@@ -1235,7 +1235,7 @@ private Q_SLOTS:
         QVERIFY(!client.m_socket.isEncrypted());
         VERIFY_REFUSED(QStringLiteral("TLS handshake failed"), 5000);
         QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
-        QCOMPARE(m_endpoint->connectionCount(), 1);
+        QCOMPARE(m_listener->connectionCount(), 1);
         QVERIFY(m_hellos.isEmpty());
         VERIFY_FLEET();
     }
@@ -1243,10 +1243,10 @@ private Q_SLOTS:
     // 10. Identity is the certificate: a Hello may not rename a worker.
     void helloUnderAnotherNameIsRefused()
     {
-        auto credentials = issueClient(m_identity.ca, QStringLiteral("alpha"), &m_endpoint->trust());
+        auto credentials = issueClient(m_identity.ca, QStringLiteral("alpha"), &m_listener->trust());
         REQUIRE_OK(credentials);
         RawClient impostor(m_identity.ca.certificatePem, credentials->certificatePem, credentials->keyPem);
-        impostor.connectTo(m_endpoint->port());
+        impostor.connectTo(m_listener->port());
         QTRY_VERIFY_WITH_TIMEOUT(impostor.m_socket.isEncrypted() || impostor.closed(), 5000);
         QVERIFY(impostor.m_socket.isEncrypted());
         impostor.send(encodeMessage(MessageType::Hello, QCborMap { { QStringLiteral("name"), QStringLiteral("beta") } }));
@@ -1260,7 +1260,7 @@ private Q_SLOTS:
         for (const QCborMap &hello : { QCborMap {}, QCborMap { { QStringLiteral("name"), QStringLiteral("alpha") } } }) {
             m_hellos.clear();
             RawClient honest(m_identity.ca.certificatePem, credentials->certificatePem, credentials->keyPem);
-            honest.connectTo(m_endpoint->port());
+            honest.connectTo(m_listener->port());
             QTRY_VERIFY_WITH_TIMEOUT(honest.m_socket.isEncrypted() || honest.closed(), 5000);
             honest.send(encodeMessage(MessageType::Hello, hello));
             QTRY_VERIFY_WITH_TIMEOUT(honest.received(MessageType::Welcome), 5000);
@@ -1268,7 +1268,7 @@ private Q_SLOTS:
             QCOMPARE(m_hellos.first().workerName, QStringLiteral("alpha"));
             QCOMPARE(m_hellos.first().fingerprint, credentials->fingerprint);
         }
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
 
         // A real worker restarted under another --name with the same state folder is told
         // why, and stops instead of retrying.
@@ -1278,7 +1278,7 @@ private Q_SLOTS:
         auto first = newWorker(QStringLiteral("lab-1"));
         QVERIFY2(timeToWelcome(*first, *joinToken, &why) >= 0, qPrintable(why));
         first.reset();
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
         WorkerClient::Options o;
         o.stateDir = stateDir(QStringLiteral("lab-1"));
         o.name = QStringLiteral("lab-2");
@@ -1288,7 +1288,7 @@ private Q_SLOTS:
         QVERIFY2(why.contains(QLatin1String("issued to worker 'lab-1'")), qPrintable(why));
         QVERIFY2(why.contains(QLatin1String("--name lab-1")), qPrintable(why));
         renamed.stop();
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
         VERIFY_FLEET();
     }
 
@@ -1307,12 +1307,12 @@ private Q_SLOTS:
         QCOMPARE(timeToWelcome(*worker, *joinToken, &why), qint64(-1));
         QVERIFY2(why.contains(QLatin1String("revoked")), qPrintable(why));
         VERIFY_REFUSED(QStringLiteral("join refused: the join token was revoked"), 5000);
-        auto record = m_endpoint->trust().token(joinToken->id);
+        auto record = m_listener->trust().token(joinToken->id);
         REQUIRE_OK(record);
         QCOMPARE((*record)->usesLeft, 3);
         QVERIFY(!worker->hasIdentity());
         worker.reset();
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
         VERIFY_FLEET();
     }
 
@@ -1323,11 +1323,11 @@ private Q_SLOTS:
         std::vector<std::unique_ptr<RawClient>> idle;
         for (int i = 0; i < kIdle; ++i) {
             idle.push_back(std::make_unique<RawClient>(QByteArray()));
-            idle.back()->connectTo(m_endpoint->port(), loopback(2 + i % 10));
+            idle.back()->connectTo(m_listener->port(), loopback(2 + i % 10));
         }
         // Every one is accepted (none waits in the kernel's queue), and held.
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->unauthenticatedCount(), kIdle, 10000);
-        QCOMPARE(m_endpoint->connectionCount(), kIdle + 1);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->unauthenticatedCount(), kIdle, 10000);
+        QCOMPARE(m_listener->connectionCount(), kIdle + 1);
         VERIFY_FLEET_EXCEPT_COUNT();
 
         // A new machine joins (three TLS handshakes: probe, enrollment, Hello) within 2 s...
@@ -1339,24 +1339,24 @@ private Q_SLOTS:
         QVERIFY2(ms >= 0 && ms < 2000, qPrintable(QStringLiteral("%1 ms: %2").arg(ms).arg(why)));
         // ...and one that restarts, as a preempted spot instance does, comes back within 2 s.
         fresh.reset();
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), kIdle + 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), kIdle + 1, 5000);
         auto restarted = newWorker(QStringLiteral("fresh"));
         ms = timeToWelcome(*restarted, std::nullopt, &why);
         QVERIFY2(ms >= 0 && ms < 2000, qPrintable(QStringLiteral("%1 ms: %2").arg(ms).arg(why)));
         restarted.reset();
         // No idle connection had to make way for them.
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), kIdle + 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), kIdle + 1, 5000);
         QCOMPARE(refusalsWith(QStringLiteral("made way")), 0);
 
         // The idle connections go: their slots are freed, and workers still get in.
         idle.clear();
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->unauthenticatedCount(), 0, 10000);
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->unauthenticatedCount(), 0, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
         auto late = newWorker(QStringLiteral("late"));
         ms = timeToWelcome(*late, *joinToken, &why);
         QVERIFY2(ms >= 0 && ms < 2000, qPrintable(QStringLiteral("%1 ms: %2").arg(ms).arg(why)));
         late.reset();
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
         VERIFY_FLEET();
     }
 
@@ -1377,7 +1377,7 @@ private Q_SLOTS:
         constexpr int kFlood = 80;
         Credentials credentials;
         if (kind == QLatin1String("certificate")) {
-            auto issued = issueClient(m_identity.ca, QStringLiteral("staller"), &m_endpoint->trust());
+            auto issued = issueClient(m_identity.ca, QStringLiteral("staller"), &m_listener->trust());
             REQUIRE_OK(issued);
             credentials = *issued;
         }
@@ -1392,7 +1392,7 @@ private Q_SLOTS:
             if (kind == QLatin1String("partial"))
                 QObject::connect(&client->m_socket, &QAbstractSocket::connected, &client->m_socket,
                     [client] { client->send(partialClientHello()); });
-            client->connectTo(m_endpoint->port(), loopback(2 + i % 8));
+            client->connectTo(m_listener->port(), loopback(2 + i % 8));
         }
         // Every client got as far as it wanted to, or was closed to make room.
         const auto settled = [&] {
@@ -1407,7 +1407,7 @@ private Q_SLOTS:
             }
             return closed;
         };
-        QTRY_VERIFY_WITH_TIMEOUT(settled() == kFlood - kHeld && m_endpoint->unauthenticatedCount() == kHeld, 20000);
+        QTRY_VERIFY_WITH_TIMEOUT(settled() == kFlood - kHeld && m_listener->unauthenticatedCount() == kHeld, 20000);
         QCOMPARE(refusalsWith(QStringLiteral("made way for a newer connection")), kFlood - kHeld);
         VERIFY_FLEET_EXCEPT_COUNT();
 
@@ -1418,14 +1418,14 @@ private Q_SLOTS:
         auto worker = newWorker(QStringLiteral("through"));
         const qint64 ms = timeToWelcome(*worker, *joinToken, &why);
         QVERIFY2(ms >= 0 && ms < 2000, qPrintable(QStringLiteral("%1 ms: %2").arg(ms).arg(why)));
-        QVERIFY(m_endpoint->unauthenticatedCount() <= kHeld);
+        QVERIFY(m_listener->unauthenticatedCount() <= kHeld);
         // The worker's probe and enrollment connections hang up; what is left is it, the
         // steady worker and the stalled flood.
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 2 + m_endpoint->unauthenticatedCount(), 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 2 + m_listener->unauthenticatedCount(), 5000);
         worker.reset();
         flood.clear();
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 10000);
-        QCOMPARE(m_endpoint->unauthenticatedCount(), 0);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 10000);
+        QCOMPARE(m_listener->unauthenticatedCount(), 0);
         VERIFY_FLEET();
     }
 
@@ -1433,19 +1433,19 @@ private Q_SLOTS:
     void partialClientHelloIsClosedAtTheDeadline()
     {
         RawClient client { QByteArray() };
-        client.connectTo(m_endpoint->port());
+        client.connectTo(m_listener->port());
         QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.state() == QAbstractSocket::ConnectedState, 5000);
         QElapsedTimer timer;
         timer.start();
         const quint16 localPort = client.m_socket.localPort();
         client.send(partialClientHello());
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->unauthenticatedCount(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->unauthenticatedCount(), 1, 5000);
         const QString expected = QStringLiteral("the TLS handshake did not finish within 2 s");
         VERIFY_REFUSED(expected, 5000);
         QVERIFY2(timer.elapsed() >= 1000, qPrintable(QString::number(timer.elapsed())));
         QVERIFY2(refusedFrom(localPort, expected), qPrintable(refusals()));
         QTRY_VERIFY_WITH_TIMEOUT(client.closed(), 5000);
-        QCOMPARE(m_endpoint->unauthenticatedCount(), 0);
+        QCOMPARE(m_listener->unauthenticatedCount(), 0);
         VERIFY_FLEET();
     }
 
@@ -1459,13 +1459,13 @@ private Q_SLOTS:
         std::vector<std::unique_ptr<RawClient>> fromOther;
         // One at a time, so that the order of their accepts is known.
         const auto open = [&](std::vector<std::unique_ptr<RawClient>> &into, const QHostAddress &from) {
-            const int before = m_endpoint->unauthenticatedCount();
+            const int before = m_listener->unauthenticatedCount();
             into.push_back(std::make_unique<RawClient>(QByteArray()));
-            into.back()->connectTo(m_endpoint->port(), from);
+            into.back()->connectTo(m_listener->port(), from);
             return QTest::qWaitFor(
                 [&] {
                     return into.back()->m_socket.state() == QAbstractSocket::ConnectedState
-                        && (m_endpoint->unauthenticatedCount() > before || !m_refused.isEmpty());
+                        && (m_listener->unauthenticatedCount() > before || !m_refused.isEmpty());
                 },
                 5000);
         };
@@ -1473,7 +1473,7 @@ private Q_SLOTS:
             QVERIFY(open(fromBusy, busy));
             QVERIFY(open(fromOther, other));
         }
-        QCOMPARE(m_endpoint->unauthenticatedCount(), 10);
+        QCOMPARE(m_listener->unauthenticatedCount(), 10);
         QVERIFY(m_refused.isEmpty());
         const quint16 oldestPort = fromBusy.front()->m_socket.localPort();
 
@@ -1487,11 +1487,11 @@ private Q_SLOTS:
             QVERIFY(!fromBusy[i]->closed());
         for (const auto &c : fromOther)
             QVERIFY(!c->closed());
-        QCOMPARE(m_endpoint->unauthenticatedCount(), 10);
+        QCOMPARE(m_listener->unauthenticatedCount(), 10);
         VERIFY_FLEET_EXCEPT_COUNT();
         fromBusy.clear();
         fromOther.clear();
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
         VERIFY_FLEET();
     }
 
@@ -1501,13 +1501,13 @@ private Q_SLOTS:
     {
         std::vector<std::unique_ptr<RawClient>> idle;
         for (int i = 0; i < 13; ++i) {
-            const int before = m_endpoint->unauthenticatedCount();
+            const int before = m_listener->unauthenticatedCount();
             const int refusedBefore = int(m_refused.size());
             idle.push_back(std::make_unique<RawClient>(QByteArray()));
-            idle.back()->connectTo(m_endpoint->port(), loopback(2 + i));
-            QTRY_VERIFY_WITH_TIMEOUT(m_endpoint->unauthenticatedCount() > before || int(m_refused.size()) > refusedBefore,
+            idle.back()->connectTo(m_listener->port(), loopback(2 + i));
+            QTRY_VERIFY_WITH_TIMEOUT(m_listener->unauthenticatedCount() > before || int(m_refused.size()) > refusedBefore,
                 5000);
-            QCOMPARE(m_endpoint->unauthenticatedCount(), std::min(i + 1, 10));
+            QCOMPARE(m_listener->unauthenticatedCount(), std::min(i + 1, 10));
             // The ones that made way are exactly the oldest.
             for (int j = 0; j <= i; ++j) {
                 const bool shouldBeClosed = j < i + 1 - 10;
@@ -1515,10 +1515,10 @@ private Q_SLOTS:
             }
         }
         QCOMPARE(refusalsWith(QStringLiteral("made way for a newer connection: the coordinator already held 10")), 3);
-        QCOMPARE(m_endpoint->connectionCount(), 11);
+        QCOMPARE(m_listener->connectionCount(), 11);
         VERIFY_FLEET_EXCEPT_COUNT();
         idle.clear();
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
         VERIFY_FLEET();
     }
 
@@ -1534,7 +1534,7 @@ private Q_SLOTS:
         // Redeems from an address; the client once it is closed (or enrolled).
         const auto attempt = [&](const QHostAddress &from, const QByteArray &secret, const QString &name) {
             auto client = std::make_unique<RawClient>(m_identity.ca.certificatePem);
-            client->connectTo(m_endpoint->port(), from);
+            client->connectTo(m_listener->port(), from);
             if (QTest::qWaitFor([&] { return client->m_socket.isEncrypted() || client->closed(); }, 5000)
                 && client->m_socket.isEncrypted())
                 client->send(redeem(joinToken->id, secret, name));
@@ -1551,14 +1551,14 @@ private Q_SLOTS:
         auto blocked = attempt(guesser, joinToken->secret, QStringLiteral("guess"));
         VERIFY_CLIENT_READ_ERROR(*blocked, QStringLiteral("3 failed join attempts from 127.0.0.2 in the last 3 s"), false);
         QVERIFY(!blocked->received(MessageType::Enrolled));
-        QCOMPARE((*m_endpoint->trust().token(joinToken->id))->usesLeft, 2);
+        QCOMPARE((*m_listener->trust().token(joinToken->id))->usesLeft, 2);
         if (window.elapsed() >= 3000)
             QSKIP("this machine took longer than the 3 s window to make four attempts");
 
         // Another address is not held back.
         auto neighbourly = attempt(neighbour, joinToken->secret, QStringLiteral("neighbour"));
         QVERIFY2(neighbourly->received(MessageType::Enrolled), qPrintable(refusals()));
-        QCOMPARE((*m_endpoint->trust().token(joinToken->id))->usesLeft, 1);
+        QCOMPARE((*m_listener->trust().token(joinToken->id))->usesLeft, 1);
 
         // Once the window has passed since those failures, the guesser may try again.
         std::unique_ptr<RawClient> again;
@@ -1570,8 +1570,8 @@ private Q_SLOTS:
             15000));
         // The first failure came after the window's timer started: no sooner than 3 s after it.
         QVERIFY2(window.elapsed() >= 3000, qPrintable(QString::number(window.elapsed())));
-        QCOMPARE((*m_endpoint->trust().token(joinToken->id))->usesLeft, 0);
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 1, 5000);
+        QCOMPARE((*m_listener->trust().token(joinToken->id))->usesLeft, 0);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
         VERIFY_FLEET();
     }
 
@@ -1582,12 +1582,12 @@ private Q_SLOTS:
         std::vector<std::unique_ptr<RawClient>> clients;
         for (int i = 0; i < 4; ++i) {
             const QString name = QStringLiteral("live-%1").arg(i);
-            auto credentials = issueClient(m_identity.ca, name, &m_endpoint->trust());
+            auto credentials = issueClient(m_identity.ca, name, &m_listener->trust());
             REQUIRE_OK(credentials);
             clients.push_back(std::make_unique<RawClient>(
                 m_identity.ca.certificatePem, credentials->certificatePem, credentials->keyPem));
             RawClient &client = *clients.back();
-            client.connectTo(m_endpoint->port());
+            client.connectTo(m_listener->port());
             QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.isEncrypted() || client.closed(), 5000);
             QVERIFY(client.m_socket.isEncrypted());
             // Half of them have said Hello, half are still between handshake and Hello.
@@ -1598,13 +1598,13 @@ private Q_SLOTS:
         }
         // And one without a certificate, about to redeem a token.
         clients.push_back(std::make_unique<RawClient>(m_identity.ca.certificatePem));
-        clients.back()->connectTo(m_endpoint->port());
+        clients.back()->connectTo(m_listener->port());
         QTRY_VERIFY_WITH_TIMEOUT(clients.back()->m_socket.isEncrypted(), 5000);
-        QTRY_COMPARE_WITH_TIMEOUT(m_endpoint->connectionCount(), 6, 5000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 6, 5000);
         VERIFY_FLEET_EXCEPT_COUNT();
 
         QSignalSpy steadyLost(m_steady.get(), &WorkerClient::disconnected);
-        m_endpoint.reset();
+        m_listener.reset();
         for (const auto &client : clients)
             QTRY_VERIFY_WITH_TIMEOUT(client->closed(), 5000);
         QTRY_VERIFY_WITH_TIMEOUT(!steadyLost.isEmpty(), 5000);
@@ -1612,5 +1612,5 @@ private Q_SLOTS:
     }
 };
 
-QTEST_GUILESS_MAIN(TestEndpoint)
-#include "tst_endpoint.moc"
+QTEST_GUILESS_MAIN(TestListener)
+#include "tst_listener.moc"

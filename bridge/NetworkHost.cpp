@@ -1,0 +1,66 @@
+#include "bridge/NetworkHost.h"
+
+namespace flotilla {
+
+NetworkHost::NetworkHost() : m_context(std::make_unique<QObject>())
+{
+    m_thread.setObjectName(QStringLiteral("network"));
+    m_context->moveToThread(&m_thread);
+    m_thread.start();
+}
+
+NetworkHost::~NetworkHost()
+{
+    stop();
+    QObject *context = m_context.release();
+    QMetaObject::invokeMethod(context, [context] { delete context; }, Qt::BlockingQueuedConnection);
+    m_thread.quit();
+    m_thread.wait();
+}
+
+Result<void> NetworkHost::start(CoordinatorThread *coordinator, net::TlsListener::Options options,
+                                const QList<quint16> &ports)
+{
+    stop();
+    if (ports.isEmpty())
+        return fail(QStringLiteral("no port to listen on was given"));
+    QString error;
+    QMetaObject::invokeMethod(m_context.get(), [&] {
+        for (const quint16 port : ports) {
+            options.port = port;
+            auto created = FleetServer::create(coordinator, options);
+            if (!created) {
+                error = created.error(); // the identity or the job, not the port: no other port helps
+                return;
+            }
+            if (auto listening = (*created)->listen(); !listening) {
+                error = listening.error();
+                continue;
+            }
+            m_server = std::move(created).value();
+            return;
+        }
+    }, Qt::BlockingQueuedConnection);
+    if (!m_server)
+        return fail(error);
+    m_port = m_server->port();
+    m_caFingerprint = m_server->caFingerprint();
+    return {};
+}
+
+void NetworkHost::stop()
+{
+    if (!m_server)
+        return;
+    // The server and its sockets belong to the network thread: they are deleted there.
+    QMetaObject::invokeMethod(m_context.get(), [this] { m_server.reset(); }, Qt::BlockingQueuedConnection);
+    m_port = 0;
+    m_caFingerprint.clear();
+}
+
+QString NetworkHost::addressOf(qint64 workerId) const
+{
+    return m_server ? m_server->addressOf(workerId) : QString();
+}
+
+} // namespace flotilla

@@ -1,0 +1,52 @@
+#pragma once
+// Hosts a job's FleetServer on a network thread of its own, so that hashing, encrypting and
+// copying weights never wait for the UI or the coordinator, nor the other way round. The one
+// place that starts and stops the coordinator's TLS endpoint: `flotilla serve` and the
+// control center both use it.
+//
+// Threads: the host lives on the thread that made it (the UI or main thread); the server and
+// its listener live on the network thread. start() and stop() wait for that thread to load
+// or make the coordinator's identity and bind (or close) the port; nothing here waits for the
+// coordinator or its disk. The server's signals may be connected to from any thread.
+
+#include "bridge/FleetServer.h"
+
+#include <QThread>
+
+#include <memory>
+
+namespace flotilla {
+
+class NetworkHost
+{
+public:
+    NetworkHost();
+    ~NetworkHost();
+    NetworkHost(const NetworkHost &) = delete;
+    NetworkHost &operator=(const NetworkHost &) = delete;
+
+    // Serves the job of `coordinator` on the first of `ports` that can be bound
+    // (options.port is ignored; 0 means any free port). Stops what was served before.
+    Result<void> start(CoordinatorThread *coordinator, net::TlsListener::Options options,
+                       const QList<quint16> &ports);
+    // Closes every connection and the port; the network thread stays for the next start().
+    void stop();
+
+    bool serving() const { return m_server != nullptr; }
+    quint16 port() const { return m_port; }
+    QByteArray caFingerprint() const { return m_caFingerprint; }
+    // Where a worker last connected from; empty when not serving or not known.
+    QString addressOf(qint64 workerId) const;
+    // Lives on the network thread: connect to its and its listener's signals, call only its
+    // thread-safe members. Null when not serving.
+    FleetServer *server() const { return m_server.get(); }
+
+private:
+    QThread m_thread;
+    std::unique_ptr<QObject> m_context; // lives on m_thread; runs the blocking steps there
+    std::unique_ptr<FleetServer> m_server;
+    quint16 m_port = 0;
+    QByteArray m_caFingerprint;
+};
+
+} // namespace flotilla
