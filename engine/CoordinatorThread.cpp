@@ -62,10 +62,20 @@ void CoordinatorThread::endGroup()
         deliver(failure);
 }
 
+void CoordinatorThread::endGroupIfIdle()
+{
+    // Nothing else is queued: waiting for the posted end would only delay this call's answer
+    // by a trip through the event loop. Under load, calls queue up and share the group.
+    if (m_waiting.load() == 0 && (m_groupOpen || !m_deliveries.empty()))
+        endGroup();
+}
+
 template <typename R, typename Op, typename Lost>
 void CoordinatorThread::queue(Op op, Lost lost, std::function<void(R)> deliver)
 {
+    ++m_waiting;
     QMetaObject::invokeMethod(this, [this, op = std::move(op), lost, deliver = std::move(deliver)]() mutable {
+        --m_waiting;
         openGroup();
         std::optional<R> answer;
         if (m_coordinator)
@@ -73,16 +83,20 @@ void CoordinatorThread::queue(Op op, Lost lost, std::function<void(R)> deliver)
         m_deliveries.push_back([answer = std::move(answer), lost, deliver](const QString &failure) mutable {
             deliver(answer && failure.isEmpty() ? std::move(*answer) : lost(failure));
         });
+        endGroupIfIdle();
     }, Qt::QueuedConnection);
 }
 
 void CoordinatorThread::post(std::function<void(Coordinator &)> op, bool grouped)
 {
+    ++m_waiting;
     QMetaObject::invokeMethod(this, [this, op = std::move(op), grouped] {
+        --m_waiting;
         if (grouped)
             openGroup();
         if (m_coordinator)
             op(*m_coordinator);
+        endGroupIfIdle();
     }, Qt::QueuedConnection);
 }
 
@@ -132,16 +146,19 @@ void CoordinatorThread::start()
                                     : !device          ? Result<Evaluation>(device.takeError())
                                                        : evaluate(*m_evaluationModel, request.weights, data->test,
                                                                   *device);
+            ++m_waiting;
             QMetaObject::invokeMethod(this, [this, request, ev] {
+                --m_waiting;
                 if (!m_coordinator)
                     return;
                 openGroup();
                 if (!ev) {
                     qCWarning(lcEngine).noquote() << "evaluation failed:" << ev.error();
                     m_coordinator->evaluationFailed(request, ev.error());
-                    return;
+                } else {
+                    m_coordinator->recordEvaluation(request, *ev);
                 }
-                m_coordinator->recordEvaluation(request, *ev);
+                endGroupIfIdle();
             }, Qt::QueuedConnection);
         });
     };
@@ -172,6 +189,7 @@ void CoordinatorThread::onTick()
 {
     openGroup();
     m_coordinator->tick();
+    endGroupIfIdle();
     const JobProgress p = m_coordinator->progress();
     Q_EMIT progressed(p);
     if (++m_ticks % 4 == 0)

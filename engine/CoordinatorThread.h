@@ -2,16 +2,17 @@
 // Runs a Coordinator on a thread of its own and gives other threads a thread-safe way to reach
 // it. Progress, events and the end of the job are announced with queued signals.
 //
-// Threads: the service object and its Coordinator live on the service's thread. The network
+// Threads: this object and its Coordinator live on the coordinator's thread. The network
 // and UI threads make only asynchronous calls: join(), request() and submit() return a
 // ticket, and the answer comes back as the matching *Answered signal; the others answer
 // nothing. Local workers' threads may use the blocking call*() forms, which wait for the same
-// answer. Never call a blocking form from the service's own thread.
+// answer. Never call a blocking form from the coordinator's own thread.
 //
 // Group commit: every call runs inside the coordinator's open group of writes (see
-// Coordinator); the group ends when the calls queued so far have run, with one checkpoint and
-// one commit, and only then are the answers given. Under a slow disk the groups grow, and the
-// disk's wait is paid once per group, never by a heartbeat.
+// Coordinator); the group ends with one checkpoint and one commit, and only then are the
+// answers given. It ends as soon as no other call is waiting, so an idle coordinator answers
+// each call after its own commit; calls that arrive while one runs (a slow disk, a busy
+// fleet) join the group and share its commit. A heartbeat never waits for the disk.
 
 #include "engine/Coordinator.h"
 
@@ -55,7 +56,7 @@ public:
     std::optional<Assignment> callRequest(qint64 workerId);
     SubmitReply callSubmit(qint64 workerId, SubtaskResult result);
     JobProgress callProgress();
-    // Runs f on the service's thread with the coordinator and waits for it.
+    // Runs f on the coordinator's thread with the coordinator and waits for it.
     void withCoordinator(const std::function<void(Coordinator &)> &f);
 
     // Stops the timers and the thread; the coordinator is destroyed on its own thread.
@@ -93,6 +94,8 @@ private:
     void post(std::function<void(Coordinator &)> op, bool grouped = true);
     void openGroup();
     void endGroup();
+    // Ends the open group at once when no other call is waiting to join it.
+    void endGroupIfIdle();
     void start();
     void onTick();
     // Logs how long heartbeats waited in the coordinator's queue since the last report.
@@ -108,6 +111,7 @@ private:
     std::atomic<qint64> m_nextTicket{1};
     bool m_groupOpen = false;
     bool m_groupEndPosted = false;
+    std::atomic<int> m_waiting{0}; // calls posted to the coordinator's thread and not yet run
     std::vector<std::function<void(const QString &failure)>> m_deliveries;
     std::vector<float> m_heartbeatWaits; // ms
 };
