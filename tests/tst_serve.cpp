@@ -12,10 +12,12 @@
 #include "TestSupport.h"
 #include "bridge/NetworkHost.h"
 #include "engine/LocalFleet.h"
+#include "engine/Store.h"
 #include "engine/WireFormat.h"
 #include "net/TrustStore.h"
 #include "net/WorkerClient.h"
 
+#include <QMutex>
 #include <QProcess>
 #include <QSslConfiguration>
 #include <QSslKey>
@@ -25,6 +27,8 @@
 #include <QtTest>
 
 #include <torch/torch.h>
+
+#include <set>
 
 using namespace flotilla;
 using flotilla::test::readFile;
@@ -387,6 +391,97 @@ private Q_SLOTS:
     {
         m_network.reset();
         m_fleet.reset();
+    }
+
+    // The network thread's path into the coordinator: asynchronous calls whose answers are
+    // signals. A burst of results is answered, each Ack only once its assimilation is in the
+    // store (another connection reads it at the moment the answer is given).
+    void answersComeAfterTheirCommit()
+    {
+        CoordinatorThread *coordinator = m_fleet->coordinator();
+        constexpr int kWorkers = 6;
+        std::map<qint64, qint64> workerOf; // join ticket -> worker
+        QStringList joinErrors;
+        // The handlers capture this function's locals: they go when it returns, however it returns.
+        std::vector<QMetaObject::Connection> handlers;
+        const auto disconnectAll = qScopeGuard([&] {
+            for (const auto &h : handlers)
+                disconnect(h);
+        });
+        auto joined = connect(coordinator, &CoordinatorThread::joinAnswered, this,
+                              [&](qint64 ticket, qint64 workerId, const QString &error) {
+                                  if (error.isEmpty())
+                                      workerOf[ticket] = workerId;
+                                  else
+                                      joinErrors << error;
+                              });
+        std::vector<qint64> tickets;
+        for (int i = 0; i < kWorkers; ++i)
+            tickets.push_back(coordinator->join(
+                WorkerInfo{QStringLiteral("burst-%1").arg(i), QStringLiteral("local"), QStringLiteral("volunteer")}));
+        handlers.push_back(joined);
+        QTRY_VERIFY2(int(workerOf.size() + joinErrors.size()) == kWorkers, qPrintable(joinErrors.join(u';')));
+        QVERIFY2(joinErrors.isEmpty(), qPrintable(joinErrors.join(u';')));
+        disconnect(joined);
+
+        std::map<qint64, Assignment> assigned; // by worker
+        std::map<qint64, qint64> requestOf;    // request ticket -> worker
+        auto answered = connect(coordinator, &CoordinatorThread::requestAnswered, this,
+                                [&](qint64 ticket, const std::optional<Assignment> &a, bool) {
+                                    if (a && requestOf.count(ticket))
+                                        assigned[requestOf[ticket]] = *a;
+                                });
+        handlers.push_back(answered);
+        for (const auto &[ticket, workerId] : workerOf)
+            requestOf[coordinator->request(workerId)] = workerId;
+        QTRY_COMPARE(int(assigned.size()), kWorkers);
+        disconnect(answered);
+
+        // Direct: the check runs on the coordinator's thread at the moment the answer is given.
+        const QString db = QDir(m_dir.filePath(QStringLiteral("run"))).filePath(QStringLiteral("flotilla.db"));
+        QMutex mutex;
+        std::vector<SubmitReply> replies;
+        QStringList notYetDurable;
+        auto submitted = connect(coordinator, &CoordinatorThread::submitAnswered, coordinator,
+                                 [&](qint64, const SubmitReply &reply) {
+                                     QStringList problems;
+                                     auto store = Store::open(db);
+                                     auto job = store ? (*store)->latestJob() : Result<std::optional<JobRecord>>(fail(QString()));
+                                     auto rows = job && *job ? (*store)->assimilations((*job)->id)
+                                                             : Result<std::vector<AssimilationRecord>>(fail(QStringLiteral("no job")));
+                                     if (!rows)
+                                         problems << rows.error();
+                                     else if (std::none_of(rows->begin(), rows->end(),
+                                                           [&](const AssimilationRecord &a) { return a.seq == reply.seq; }))
+                                         problems << QStringLiteral("seq %1 answered before it was committed").arg(reply.seq);
+                                     QMutexLocker lock(&mutex);
+                                     replies.push_back(reply);
+                                     notYetDurable << problems;
+                                 },
+                                 Qt::DirectConnection);
+        handlers.push_back(submitted);
+        for (auto &[workerId, a] : assigned) {
+            SubtaskResult r;
+            r.leaseId = a.leaseId;
+            r.weights = a.weights + 0.001f;
+            r.meanLoss = 1.0;
+            r.sampleSteps = r.covered = a.end - a.begin;
+            r.seconds = 0.5;
+            coordinator->submit(workerId, std::move(r));
+        }
+        QTRY_VERIFY([&] { QMutexLocker lock(&mutex); return int(replies.size()) == kWorkers; }());
+        disconnect(submitted);
+        QMutexLocker lock(&mutex);
+        QVERIFY2(notYetDurable.isEmpty(), qPrintable(notYetDurable.join(u';')));
+        std::set<qint64> seqs;
+        for (const SubmitReply &reply : replies) {
+            QVERIFY2(reply.status == SubmitStatus::Assimilated, qPrintable(reply.reason));
+            seqs.insert(reply.seq);
+        }
+        QCOMPARE(int(seqs.size()), kWorkers);
+        QCOMPARE(*seqs.rbegin() - *seqs.begin(), qint64(kWorkers - 1)); // contiguous
+        for (const auto &[workerId, a] : assigned)
+            coordinator->leave(workerId, QStringLiteral("test over"));
     }
 
     void nanWeights()
