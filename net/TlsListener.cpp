@@ -25,6 +25,9 @@ constexpr int kLoggedPerWindow = 50;
 constexpr char kTlsHandshakeRecord = 0x16;
 // Connections accepted in one turn of the event loop, at most.
 constexpr int kAcceptBatch = 64;
+// What a connection hands to its socket at a time, and how much may wait there (see pump()).
+constexpr qsizetype kSocketSlice = 16 * 1024;
+constexpr qsizetype kSocketWindow = 64 * 1024;
 
 QString peerAddress(const QSslSocket *s)
 {
@@ -237,8 +240,17 @@ void TlsListener::accept(QSslSocket *socket)
     c->source = source;
     c->deadline = m_clock.elapsed() + m_options.handshakeTimeoutMs;
     const qint64 id = c->id;
+    // Reads are bounded for the same reason as writes (see pump()): a 100 KiB result read
+    // at once would leave OpenSSL's read buffer that large for the connection's life.
+    socket->setReadBufferSize(kSocketWindow);
     connect(socket, &QSslSocket::readyRead, this, [this, id] { onReadyRead(id); });
     connect(socket, &QSslSocket::encrypted, this, [this, id] { onEncrypted(id); });
+    const auto pumpLater = [this, id] {
+        if (const auto it = m_connections.find(id); it != m_connections.end())
+            pump(*it->second);
+    };
+    connect(socket, &QSslSocket::encryptedBytesWritten, this, pumpLater);
+    connect(socket, &QIODevice::bytesWritten, this, pumpLater);
     connect(socket, &QAbstractSocket::errorOccurred, this,
             [this, id](QAbstractSocket::SocketError error) { onHandshakeError(id, error); });
     connect(socket, &QSslSocket::disconnected, this, [this, id] {
@@ -585,7 +597,8 @@ void TlsListener::enroll(Connection &c, const Message &message)
                             << QString::fromLatin1(fingerprint.toHex().left(16));
     // Its work here is done: it hangs up and comes back with the certificate.
     authenticated(c);
-    c.socket->write(encodeMessage(EnrolledMsg{name, fingerprint}, *cert));
+    c.outbox.push_back(encodeMessage(EnrolledMsg{name, fingerprint}, *cert));
+    pump(c);
     c.socket->disconnectFromHost();
 }
 
@@ -594,7 +607,34 @@ void TlsListener::send(qint64 connectionId, MessageType type, const QCborMap &he
     const auto it = m_connections.find(connectionId);
     if (it == m_connections.end() || !it->second->socket)
         return;
-    it->second->socket->write(encodeMessage(type, header, payload));
+    Connection &c = *it->second;
+    c.outbox.push_back(encodeMessage(type, header, payload));
+    pump(c);
+}
+
+void TlsListener::pump(Connection &c)
+{
+    QSslSocket *socket = c.socket;
+    if (!socket)
+        return;
+    while (!c.outbox.empty() && socket->bytesToWrite() + socket->encryptedBytesToWrite() < kSocketWindow) {
+        const QByteArray &front = c.outbox.front();
+        const qsizetype n = std::min<qsizetype>(kSocketSlice, front.size() - c.outboxOffset);
+        socket->write(front.constData() + c.outboxOffset, n);
+        c.outboxOffset += n;
+        if (c.outboxOffset == front.size()) {
+            c.outbox.pop_front();
+            c.outboxOffset = 0;
+        }
+    }
+}
+
+void TlsListener::flushOutbox(Connection &c)
+{
+    if (!c.socket)
+        return;
+    for (; !c.outbox.empty(); c.outbox.pop_front(), c.outboxOffset = 0)
+        c.socket->write(c.outbox.front().constData() + c.outboxOffset, c.outbox.front().size() - c.outboxOffset);
 }
 
 void TlsListener::close(qint64 connectionId, const QString &reason, bool fatal, bool error)
@@ -637,6 +677,7 @@ void TlsListener::drop(qint64 id, const QString &reason, bool fatal, bool error)
                 socket->abort();
                 socket->deleteLater();
             });
+            flushOutbox(*c); // a message half handed over must end before the Error starts
             socket->write(encodeMessage(ErrorMsg{reason, fatal}));
             socket->flush();
             socket->disconnectFromHost();

@@ -144,9 +144,19 @@ private:
         bool authenticated = false; // presented one of our certificates
         PeerInfo peer;
         QTimer *stallTimer = nullptr;
+        // Bytes not yet handed to the socket: see pump().
+        std::deque<QByteArray> outbox;
+        qsizetype outboxOffset = 0; // into outbox.front()
     };
 
     TlsListener() = default;
+    // Hands the socket the next slices of the connection's outbox while less than a window
+    // waits in it. Qt's TLS backend copies everything written into OpenSSL's memory buffers,
+    // which keep their largest size for the connection's life: writing a 100 KiB message at
+    // once would cost every connection 100 KiB more for as long as it lives.
+    void pump(Connection &c);
+    // Hands the socket everything that is left, at once (before an Error and a close).
+    static void flushOutbox(Connection &c);
     QSslSocket *socketFor(qintptr descriptor);
     // Takes the sockets accepted since the last turn of the event loop.
     void takeAccepted();
