@@ -16,6 +16,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <iterator>
 
 namespace flotilla {
 
@@ -24,6 +25,7 @@ namespace {
 constexpr int kEvaluationAttempts = 3;
 constexpr qint64 kEvaluationRetryMs = 2000; // times the attempt number
 constexpr qint64 kScreenedBases = 256;      // recent versions whose samples are kept
+constexpr std::ptrdiff_t kOldBaseSampleSlack = 64; // older ones kept until this many gather
 constexpr int kVerdictWindow = 10;          // a worker's recent results that quarantine looks at
 constexpr int kCosineWindow = 10; // a worker's recent accepted updates the direction test averages
 constexpr qint64 kOperatorPollMs = 2000;
@@ -1474,13 +1476,21 @@ void Coordinator::collectGarbage()
     for (auto it = m_bases.begin(); it != m_bases.end();)
         it = needed.count(it->first) ? std::next(it) : m_bases.erase(it);
     // Base samples are small: those of active leases and of the last few hundred versions
-    // stay, so that late results can be screened too.
-    if (!m_baseSamples.empty()) {
+    // stay, so that late results can be screened too. Walking every active lease after every
+    // fold costs O(K log K) with K workers; it is done only once some slack of older samples
+    // has gathered beyond those that active leases held at the last walk.
+    const qint64 oldest = seq - kScreenedBases;
+    const auto old = std::distance(m_baseSamples.begin(), m_baseSamples.lower_bound(oldest));
+    if (old > m_oldBaseSamplesKept + kOldBaseSampleSlack) {
         std::set<qint64> active;
         for (const auto &lease : m_scheduler->activeLeases())
             active.insert(lease.baseSeq);
-        for (auto it = m_baseSamples.begin(); it != m_baseSamples.end();)
-            it = it->first >= seq - kScreenedBases || active.count(it->first) ? std::next(it) : m_baseSamples.erase(it);
+        m_oldBaseSamplesKept = 0;
+        for (auto it = m_baseSamples.begin(); it != m_baseSamples.end();) {
+            const bool keep = it->first >= oldest || active.count(it->first);
+            m_oldBaseSamplesKept += keep && it->first < oldest;
+            it = keep ? std::next(it) : m_baseSamples.erase(it);
+        }
     }
     int latest = 0;
     for (auto it = m_checkpointSeqs.rbegin(); it != m_checkpointSeqs.rend() && latest < 2; ++it, ++latest)

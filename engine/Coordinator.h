@@ -357,6 +357,7 @@ private:
     std::map<qint64, torch::Tensor> m_bases; // async-delta: W at the base of active leases
     std::unique_ptr<ResultScreen> m_screen;  // null when the job does not screen results
     std::map<qint64, torch::Tensor> m_baseSamples; // ResultScreen::sample() of recent bases
+    std::ptrdiff_t m_oldBaseSamplesKept = 0; // samples older than the screened window kept by leases
     qint64 m_lastOperatorPollMs = 0;
     std::map<qint64, Quorum> m_quorums; // by subtask id
     std::set<qint64> m_checkpointSeqs;    // checkpoint files on disk
