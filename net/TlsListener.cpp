@@ -598,7 +598,7 @@ void TlsListener::enroll(Connection &c, const Message &message)
     // Its work here is done: it hangs up and comes back with the certificate.
     authenticated(c);
     c.outbox.push_back(encodeMessage(EnrolledMsg{name, fingerprint}, *cert));
-    pump(c);
+    flushOutbox(c); // all of it in the socket before the hang-up
     c.socket->disconnectFromHost();
 }
 
@@ -677,7 +677,12 @@ void TlsListener::drop(qint64 id, const QString &reason, bool fatal, bool error)
                 socket->abort();
                 socket->deleteLater();
             });
-            flushOutbox(*c); // a message half handed over must end before the Error starts
+            // A message half handed over must end before the Error starts; what was not
+            // begun is moot for a connection being closed, and is not copied into TLS.
+            if (c->outboxOffset > 0)
+                socket->write(c->outbox.front().constData() + c->outboxOffset,
+                              c->outbox.front().size() - c->outboxOffset);
+            c->outbox.clear();
             socket->write(encodeMessage(ErrorMsg{reason, fatal}));
             socket->flush();
             socket->disconnectFromHost();

@@ -155,7 +155,7 @@ private:
     // which keep their largest size for the connection's life: writing a 100 KiB message at
     // once would cost every connection 100 KiB more for as long as it lives.
     void pump(Connection &c);
-    // Hands the socket everything that is left, at once (before an Error and a close).
+    // Hands the socket everything that is left, at once (before a hang-up).
     static void flushOutbox(Connection &c);
     QSslSocket *socketFor(qintptr descriptor);
     // Takes the sockets accepted since the last turn of the event loop.

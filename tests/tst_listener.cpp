@@ -1220,6 +1220,47 @@ private Q_SLOTS:
         QVERIFY2(reason.contains(QLatin1String("draining for maintenance")), qPrintable(reason));
     }
 
+    // A message larger than the socket's window goes out in slices; closing the connection
+    // right after it still delivers all of it, and the reason after it, never in between.
+    void largeMessageThenCloseArriveWholeAndInOrder()
+    {
+        auto joinToken = token();
+        REQUIRE_OK(joinToken);
+        auto worker = newWorker(QStringLiteral("bulk"));
+        QList<Message> received;
+        QStringList events; // in the order the worker saw them
+        connect(worker.get(), &WorkerClient::messageReceived, this, [&](const Message &m) {
+            received << m;
+            events << QStringLiteral("message");
+        });
+        connect(worker.get(), &WorkerClient::disconnected, this,
+                [&](const QString &reason) { events << QStringLiteral("closed: ") + reason; });
+        QSignalSpy welcomed(worker.get(), &WorkerClient::welcomed);
+        QSignalSpy failed(worker.get(), &WorkerClient::failed);
+        REQUIRE_OK(worker->configure(*joinToken));
+        worker->start({});
+        QTRY_VERIFY_WITH_TIMEOUT(!welcomed.isEmpty() || !failed.isEmpty(), 10000);
+        QVERIFY(failed.isEmpty());
+        const qint64 id = helloFrom(QStringLiteral("bulk"))->connectionId;
+
+        QByteArray payload(700 * 1024 + 123, Qt::Uninitialized); // many slices and a short tail
+        for (qsizetype i = 0; i < payload.size(); ++i)
+            payload[i] = char((i * 131) ^ (i >> 9));
+        m_listener->send(id, MessageType::ShardData, QCborMap{{QStringLiteral("shard"), 3}}, payload);
+        m_listener->close(id, QStringLiteral("closed right after a large message"), false, false);
+
+        QTRY_VERIFY_WITH_TIMEOUT(events.size() >= 2, 10000);
+        QCOMPARE(events.first(), QStringLiteral("message"));
+        QVERIFY2(events.at(1).contains(QLatin1String("closed right after a large message")), qPrintable(events.join(u'|')));
+        QCOMPARE(received.size(), 1);
+        QCOMPARE(received.first().type, MessageType::ShardData);
+        QCOMPARE(received.first().payload.size(), payload.size());
+        QVERIFY(received.first().payload == payload);
+        worker.reset();
+        QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
+        VERIFY_FLEET();
+    }
+
     // 9. TLS 1.2 is not spoken.
     void tls12ClientCannotConnect()
     {

@@ -393,8 +393,8 @@ private Q_SLOTS:
         m_fleet.reset();
     }
 
-    // The network thread's path into the coordinator: asynchronous calls whose answers are
-    // signals. A burst of results is answered, each Ack only once its assimilation is in the
+    // The asynchronous calls the network thread makes into the coordinator (made here from
+    // the test's thread), whose answers are signals. A burst of results is answered, each Ack only once its assimilation is in the
     // store (another connection reads it at the moment the answer is given).
     void answersComeAfterTheirCommit()
     {
@@ -407,6 +407,8 @@ private Q_SLOTS:
         const auto disconnectAll = qScopeGuard([&] {
             for (const auto &h : handlers)
                 disconnect(h);
+            // A direct handler may be running on the coordinator's thread: let it finish.
+            coordinator->withCoordinator([](Coordinator &) {});
         });
         auto joined = connect(coordinator, &CoordinatorThread::joinAnswered, this,
                               [&](qint64 ticket, qint64 workerId, const QString &error) {
