@@ -73,6 +73,8 @@ const Flag kFlags[] = {
     {"instance-type", "type", "Instance type of the workers, for the cost ledger (see the price table)."},
     {"price-class", "class", "spot, on-demand or volunteer."},
     {"price-table", "file", "Price table (JSON) instead of the built-in one."},
+    {"compression", "form", "How results travel: none (float32 weights), fp16 or int8 (the change from the base, "
+                            "rounding carried into the next result). Default: none."},
     {"screen-results", "on|off", "Screen every result against recent honest ones (size, direction) and reject "
                                  "outliers (default: on)."},
     {"quarantine-after", "n", "Quarantine a worker with this many rejected results among its last ten (0 = never; "
@@ -178,6 +180,7 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
     text("rule", job.aggregation.rule);
     text("instance-type", job.fleet.instanceType);
     text("price-class", job.fleet.priceClass);
+    text("compression", job.fleet.compression);
     if (p.isSet(QStringLiteral("price-table")))
         job.fleet.priceTable = QFileInfo(p.value(QStringLiteral("price-table"))).absoluteFilePath();
     return job.validate();
@@ -222,6 +225,9 @@ void printSummary(const JobProgress &p, const QString &runDir, qint64 wallMs)
     std::printf("  preemptions          %lld, reassigned subtasks %lld, duplicate results %lld, rejected %lld\n",
                 static_cast<long long>(p.preemptions), static_cast<long long>(p.reassignments),
                 static_cast<long long>(p.duplicates), static_cast<long long>(p.rejected));
+    if (p.resultsReceived > 0)
+        std::printf("  results' weights     %.1f KiB each on the way in (mean of %lld)\n",
+                    double(p.resultBytes) / double(p.resultsReceived) / 1024.0, static_cast<long long>(p.resultsReceived));
     std::printf("  worker time          %.0f s useful, %.0f s wasted by preemptions (%.1f%%)\n", c.usefulSeconds,
                 c.wastedSeconds, wasteShare);
     std::printf("  cost                 $%.4f at spot prices, $%.4f at on-demand prices, $%.4f paid: savings %.0f%%\n",

@@ -161,6 +161,7 @@ void FleetServer::onJoined(qint64 ticket, qint64 workerId, const QString &error)
     welcome.seed = m_spec.training.seed;
     welcome.heartbeatMs = m_spec.fleet.heartbeatIntervalMs();
     welcome.heartbeatTimeoutMs = qint64(m_spec.fleet.heartbeatTimeoutSeconds * 1000.0);
+    welcome.compression = m_spec.fleet.compression;
     m_listener->send(peer.connectionId, welcome);
 }
 
@@ -300,9 +301,18 @@ void FleetServer::receiveResult(qint64 connectionId, const ConnectedWorker &work
     r.covered = header.covered;
     r.seconds = header.seconds;
     r.partial = header.partial;
-    // The manifest and the bytes are checked before the weights become a tensor.
+    r.wireBytes = payload.size();
+    // The manifest and the bytes are checked before the weights become a tensor; a delta is
+    // decoded by the coordinator, which holds the base it is a change from.
+    const auto encoding = compressionFromName(header.encoding);
     if (auto manifest = checkWeightManifest(header.weights, m_layout); !manifest) {
         r.invalidReason = manifest.error();
+    } else if (!encoding) {
+        r.invalidReason = QStringLiteral("the result is encoded as '%1', which is not none, fp16 or int8")
+                              .arg(header.encoding.left(40));
+    } else if (*encoding != Compression::None) {
+        r.encoding = *encoding;
+        r.update = payload;
     } else if (auto weights = weightsFromBytes(payload, m_layout); !weights) {
         r.invalidReason = weights.error();
     } else {

@@ -110,7 +110,14 @@ void WorkerAgent::onWelcomed(const QCborMap &header)
         intervalMs = safe;
     }
     m_heartbeat.setInterval(int(std::min<qint64>(intervalMs, 60000)));
+    // A form this worker does not know is answered with the weights, which every coordinator takes.
+    const auto compression = compressionFromName(welcome->compression);
+    if (!compression)
+        qCWarning(lcBridge).noquote() << "the coordinator asks for results as" << welcome->compression
+                                      << "which this worker does not know; sending the weights";
+    m_compression = compression.value_or(Compression::None);
     if (!m_session || layout != m_layout) {
+        m_encoder.reset();
         if (m_training.isRunning()) {
             m_cancel = true;
             m_training.waitForFinished();
@@ -387,10 +394,16 @@ void WorkerAgent::onTrained()
     TrainOutcome result = *outcome;
     if (m_options.resultHook)
         m_options.resultHook(result, c.weights);
-    m_pending = Pending{c.leaseId,
-                        net::ResultMsg{c.leaseId, result.meanLoss, qint64(result.sampleSteps), qint64(result.covered),
-                                       result.seconds, result.partial, weightManifest(m_session->layout())},
-                        weightsToBytes(result.weights)};
+    net::ResultMsg header{c.leaseId, result.meanLoss, qint64(result.sampleSteps), qint64(result.covered),
+                          result.seconds, result.partial, weightManifest(m_session->layout())};
+    QByteArray payload;
+    if (m_compression == Compression::None) {
+        payload = weightsToBytes(result.weights);
+    } else {
+        header.encoding = compressionName(m_compression);
+        payload = m_encoder.encode(m_compression, result.weights, c.weights);
+    }
+    m_pending = Pending{c.leaseId, std::move(header), std::move(payload)};
     sendPending();
 }
 

@@ -8,6 +8,7 @@
 // Threads: the agent and the client live on the main thread; training runs on one thread
 // of the agent's pool and owns the WorkerJob while it runs.
 
+#include "engine/Compression.h"
 #include "engine/ShardCache.h"
 #include "engine/WorkerJob.h"
 #include "net/WorkerClient.h"
@@ -111,6 +112,8 @@ private:
     QString m_layout;
     double m_speed = 0.0;
     quint64 m_jobSeed = 0;
+    Compression m_compression = Compression::None; // as the coordinator's Welcome asked
+    UpdateEncoder m_encoder;
     ShardCache m_shards;
     std::optional<Current> m_current;
     std::optional<Pending> m_pending;

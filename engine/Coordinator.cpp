@@ -47,6 +47,19 @@ SubtaskResult SubtaskResult::fromOutcome(qint64 leaseId, const TrainOutcome &out
     return r;
 }
 
+SubtaskResult SubtaskResult::fromOutcome(qint64 leaseId, const TrainOutcome &outcome, Compression encoding,
+                                         UpdateEncoder &encoder, const torch::Tensor &base)
+{
+    SubtaskResult r = fromOutcome(leaseId, outcome);
+    if (encoding == Compression::None || !outcome.weights.defined())
+        return r;
+    r.encoding = encoding;
+    r.update = encoder.encode(encoding, outcome.weights, base);
+    r.wireBytes = r.update.size();
+    r.weights = torch::Tensor();
+    return r;
+}
+
 Coordinator::~Coordinator() = default;
 
 Result<std::unique_ptr<Coordinator>> Coordinator::open(const JobSpec &spec, const QString &runDir, const Clock *clock,
@@ -120,6 +133,7 @@ Result<void> Coordinator::prepare()
         return rule.takeError();
     if (m_spec.fleet.screenResults)
         m_screen = std::make_unique<ResultScreen>(m_layout.segments(), m_spec.training.seed);
+    m_compression = compressionFromName(m_spec.fleet.compression).value_or(Compression::None);
 
     AssimilatorConfig config;
     config.schedule.epochs = m_spec.training.epochs;
@@ -577,7 +591,7 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
     }
     const qint64 seq = m_core->seq();
     const torch::Tensor &snapshot = m_core->snapshot();
-    if (m_core->rule().needsBase())
+    if (keepsBases())
         m_bases.emplace(seq, snapshot);
     if (m_screen && !m_baseSamples.count(seq))
         m_baseSamples.emplace(seq, m_screen->sample(snapshot));
@@ -682,6 +696,38 @@ Result<torch::Tensor> Coordinator::baseWeights(const Lease &lease)
                     .arg(lease.baseVersion));
 }
 
+bool Coordinator::keepsBases() const
+{
+    return m_core->rule().needsBase() || m_compression != Compression::None;
+}
+
+void Coordinator::decodeResult(const Lease &lease, SubtaskResult &result)
+{
+    if (result.wireBytes > 0) {
+        ++m_resultsReceived;
+        m_resultBytes += result.wireBytes;
+    }
+    if (result.encoding == Compression::None || !result.invalidReason.isEmpty())
+        return;
+    if (result.encoding != m_compression) {
+        result.invalidReason = QStringLiteral("the result is compressed as %1; this job takes %2 results")
+                                   .arg(compressionName(result.encoding), compressionName(m_compression));
+        return;
+    }
+    auto base = baseWeights(lease);
+    if (!base) {
+        result.invalidReason = base.error();
+        return;
+    }
+    auto weights = decodeUpdate(result.encoding, result.update, *base);
+    if (!weights) {
+        result.invalidReason = weights.error();
+        return;
+    }
+    result.weights = std::move(*weights);
+    result.update = QByteArray();
+}
+
 SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
 {
     SubmitReply reply;
@@ -712,6 +758,7 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     };
     if (check.verdict == Scheduler::Verdict::Duplicate)
         return duplicate(check.reason);
+    decodeResult(lease, result);
     if (const QString invalid = validate(result); !invalid.isEmpty()) {
         reply.reason = invalid;
         ++m_rejected;
@@ -1038,7 +1085,7 @@ std::optional<Assignment> Coordinator::grantReplica(qint64 workerId)
             return std::nullopt;
         }
         q.workers.insert(workerId);
-        if (m_core->rule().needsBase() && !m_bases.count(q.baseSeq))
+        if (keepsBases() && !m_bases.count(q.baseSeq))
             m_bases.emplace(q.baseSeq, q.base);
         if (m_screen && !m_baseSamples.count(q.baseSeq))
             m_baseSamples.emplace(q.baseSeq, m_screen->sample(q.base));
@@ -1470,7 +1517,7 @@ void Coordinator::collectGarbage()
     // latest checkpoints.
     const qint64 seq = m_core->seq();
     std::set<qint64> needed{seq};
-    if (m_core->rule().needsBase())
+    if (keepsBases())
         for (const auto &lease : m_scheduler->activeLeases())
             needed.insert(lease.baseSeq);
     for (auto it = m_bases.begin(); it != m_bases.end();)
@@ -1589,6 +1636,8 @@ JobProgress Coordinator::progress() const
     p.preemptions = m_preemptions;
     p.rejected = m_rejected;
     p.duplicates = m_duplicates;
+    p.resultsReceived = m_resultsReceived;
+    p.resultBytes = m_resultBytes;
     p.verified = m_verified;
     p.disagreements = m_disagreements;
     p.cost = m_costTotals;

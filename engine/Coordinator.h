@@ -27,6 +27,7 @@
 #include "engine/Aggregation.h"
 #include "engine/Assimilator.h"
 #include "engine/Clock.h"
+#include "engine/Compression.h"
 #include "engine/JobData.h"
 #include "engine/Model.h"
 #include "engine/ResultScreen.h"
@@ -77,6 +78,11 @@ struct SubtaskResult
 {
     qint64 leaseId = 0;
     torch::Tensor weights;
+    // Or, when the job compresses results: the change from the lease's base weights in that
+    // form (Compression.h), which the coordinator decodes against the base it kept.
+    Compression encoding = Compression::None;
+    QByteArray update;
+    qint64 wireBytes = 0; // what the weights took on the way (0: not counted)
     double meanLoss = 0.0;
     qint64 sampleSteps = 0;
     qint64 covered = 0; // leading positions of the subtask trained at least once
@@ -87,6 +93,9 @@ struct SubtaskResult
     QString invalidReason;
 
     static SubtaskResult fromOutcome(qint64 leaseId, const TrainOutcome &outcome);
+    // The same, compressed by `encoder` against `base` when `encoding` is not None.
+    static SubtaskResult fromOutcome(qint64 leaseId, const TrainOutcome &outcome, Compression encoding,
+                                     UpdateEncoder &encoder, const torch::Tensor &base);
 };
 
 // Held: kept aside until another worker's result of the same subtask can be compared with it
@@ -122,6 +131,8 @@ struct JobProgress
     qint64 preemptions = 0;
     qint64 rejected = 0;
     qint64 duplicates = 0;
+    qint64 resultsReceived = 0; // results whose weights were counted on their way in
+    qint64 resultBytes = 0;     // and the bytes those weights took
     int quarantined = 0; // workers in quarantine now
     qint64 verified = 0;      // results confirmed by another worker's (redundancy)
     qint64 disagreements = 0; // subtasks whose replicas disagreed
@@ -328,6 +339,11 @@ private:
     // Reloads the aggregation state of the latest committed assimilation from its checkpoint.
     Result<void> restoreState();
     Result<torch::Tensor> baseWeights(const Lease &lease);
+    // Base weights are kept for active leases when the rule needs them or results come as deltas.
+    bool keepsBases() const;
+    // Turns a compressed result into weights against its lease's base; sets invalidReason
+    // when it cannot.
+    void decodeResult(const Lease &lease, SubtaskResult &result);
     void collectGarbage();
     void requestEvaluation(int epoch);
     void dispatchEvaluation(EvaluationRequest request);
@@ -354,7 +370,8 @@ private:
     bool m_grouped = false;
     int m_groupFolds = 0;    // assimilations in the open group, not yet checkpointed
     qint64 m_durableSeq = 0; // the latest checkpointed state
-    std::map<qint64, torch::Tensor> m_bases; // async-delta: W at the base of active leases
+    Compression m_compression = Compression::None;
+    std::map<qint64, torch::Tensor> m_bases; // W at the base of active leases, when keepsBases()
     std::unique_ptr<ResultScreen> m_screen;  // null when the job does not screen results
     std::map<qint64, torch::Tensor> m_baseSamples; // ResultScreen::sample() of recent bases
     std::ptrdiff_t m_oldBaseSamplesKept = 0; // samples older than the screened window kept by leases
@@ -398,6 +415,8 @@ private:
     qint64 m_preemptions = 0;
     qint64 m_rejected = 0;
     qint64 m_duplicates = 0;
+    qint64 m_resultsReceived = 0;
+    qint64 m_resultBytes = 0;
     qint64 m_verified = 0;
     qint64 m_disagreements = 0;
     qint64 m_startedMs = 0;

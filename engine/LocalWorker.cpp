@@ -95,6 +95,13 @@ void LocalWorker::run()
     }
     m_workerId = *joined;
     const qint64 id = *joined;
+    // Results travel compressed as they would over the network, so that a job's accuracy with
+    // compression can be tried on one machine.
+    const Compression compression = compressionFromName(m_spec.fleet.compression).value_or(Compression::None);
+    UpdateEncoder encoder;
+    const auto resultOf = [&](qint64 leaseId, const TrainOutcome &outcome, const torch::Tensor &base) {
+        return SubtaskResult::fromOutcome(leaseId, outcome, compression, encoder, base);
+    };
 
     while (!m_stop) {
         if (m_down) {
@@ -129,13 +136,15 @@ void LocalWorker::run()
                 m_coordinator->heartbeat(id, leaseId, done, planned);
             }
         });
-        a.reset(); // let go of the snapshot
+        // Let go of the snapshot, unless the result is sent as a change from it.
+        const torch::Tensor base = compression == Compression::None ? torch::Tensor() : a->weights;
+        a.reset();
         m_currentLease = 0;
 
         if (m_stop) {
             // Stopping is a notice too: what was trained is handed in, the rest handed back.
             if (outcome && outcome->covered > 0)
-                m_coordinator->callSubmit(id, SubtaskResult::fromOutcome(leaseId, *outcome));
+                m_coordinator->callSubmit(id, resultOf(leaseId, *outcome, base));
             else
                 m_coordinator->handBack(id, leaseId, QStringLiteral("the worker is shutting down"));
             break;
@@ -153,7 +162,7 @@ void LocalWorker::run()
             m_coordinator->handBack(id, leaseId, outcome.error());
             continue;
         }
-        const SubmitReply reply = m_coordinator->callSubmit(id, SubtaskResult::fromOutcome(leaseId, *outcome));
+        const SubmitReply reply = m_coordinator->callSubmit(id, resultOf(leaseId, *outcome, base));
         if (reply.status == SubmitStatus::Rejected)
             qCWarning(lcEngine).noquote() << m_info.name << "result rejected:" << reply.reason;
     }

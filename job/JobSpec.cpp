@@ -71,6 +71,7 @@ void forEachField(Job &job, Visit &&visit)
     visit("fleet.quarantine_after", job.fleet.quarantineAfter);
     visit("fleet.redundancy", job.fleet.redundancy);
     visit("fleet.redundancy_tolerance", job.fleet.redundancyTolerance);
+    visit("fleet.compression", job.fleet.compression);
     visit("fleet.preemption.mean_interval_s", job.fleet.preemption.meanIntervalSeconds);
     visit("fleet.preemption.notice_fraction", job.fleet.preemption.noticeFraction);
     visit("fleet.preemption.rejoin_delay_s", job.fleet.preemption.rejoinDelaySeconds);
@@ -381,6 +382,8 @@ QStringList JobSpec::problems() const
         inRange(QStringLiteral("fleet.redundancy_tolerance"), fleet.redundancyTolerance, 1e-6, 10.0),
         oneOf(QStringLiteral("fleet.price_class"), fleet.priceClass,
               {QStringLiteral("spot"), QStringLiteral("on-demand"), QStringLiteral("volunteer")}),
+        oneOf(QStringLiteral("fleet.compression"), fleet.compression,
+              {QStringLiteral("none"), QStringLiteral("fp16"), QStringLiteral("int8")}),
         inRange(QStringLiteral("fleet.preemption.mean_interval_s"), fleet.preemption.meanIntervalSeconds, 0.0, 1e7),
         inRange(QStringLiteral("fleet.preemption.notice_fraction"), fleet.preemption.noticeFraction, 0.0, 1.0),
         inRange(QStringLiteral("fleet.preemption.rejoin_delay_s"), fleet.preemption.rejoinDelaySeconds, 0.0, 1e6),

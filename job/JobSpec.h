@@ -101,6 +101,9 @@ struct FleetSpec
     // (relative to the larger update) go to a third worker, and the odd one out is rejected.
     double redundancy = 0.0;
     double redundancyTolerance = 0.05;
+    // How results travel: none (the new weights in float32), fp16 or int8 (the change from the
+    // base weights, with the rounding carried into the worker's next result).
+    QString compression = QStringLiteral("none");
     PreemptionSpec preemption;
 };
 

@@ -165,7 +165,8 @@ QCborMap WelcomeMsg::encode() const
     return QCborMap { { key("worker_id"), workerId }, { key("job"), job }, { key("model"), model },
         { key("model_sha256"), modelSha256 }, { key("input_shape"), shape }, { key("classes"), classes },
         { key("layout"), layout }, { key("weights"), weights }, { key("seed"), qint64(seed) },
-        { key("heartbeat_ms"), heartbeatMs }, { key("heartbeat_timeout_ms"), heartbeatTimeoutMs } };
+        { key("heartbeat_ms"), heartbeatMs }, { key("heartbeat_timeout_ms"), heartbeatTimeoutMs },
+        { key("compression"), compression } };
 }
 
 Result<WelcomeMsg> WelcomeMsg::decode(const QCborMap &header)
@@ -183,6 +184,7 @@ Result<WelcomeMsg> WelcomeMsg::decode(const QCborMap &header)
     r.unsignedInteger("seed", m.seed, Need::Required);
     r.integer("heartbeat_ms", m.heartbeatMs);
     r.integer("heartbeat_timeout_ms", m.heartbeatTimeoutMs);
+    r.text("compression", m.compression);
     return r.finish(std::move(m));
 }
 
@@ -326,7 +328,7 @@ QCborMap ResultMsg::encode() const
 {
     return QCborMap { { key("lease"), lease }, { key("loss"), loss }, { key("sample_steps"), sampleSteps },
         { key("covered"), covered }, { key("seconds"), seconds }, { key("partial"), partial },
-        { key("weights"), weights } };
+        { key("weights"), weights }, { key("encoding"), encoding } };
 }
 
 Result<ResultMsg> ResultMsg::decode(const QCborMap &header)
@@ -340,6 +342,7 @@ Result<ResultMsg> ResultMsg::decode(const QCborMap &header)
     r.number("seconds", m.seconds);
     r.boolean("partial", m.partial);
     r.map("weights", m.weights);
+    r.text("encoding", m.encoding);
     return r.finish(std::move(m));
 }
 

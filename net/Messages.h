@@ -51,6 +51,9 @@ struct WelcomeMsg
     // What an older coordinator that says nothing means.
     qint64 heartbeatMs = 2000;
     qint64 heartbeatTimeoutMs = 30000;
+    // How the job wants results: none (the weights), fp16 or int8 (a delta from the lease's
+    // base). A worker that does not know the field sends the weights, which are always taken.
+    QString compression = QStringLiteral("none");
 
     QCborMap encode() const;
     static Result<WelcomeMsg> decode(const QCborMap &header);
@@ -158,7 +161,8 @@ struct HeartbeatMsg
     static Result<HeartbeatMsg> decode(const QCborMap &header);
 };
 
-// Payload: the new weights (raw float32).
+// Payload: the new weights (raw float32), or, with an encoding other than none, the change
+// from the lease's base weights in that form (engine/Compression.h).
 struct ResultMsg
 {
     static constexpr MessageType type = MessageType::Result;
@@ -169,6 +173,7 @@ struct ResultMsg
     double seconds = 0;
     bool partial = false;
     QCborMap weights; // the manifest; an absent one is refused with the result, not here
+    QString encoding = QStringLiteral("none"); // none, fp16, int8: as Welcome asked
 
     QCborMap encode() const;
     static Result<ResultMsg> decode(const QCborMap &header);

@@ -34,15 +34,6 @@ struct Fixture
     }
 };
 
-WorkerInfo worker(const QString &name)
-{
-    WorkerInfo w;
-    w.name = name;
-    w.instanceType = QStringLiteral("aws/c5.large");
-    w.priceClass = QStringLiteral("spot");
-    return w;
-}
-
 // A result that moves every weight a little, as training would, without training.
 SubtaskResult fakeResult(const Assignment &a, qint64 covered = -1)
 {
@@ -121,8 +112,8 @@ private Q_SLOTS:
         auto c = f.open();
         QVERIFY(c);
         QVERIFY(!c->resumed());
-        const qint64 w1 = c->workerJoined(worker(QStringLiteral("a"))).value();
-        const qint64 w2 = c->workerJoined(worker(QStringLiteral("b"))).value();
+        const qint64 w1 = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        const qint64 w2 = c->workerJoined(test::spotWorker(QStringLiteral("b"))).value();
         const int n = runToEnd(*c, {w1, w2});
         QCOMPARE(n, 2 * 6);
         QVERIFY(c->finished());
@@ -162,7 +153,7 @@ private Q_SLOTS:
     {
         Fixture f;
         auto c = f.open();
-        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
         auto a = c->requestSubtask(w);
         const torch::Tensor before = c->globalWeights().clone();
         SubtaskResult r = fakeResult(*a);
@@ -188,7 +179,7 @@ private Q_SLOTS:
     {
         Fixture f;
         auto c = f.open();
-        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
         auto a = c->requestSubtask(w);
         SubtaskResult r = fakeResult(*a);
         r.weights = torch::zeros({a->weights.numel() - 1});
@@ -206,8 +197,8 @@ private Q_SLOTS:
     {
         Fixture f;
         auto c = f.open();
-        const qint64 w1 = c->workerJoined(worker(QStringLiteral("a"))).value();
-        const qint64 w2 = c->workerJoined(worker(QStringLiteral("b"))).value();
+        const qint64 w1 = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        const qint64 w2 = c->workerJoined(test::spotWorker(QStringLiteral("b"))).value();
         auto a = c->requestSubtask(w1);
         SubtaskResult r = fakeResult(*a);
         r.leaseId = 4242;
@@ -224,7 +215,7 @@ private Q_SLOTS:
     {
         Fixture f;
         auto c = f.open();
-        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
         auto a = c->requestSubtask(w);
         QCOMPARE(c->submitResult(w, fakeResult(*a)).status, SubmitStatus::Assimilated);
         const torch::Tensor after = c->globalWeights().clone();
@@ -240,8 +231,8 @@ private Q_SLOTS:
         Fixture f;
         f.spec.fleet.leaseTimeoutSeconds = 10;
         auto c = f.open();
-        const qint64 w1 = c->workerJoined(worker(QStringLiteral("slow"))).value();
-        const qint64 w2 = c->workerJoined(worker(QStringLiteral("fast"))).value();
+        const qint64 w1 = c->workerJoined(test::spotWorker(QStringLiteral("slow"))).value();
+        const qint64 w2 = c->workerJoined(test::spotWorker(QStringLiteral("fast"))).value();
         auto a = c->requestSubtask(w1);
         f.clock.advance(10'000);
         c->tick(); // w1's lease expires
@@ -269,8 +260,8 @@ private Q_SLOTS:
         f.spec.fleet.leaseTimeoutSeconds = 10;
         f.spec.fleet.targetSubtaskSeconds = 1;
         auto c = f.open();
-        const qint64 w1 = c->workerJoined(worker(QStringLiteral("first"))).value();
-        const qint64 w2 = c->workerJoined(worker(QStringLiteral("slow"))).value();
+        const qint64 w1 = c->workerJoined(test::spotWorker(QStringLiteral("first"))).value();
+        const qint64 w2 = c->workerJoined(test::spotWorker(QStringLiteral("slow"))).value();
         auto a = c->requestSubtask(w1);
         const qint64 size = a->end - a->begin;
         f.clock.advance(10'000);
@@ -296,9 +287,9 @@ private Q_SLOTS:
         f.spec.fleet.leaseTimeoutSeconds = 10;
         f.spec.fleet.targetSubtaskSeconds = 1;
         auto c = f.open();
-        const qint64 w1 = c->workerJoined(worker(QStringLiteral("first"))).value();
-        const qint64 w2 = c->workerJoined(worker(QStringLiteral("slow"))).value();
-        const qint64 w3 = c->workerJoined(worker(QStringLiteral("third"))).value();
+        const qint64 w1 = c->workerJoined(test::spotWorker(QStringLiteral("first"))).value();
+        const qint64 w2 = c->workerJoined(test::spotWorker(QStringLiteral("slow"))).value();
+        const qint64 w3 = c->workerJoined(test::spotWorker(QStringLiteral("third"))).value();
         auto a = c->requestSubtask(w1);
         f.clock.advance(10'000);
         c->tick();
@@ -326,7 +317,7 @@ private Q_SLOTS:
     {
         Fixture f;
         auto c = f.open();
-        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
         auto a = c->requestSubtask(w);
         const qint64 size = a->end - a->begin;
         const SubmitReply reply = c->submitResult(w, fakeResult(*a, 10));
@@ -354,10 +345,10 @@ private Q_SLOTS:
     {
         Fixture f;
         auto c = f.open();
-        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
         auto a = c->requestSubtask(w);
         f.clock.advance(2000);
-        QCOMPARE(c->workerJoined(worker(QStringLiteral("a")), w).value(), w);
+        QCOMPARE(c->workerJoined(test::spotWorker(QStringLiteral("a")), w).value(), w);
         QCOMPARE(countEvents(*c, QStringLiteral("lease-lost")), 1);
         auto again = c->requestSubtask(w);
         QCOMPARE(again->subtaskId, a->subtaskId);
@@ -369,7 +360,7 @@ private Q_SLOTS:
     {
         Fixture f;
         auto c = f.open();
-        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
         auto a = c->requestSubtask(w);
         f.clock.advance(3600'000); // one hour of aws/c5.large
         QCOMPARE(c->submitResult(w, fakeResult(*a)).status, SubmitStatus::Assimilated);
@@ -385,7 +376,7 @@ private Q_SLOTS:
     {
         Fixture f;
         auto c = f.open();
-        WorkerInfo w = worker(QStringLiteral("a"));
+        WorkerInfo w = test::spotWorker(QStringLiteral("a"));
         w.instanceType = QStringLiteral("aws/x99.mega");
         auto joined = c->workerJoined(w);
         QVERIFY(!joined);
@@ -399,7 +390,7 @@ private Q_SLOTS:
         torch::Tensor weightsAtKill;
         {
             auto c = f.open();
-            w = c->workerJoined(worker(QStringLiteral("a"))).value();
+            w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
             for (int i = 0; i < 5; ++i) {
                 auto a = c->requestSubtask(w);
                 c->submitResult(w, fakeResult(*a));
@@ -422,7 +413,7 @@ private Q_SLOTS:
         // The lost lease's time ends when the old coordinator was last heard of, not after
         // the hour the job was down.
         QCOMPARE(c->store().ledgerTotals(1)->wastedSeconds, 0.0);
-        const qint64 back = c->workerJoined(worker(QStringLiteral("a")), w).value();
+        const qint64 back = c->workerJoined(test::spotWorker(QStringLiteral("a")), w).value();
         runToEnd(*c, {back});
         QVERIFY(c->finished());
         auto rows = c->store().assimilations(1);
@@ -445,7 +436,7 @@ private Q_SLOTS:
         Fixture f;
         {
             auto c = f.open();
-            const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+            const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
             auto a = c->requestSubtask(w);
             c->submitResult(w, fakeResult(*a));
         }
@@ -464,8 +455,8 @@ private Q_SLOTS:
         Fixture f;
         f.spec.aggregation.rule = QStringLiteral("sync-average");
         auto c = f.open();
-        const qint64 w1 = c->workerJoined(worker(QStringLiteral("a"))).value();
-        const qint64 w2 = c->workerJoined(worker(QStringLiteral("b"))).value();
+        const qint64 w1 = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        const qint64 w2 = c->workerJoined(test::spotWorker(QStringLiteral("b"))).value();
         runToEnd(*c, {w1, w2});
         QVERIFY(c->finished());
         QCOMPARE(c->progress().seq, qint64(12));
@@ -480,8 +471,8 @@ private Q_SLOTS:
         Fixture f;
         f.spec.aggregation.rule = QStringLiteral("async-delta");
         auto c = f.open();
-        const qint64 w1 = c->workerJoined(worker(QStringLiteral("a"))).value();
-        const qint64 w2 = c->workerJoined(worker(QStringLiteral("b"))).value();
+        const qint64 w1 = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        const qint64 w2 = c->workerJoined(test::spotWorker(QStringLiteral("b"))).value();
         auto stale = c->requestSubtask(w1); // starts at version 0
         auto fresh = c->requestSubtask(w2);
         QCOMPARE(c->submitResult(w2, fakeResult(*fresh)).status, SubmitStatus::Assimilated);
@@ -502,7 +493,7 @@ private Q_SLOTS:
         f.spec.training.epochs = 3;
         auto c = f.open();
         auto model = createModel(f.spec.model, f.data->inputShape, f.data->numClasses).value();
-        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
         while (!c->finished()) {
             auto a = c->requestSubtask(w);
             QVERIFY(a);
@@ -520,14 +511,14 @@ private Q_SLOTS:
         Fixture f;
         f.spec.fleet.targetSubtaskSeconds = 5;
         auto c = f.open();
-        WorkerInfo slow = worker(QStringLiteral("slow"));
+        WorkerInfo slow = test::spotWorker(QStringLiteral("slow"));
         slow.samplesPerSecond = 2; // 5 s of work: 10 samples, raised to one batch of 16
         const qint64 w = c->workerJoined(slow).value();
         auto a = c->requestSubtask(w);
         QCOMPARE(a->end - a->begin, qint64(16));
         // Three times the expected 8 s, plus 10 s.
         QCOMPARE(a->deadlineMs, f.clock.nowMs() + 34'000);
-        const qint64 unknown = c->workerJoined(worker(QStringLiteral("new"))).value();
+        const qint64 unknown = c->workerJoined(test::spotWorker(QStringLiteral("new"))).value();
         auto b = c->requestSubtask(unknown);
         // A worker of unknown speed gets a whole shard on the longest lease; the rest of the
         // slow worker's shard waits in the queue.
@@ -545,8 +536,8 @@ private Q_SLOTS:
     {
         Fixture f;
         auto c = f.open();
-        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
-        const qint64 other = c->workerJoined(worker(QStringLiteral("b"))).value();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        const qint64 other = c->workerJoined(test::spotWorker(QStringLiteral("b"))).value();
         auto a = c->requestSubtask(w);
         f.clock.advance(20'000);
         c->heartbeat(other, 0, 0, 0);
@@ -573,7 +564,7 @@ private Q_SLOTS:
         f.spec.aggregation.outerMomentum = 0.0;
         auto c = f.open();
         QVERIFY(c);
-        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
         auto a = c->requestSubtask(w);
         const torch::Tensor before = c->globalWeights().clone();
         SubtaskResult r = fakeResult(*a);
@@ -607,7 +598,7 @@ private Q_SLOTS:
                                         "        y = y.view(-1, 7)\n");
         auto c = f.open();
         QVERIFY(c);
-        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
         runToEnd(*c, {w});
         QVERIFY(c->finished());
         QVERIFY(c->fatalError().isEmpty());
@@ -632,7 +623,7 @@ private Q_SLOTS:
         CoordinatorHooks hooks;
         hooks.evaluate = [&](EvaluationRequest r) { asked.push_back(std::move(r)); };
         c->setHooks(hooks);
-        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
         runToEnd(*c, {w});
         QCOMPARE(int(asked.size()), 1);
         QVERIFY(!c->finished());
@@ -667,7 +658,7 @@ private Q_SLOTS:
                                         "        y = y * float('nan')\n");
         auto c = f.open();
         QVERIFY(c);
-        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
         runToEnd(*c, {w});
         QVERIFY(c->finished());
         QVERIFY2(c->fatalError().isEmpty(), qPrintable(c->fatalError()));
@@ -686,8 +677,8 @@ private Q_SLOTS:
         f.spec.training.epochs = 4;
         auto c = f.open();
         QVERIFY(c);
-        const qint64 honest = c->workerJoined(worker(QStringLiteral("honest"))).value();
-        const qint64 bad = c->workerJoined(worker(QStringLiteral("attacker"))).value();
+        const qint64 honest = c->workerJoined(test::spotWorker(QStringLiteral("honest"))).value();
+        const qint64 bad = c->workerJoined(test::spotWorker(QStringLiteral("attacker"))).value();
         for (int i = 0; i < 3; ++i) {
             auto h = c->requestSubtask(honest);
             QVERIFY(h);
@@ -720,7 +711,7 @@ private Q_SLOTS:
         c.reset();
         c = f.open();
         QVERIFY(c);
-        QVERIFY(c->workerJoined(worker(QStringLiteral("attacker")), bad));
+        QVERIFY(c->workerJoined(test::spotWorker(QStringLiteral("attacker")), bad));
         QVERIFY(!c->requestSubtask(bad));
 
         // `flotilla release attacker --run-dir ...` writes a request; the next tick applies it.
@@ -740,7 +731,7 @@ private Q_SLOTS:
         Fixture f;
         auto c = f.open();
         QVERIFY(c);
-        const qint64 bad = c->workerJoined(worker(QStringLiteral("attacker"))).value();
+        const qint64 bad = c->workerJoined(test::spotWorker(QStringLiteral("attacker"))).value();
         for (int i = 0; i < 3; ++i) {
             auto a = c->requestSubtask(bad);
             QVERIFY(a);
@@ -767,7 +758,7 @@ private Q_SLOTS:
         f.spec.aggregation.rule = QStringLiteral("sync-average");
         auto c = f.open();
         QVERIFY(c);
-        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
         int assimilated = 0;
         for (int guard = 0; guard < 100 && !c->finished(); ++guard) {
             auto a = c->requestSubtask(w);
@@ -790,7 +781,7 @@ private Q_SLOTS:
         f.spec.fleet.screenResults = false;
         auto c = f.open();
         QVERIFY(c);
-        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
         auto a = c->requestSubtask(w);
         SubtaskResult r = fakeResult(*a);
         r.weights = a->weights * 50.0f; // within validate()'s 1000× bound
@@ -806,8 +797,8 @@ private Q_SLOTS:
         f.spec.fleet.redundancy = 1.0;
         auto c = f.open();
         QVERIFY(c);
-        const qint64 a = c->workerJoined(worker(QStringLiteral("a"))).value();
-        const qint64 b = c->workerJoined(worker(QStringLiteral("b"))).value();
+        const qint64 a = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        const qint64 b = c->workerJoined(test::spotWorker(QStringLiteral("b"))).value();
         auto first = c->requestSubtask(a);
         auto second = c->requestSubtask(b);
         QVERIFY(first && second);
@@ -842,9 +833,9 @@ private Q_SLOTS:
         f.spec.fleet.redundancy = 1.0;
         auto c = f.open();
         QVERIFY(c);
-        const qint64 honest = c->workerJoined(worker(QStringLiteral("honest"))).value();
-        const qint64 liar = c->workerJoined(worker(QStringLiteral("liar"))).value();
-        const qint64 judge = c->workerJoined(worker(QStringLiteral("judge"))).value();
+        const qint64 honest = c->workerJoined(test::spotWorker(QStringLiteral("honest"))).value();
+        const qint64 liar = c->workerJoined(test::spotWorker(QStringLiteral("liar"))).value();
+        const qint64 judge = c->workerJoined(test::spotWorker(QStringLiteral("judge"))).value();
         auto h = c->requestSubtask(honest);
         auto l = c->requestSubtask(liar);
         QVERIFY(h && l);
@@ -883,8 +874,8 @@ private Q_SLOTS:
         f.spec.fleet.redundancy = 1.0;
         auto c = f.open();
         QVERIFY(c);
-        const qint64 a = c->workerJoined(worker(QStringLiteral("a"))).value();
-        c->workerJoined(worker(QStringLiteral("b"))).value(); // online, but never asks for work
+        const qint64 a = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        c->workerJoined(test::spotWorker(QStringLiteral("b"))).value(); // online, but never asks for work
         auto first = c->requestSubtask(a);
         QVERIFY(first);
         QCOMPARE(c->submitResult(a, fakeResult(*first)).status, SubmitStatus::Held);
@@ -903,8 +894,8 @@ private Q_SLOTS:
         f.spec.fleet.redundancy = 1.0;
         auto c = f.open();
         QVERIFY(c);
-        const qint64 a = c->workerJoined(worker(QStringLiteral("a"))).value();
-        const qint64 b = c->workerJoined(worker(QStringLiteral("b"))).value();
+        const qint64 a = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        const qint64 b = c->workerJoined(test::spotWorker(QStringLiteral("b"))).value();
         auto first = c->requestSubtask(a);
         QVERIFY(first);
         QCOMPARE(c->submitResult(a, fakeResult(*first)).status, SubmitStatus::Held);
@@ -912,8 +903,8 @@ private Q_SLOTS:
         c.reset();
         c = f.open();
         QVERIFY(c);
-        QVERIFY(c->workerJoined(worker(QStringLiteral("a")), a));
-        QVERIFY(c->workerJoined(worker(QStringLiteral("b")), b));
+        QVERIFY(c->workerJoined(test::spotWorker(QStringLiteral("a")), a));
+        QVERIFY(c->workerJoined(test::spotWorker(QStringLiteral("b")), b));
         runToEnd(*c, {a, b});
         QVERIFY(c->finished());
         auto rows = c->store().assimilations(1);
@@ -925,7 +916,7 @@ private Q_SLOTS:
     {
         Fixture f;
         auto c = f.open();
-        const qint64 w = c->workerJoined(worker(QStringLiteral("a"))).value();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
         auto a = c->requestSubtask(w);
         const torch::Tensor before = c->globalWeights().clone();
         SubtaskResult r = fakeResult(*a);

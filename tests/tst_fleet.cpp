@@ -282,7 +282,8 @@ private Q_SLOTS:
                     QStringLiteral("--train-limit"), QStringLiteral("4000"), QStringLiteral("--test-limit"),
                     QStringLiteral("500"), QStringLiteral("--epochs"), QStringLiteral("2"), QStringLiteral("--shards"),
                     QStringLiteral("8"), QStringLiteral("--workers"), QStringLiteral("2"), QStringLiteral("--chaos-mean"),
-                    QStringLiteral("2"), QStringLiteral("--rejoin-delay"), QStringLiteral("0.5")});
+                    QStringLiteral("2"), QStringLiteral("--rejoin-delay"), QStringLiteral("0.5"),
+                    QStringLiteral("--compression"), QStringLiteral("int8")});
         QVERIFY(demo.waitForFinished(240000));
         const QString out = QString::fromUtf8(demo.readAll());
         QVERIFY2(demo.exitCode() == 0, qPrintable(out));
@@ -292,6 +293,12 @@ private Q_SLOTS:
         auto store = Store::open(dir.filePath(QStringLiteral("demo/coordinator/flotilla.db")));
         const QString wrong = test::verifyExactlyOnce(**store, std::vector<qint64>(8, 500), 2);
         QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
+        // The workers sent int8 deltas over TLS: the cnn's 225,034 values as one byte each plus a
+        // float32 scale per 256, where float32 weights would take 879.0 KiB.
+        QFile coordinator(dir.filePath(QStringLiteral("demo/coordinator.out")));
+        QVERIFY(coordinator.open(QIODevice::ReadOnly));
+        const QString log = QString::fromUtf8(coordinator.readAll());
+        QVERIFY2(log.contains(QStringLiteral("results' weights     223.2 KiB each")), qPrintable(log.right(1500)));
     }
 };
 

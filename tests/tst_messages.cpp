@@ -104,9 +104,13 @@ private Q_SLOTS:
         QCOMPARE(m.seed, 0xfedcba9876543210ull); // a seed past qint64's range survives
         QCOMPARE(m.heartbeatMs, qint64(1500));
         QCOMPARE(m.heartbeatTimeoutMs, qint64(20000));
+        QCOMPARE(m.compression, QStringLiteral("none"));
+        WelcomeMsg compressed = welcome();
+        compressed.compression = QStringLiteral("int8");
+        QCOMPARE(roundTrip(compressed).compression, QStringLiteral("int8"));
         QCOMPARE(keysOf(welcome().encode()),
             sorted({ "worker_id", "job", "model", "model_sha256", "input_shape", "classes", "layout", "weights", "seed",
-                "heartbeat_ms", "heartbeat_timeout_ms" }));
+                "heartbeat_ms", "heartbeat_timeout_ms", "compression" }));
     }
 
     void redeemAndEnrolledRoundTrip()
@@ -205,8 +209,12 @@ private Q_SLOTS:
         QCOMPARE(m.seconds, 2.5);
         QVERIFY(m.partial);
         QCOMPARE(m.weights, manifest());
+        QCOMPARE(m.encoding, QStringLiteral("none"));
+        ResultMsg delta { 8, 0.75, 640, 320, 2.5, true, manifest() };
+        delta.encoding = QStringLiteral("fp16");
+        QCOMPARE(roundTrip(delta).encoding, QStringLiteral("fp16"));
         QCOMPARE(keysOf(m.encode()),
-            sorted({ "lease", "loss", "sample_steps", "covered", "seconds", "partial", "weights" }));
+            sorted({ "lease", "loss", "sample_steps", "covered", "seconds", "partial", "weights", "encoding" }));
     }
 
     // The header is the engine's manifest plus the shard's number; the manifest comes back
@@ -254,6 +262,8 @@ private Q_SLOTS:
         QVERIFY2(w, qPrintable(w.error()));
         QCOMPARE(w->heartbeatMs, qint64(2000));
         QCOMPARE(w->heartbeatTimeoutMs, qint64(30000));
+        older.remove(QStringLiteral("compression"));
+        QCOMPARE(WelcomeMsg::decode(older)->compression, QStringLiteral("none")); // an older coordinator wants weights
         auto redeem = RedeemMsg::decode(QCborMap {
             { QStringLiteral("token_id"), QByteArray(8, 'i') }, { QStringLiteral("secret"), QByteArray(16, 's') } });
         QVERIFY2(redeem, qPrintable(redeem.error()));

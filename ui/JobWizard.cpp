@@ -239,6 +239,10 @@ void JobWizard::build()
     add(fleet, QStringLiteral("fleet.instance_type"), tr("Instance type (this app's workers)"), m_instanceType);
     m_priceClass = combo({QStringLiteral("spot"), QStringLiteral("on-demand"), QStringLiteral("volunteer")});
     add(fleet, QStringLiteral("fleet.price_class"), tr("Price class"), m_priceClass);
+    m_compression = combo({QStringLiteral("none"), QStringLiteral("fp16"), QStringLiteral("int8")});
+    add(fleet, QStringLiteral("fleet.compression"), tr("Results sent as"), m_compression,
+        tr("none: the new weights in float32; fp16 or int8: the change from the base weights, in half or a quarter "
+           "of the bytes"));
     m_priceTable = new QLineEdit;
     m_priceTable->setPlaceholderText(tr("built-in table (approximate, June 2024)"));
     add(fleet, QStringLiteral("fleet.price_table"), tr("Price table"),
@@ -331,6 +335,7 @@ void JobWizard::setJob(const JobSpec &j)
     m_rejoinDelay->setValue(j.fleet.preemption.rejoinDelaySeconds);
     m_instanceType->setCurrentText(j.fleet.instanceType);
     m_priceClass->setCurrentText(j.fleet.priceClass);
+    m_compression->setCurrentText(j.fleet.compression);
     m_priceTable->setText(j.fleet.priceTable);
     m_localWorkers->setValue(j.fleet.workers);
     m_loading = false;
@@ -389,6 +394,7 @@ JobSpec JobWizard::job() const
     j.fleet.preemption.rejoinDelaySeconds = m_rejoinDelay->value();
     j.fleet.instanceType = m_instanceType->currentText().trimmed();
     j.fleet.priceClass = m_priceClass->currentText();
+    j.fleet.compression = m_compression->currentText();
     j.fleet.priceTable = m_priceTable->text().trimmed();
     return j;
 }

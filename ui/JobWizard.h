@@ -100,6 +100,7 @@ private:
     QDoubleSpinBox *m_rejoinDelay = nullptr;
     QComboBox *m_instanceType = nullptr;
     QComboBox *m_priceClass = nullptr;
+    QComboBox *m_compression = nullptr;
     QLineEdit *m_priceTable = nullptr;
 };
 

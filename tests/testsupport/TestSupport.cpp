@@ -36,6 +36,15 @@ std::shared_ptr<const JobData> blobs(int samples, int features, int shards, quin
     return data;
 }
 
+WorkerInfo spotWorker(const QString &name)
+{
+    WorkerInfo w;
+    w.name = name;
+    w.instanceType = QStringLiteral("aws/c5.large");
+    w.priceClass = QStringLiteral("spot");
+    return w;
+}
+
 JobSpec blobsJob(int shards, int epochs)
 {
     JobSpec job;

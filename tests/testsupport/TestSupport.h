@@ -3,6 +3,7 @@
 // and data under test are.
 
 #include "TestFiles.h"
+#include "engine/Coordinator.h"
 #include "engine/JobData.h"
 #include "engine/Store.h"
 #include "job/JobSpec.h"
@@ -20,6 +21,9 @@ std::shared_ptr<const JobData> blobs(int samples, int features, int shards, quin
 
 // A small MLP job on that data, with no preemptions.
 JobSpec blobsJob(int shards, int epochs);
+
+// A worker on an aws/c5.large spot instance, as the coordinator's tests join them.
+WorkerInfo spotWorker(const QString &name);
 
 // IDX bytes: magic, big-endian dims, payload.
 QByteArray idxBytes(quint8 type, const QList<int> &dims, const QByteArray &payload);

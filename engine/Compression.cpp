@@ -1,0 +1,129 @@
+#include "engine/Compression.h"
+
+#include <cstring>
+#include <limits>
+
+static_assert(Q_BYTE_ORDER == Q_LITTLE_ENDIAN, "updates travel as little-endian buffers");
+
+namespace flotilla {
+
+namespace {
+
+constexpr float kHalfMax = 65504.0f;
+
+qint64 blocksOf(qint64 numel)
+{
+    return (numel + kInt8Block - 1) / kInt8Block;
+}
+
+// `flat` zero-padded to whole blocks, as [blocks, kInt8Block].
+torch::Tensor asBlocks(const torch::Tensor &flat)
+{
+    const qint64 n = flat.numel();
+    torch::Tensor padded = torch::zeros({blocksOf(n) * kInt8Block}, flat.options());
+    padded.narrow(0, 0, n).copy_(flat);
+    return padded.view({blocksOf(n), kInt8Block});
+}
+
+QByteArray tensorBytes(const torch::Tensor &t, qint64 elementSize)
+{
+    return QByteArray(static_cast<const char *>(t.data_ptr()), static_cast<qsizetype>(t.numel() * elementSize));
+}
+
+} // namespace
+
+QString compressionName(Compression kind)
+{
+    switch (kind) {
+    case Compression::Fp16:
+        return QStringLiteral("fp16");
+    case Compression::Int8:
+        return QStringLiteral("int8");
+    case Compression::None:
+        break;
+    }
+    return QStringLiteral("none");
+}
+
+std::optional<Compression> compressionFromName(const QString &name)
+{
+    for (const auto kind : {Compression::None, Compression::Fp16, Compression::Int8})
+        if (name == compressionName(kind))
+            return kind;
+    return std::nullopt;
+}
+
+qint64 encodedBytes(Compression kind, qint64 numel)
+{
+    switch (kind) {
+    case Compression::Fp16:
+        return numel * 2;
+    case Compression::Int8:
+        return blocksOf(numel) * 4 + numel;
+    case Compression::None:
+        break;
+    }
+    return numel * 4;
+}
+
+QByteArray UpdateEncoder::encode(Compression kind, const torch::Tensor &weights, const torch::Tensor &base)
+{
+    Q_ASSERT(kind != Compression::None);
+    torch::NoGradGuard noGrad;
+    torch::Tensor delta = weights.to(torch::kCPU, torch::kFloat32).contiguous()
+                          - base.to(torch::kCPU, torch::kFloat32).contiguous();
+    if (m_residual.defined() && m_residual.numel() == delta.numel())
+        delta.add_(m_residual);
+    const qint64 n = delta.numel();
+    QByteArray out;
+    torch::Tensor sent;
+    if (kind == Compression::Fp16) {
+        const torch::Tensor half = delta.clamp(-kHalfMax, kHalfMax).to(torch::kHalf).contiguous();
+        out = tensorBytes(half, 2);
+        sent = half.to(torch::kFloat32);
+    } else {
+        const torch::Tensor blocks = asBlocks(delta);
+        const torch::Tensor scales = (blocks.abs().amax(1) / 127.0f).contiguous();
+        // A block of zeros has scale 0; dividing by the smallest normal float keeps it 0.
+        const torch::Tensor divisor = scales.clamp_min(std::numeric_limits<float>::min()).unsqueeze(1);
+        const torch::Tensor q = (blocks / divisor).round_().clamp_(-127, 127).to(torch::kInt8).contiguous();
+        out.reserve(static_cast<qsizetype>(encodedBytes(kind, n)));
+        out.append(tensorBytes(scales, 4));
+        out.append(static_cast<const char *>(q.data_ptr()), static_cast<qsizetype>(n));
+        sent = (q.to(torch::kFloat32) * scales.unsqueeze(1)).view({-1}).narrow(0, 0, n);
+    }
+    m_residual = delta - sent;
+    return out;
+}
+
+Result<torch::Tensor> decodeUpdate(Compression kind, QByteArrayView bytes, const torch::Tensor &base)
+{
+    torch::NoGradGuard noGrad;
+    const qint64 n = base.numel();
+    const QString name = compressionName(kind);
+    if (kind == Compression::None)
+        return fail(QStringLiteral("an update named 'none' is the weights themselves, not a delta"));
+    if (bytes.size() != encodedBytes(kind, n))
+        return fail(QStringLiteral("the %1 update is %2 bytes; the model's %3 values need %4")
+                        .arg(name).arg(bytes.size()).arg(n).arg(encodedBytes(kind, n)));
+    torch::Tensor delta;
+    if (kind == Compression::Fp16) {
+        torch::Tensor half = torch::empty({n}, torch::kHalf);
+        std::memcpy(half.data_ptr(), bytes.data(), static_cast<std::size_t>(bytes.size()));
+        delta = half.to(torch::kFloat32);
+    } else {
+        const qint64 blocks = blocksOf(n);
+        torch::Tensor scales = torch::empty({blocks}, torch::kFloat32);
+        std::memcpy(scales.data_ptr(), bytes.data(), static_cast<std::size_t>(blocks * 4));
+        if (!torch::isfinite(scales).all().item<bool>() || (scales < 0).any().item<bool>())
+            return fail(QStringLiteral("the int8 update's block scales include negative, NaN or infinite values"));
+        torch::Tensor q = torch::empty({n}, torch::kInt8);
+        std::memcpy(q.data_ptr(), bytes.data() + blocks * 4, static_cast<std::size_t>(n));
+        delta = (asBlocks(q.to(torch::kFloat32)) * scales.unsqueeze(1)).view({-1}).narrow(0, 0, n);
+    }
+    if (!torch::isfinite(delta).all().item<bool>())
+        return fail(QStringLiteral("the %1 update contains NaN or infinite values").arg(name));
+    return base.to(torch::kCPU, torch::kFloat32) + delta;
+}
+
+} // namespace flotilla

@@ -1,0 +1,258 @@
+// Compressed results: the fp16 and int8 codecs round trip within their precision, error
+// feedback carries what rounding dropped into the next result, bad bytes are refused with a
+// reason, and a coordinator decodes deltas against each lease's own base and rejects corrupt
+// or mismatched ones without touching the global model.
+#include "FakeClock.h"
+#include "TestSupport.h"
+#include "engine/Compression.h"
+#include "engine/Coordinator.h"
+
+#include <QtTest>
+
+#include <torch/torch.h>
+
+#include <cstring>
+#include <limits>
+
+using namespace flotilla;
+using flotilla::test::FakeClock;
+
+namespace {
+
+torch::Tensor randomWeights(qint64 n, double scale = 1.0)
+{
+    return torch::randn({n}) * scale;
+}
+
+// A trained-looking result of lease `a`, moved by `step` everywhere, compressed as `kind`.
+SubtaskResult compressedResult(const Assignment &a, Compression kind, UpdateEncoder &encoder, float step = 0.01f)
+{
+    TrainOutcome outcome;
+    outcome.weights = a.weights + step;
+    outcome.meanLoss = 0.5;
+    outcome.covered = a.end - a.begin;
+    outcome.sampleSteps = outcome.covered;
+    outcome.seconds = 1.0;
+    return SubtaskResult::fromOutcome(a.leaseId, outcome, kind, encoder, a.weights);
+}
+
+struct Fixture
+{
+    QTemporaryDir dir;
+    FakeClock clock;
+    std::shared_ptr<const JobData> data = test::blobs(240, 4, 6);
+    JobSpec spec = test::blobsJob(6, 2);
+
+    std::unique_ptr<Coordinator> open(const QString &compression)
+    {
+        spec.fleet.compression = compression;
+        auto c = Coordinator::open(spec, dir.path(), &clock, data);
+        if (!c)
+            qWarning() << c.error();
+        return c ? std::move(c).value() : nullptr;
+    }
+};
+
+} // namespace
+
+class TestCompression : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void initTestCase() { torch::manual_seed(7); }
+
+    void namesRoundTrip()
+    {
+        for (const auto kind : {Compression::None, Compression::Fp16, Compression::Int8})
+            QCOMPARE(compressionFromName(compressionName(kind)), std::optional<Compression>(kind));
+        QVERIFY(!compressionFromName(QStringLiteral("int4")));
+        QVERIFY(!compressionFromName(QString()));
+    }
+
+    void fp16RoundTripsWithinHalfPrecision()
+    {
+        const qint64 n = 1000;
+        const torch::Tensor base = randomWeights(n);
+        const torch::Tensor weights = base + randomWeights(n, 0.01);
+        UpdateEncoder encoder;
+        const QByteArray bytes = encoder.encode(Compression::Fp16, weights, base);
+        QCOMPARE(bytes.size(), qsizetype(2 * n));
+        QCOMPARE(encodedBytes(Compression::Fp16, n), 2 * n);
+        auto back = decodeUpdate(Compression::Fp16, bytes, base);
+        QVERIFY2(back, qPrintable(back.error()));
+        // Half precision keeps 11 significant bits of each delta (relative error ≤ 2^-11).
+        const torch::Tensor delta = weights - base;
+        const double worst = ((*back - weights).abs() / (delta.abs() + 1e-6)).max().item<double>();
+        QVERIFY2(worst < 1e-3, qPrintable(QString::number(worst)));
+        // What rounding dropped is what the encoder keeps.
+        QVERIFY(torch::allclose(*back + encoder.residual(), weights, 1e-6, 1e-6));
+    }
+
+    void int8RoundTripsWithinHalfAStepPerBlock()
+    {
+        const qint64 n = 1000; // three whole blocks and a short one
+        const torch::Tensor base = randomWeights(n);
+        torch::Tensor delta = randomWeights(n, 0.01);
+        delta.narrow(0, 600, 200).mul_(100.0); // one block far larger than the others
+        UpdateEncoder encoder;
+        const QByteArray bytes = encoder.encode(Compression::Int8, base + delta, base);
+        QCOMPARE(bytes.size(), qsizetype(n + 4 * 4));
+        QCOMPARE(encodedBytes(Compression::Int8, n), n + 16);
+        auto back = decodeUpdate(Compression::Int8, bytes, base);
+        QVERIFY2(back, qPrintable(back.error()));
+        const torch::Tensor error = (*back - (base + delta)).abs();
+        for (qint64 b = 0; b * kInt8Block < n; ++b) {
+            const qint64 len = std::min(kInt8Block, n - b * kInt8Block);
+            const double step = delta.narrow(0, b * kInt8Block, len).abs().max().item<double>() / 127.0;
+            const double worst = error.narrow(0, b * kInt8Block, len).max().item<double>();
+            // Half a step, plus float rounding of base + delta.
+            QVERIFY2(worst <= step / 2 + 1e-5, qPrintable(QStringLiteral("block %1: %2 > %3").arg(b).arg(worst).arg(step / 2)));
+        }
+        // The small blocks keep their own precision: a scale per block, not per tensor.
+        QVERIFY(error.narrow(0, 0, 256).max().item<double>() < 0.01 * 5 / 127.0);
+    }
+
+    void errorFeedbackDeliversWhatRoundingDrops()
+    {
+        // One large value per block sets the step at 1/127; values of 0.001 round to 0 in
+        // every single result. With the residual carried over they arrive over the results.
+        const qint64 n = 512;
+        torch::Tensor delta = torch::full({n}, 0.001f);
+        delta[0] = 1.0f;
+        delta[256] = 1.0f;
+        const torch::Tensor base = torch::zeros({n});
+        UpdateEncoder feedback;
+        torch::Tensor withFeedback = torch::zeros({n});
+        torch::Tensor withoutFeedback = torch::zeros({n});
+        const int results = 40;
+        for (int i = 0; i < results; ++i) {
+            withFeedback += decodeUpdate(Compression::Int8, feedback.encode(Compression::Int8, delta, base), base).value();
+            UpdateEncoder fresh;
+            withoutFeedback += decodeUpdate(Compression::Int8, fresh.encode(Compression::Int8, delta, base), base).value();
+        }
+        const torch::Tensor trained = delta * results;
+        // Without feedback the small values never arrive; with it they are off by less than a step.
+        QCOMPARE(withoutFeedback[5].item<float>(), 0.0f);
+        const double lag = (withFeedback - trained).abs().max().item<double>();
+        QVERIFY2(lag <= 1.0 / 127.0 + 1e-5, qPrintable(QString::number(lag)));
+        // Exactly: what arrived plus what is still held is what was trained.
+        QVERIFY(torch::allclose(withFeedback + feedback.residual(), trained, 1e-5, 1e-5));
+        feedback.reset();
+        QVERIFY(!feedback.residual().defined());
+    }
+
+    void badBytesAreRefusedWithAReason()
+    {
+        const qint64 n = 300;
+        const torch::Tensor base = randomWeights(n);
+        UpdateEncoder encoder;
+        const QByteArray fp16 = encoder.encode(Compression::Fp16, base + 0.01f, base);
+        const QByteArray int8 = encoder.encode(Compression::Int8, base + 0.01f, base);
+
+        auto shortFp16 = decodeUpdate(Compression::Fp16, QByteArrayView(fp16).first(fp16.size() - 2), base);
+        QVERIFY(!shortFp16);
+        QVERIFY2(shortFp16.error().contains(QStringLiteral("598 bytes")), qPrintable(shortFp16.error()));
+        // An int8 update read as fp16 has the wrong size for the model.
+        QVERIFY(!decodeUpdate(Compression::Fp16, int8, base));
+        QVERIFY(!decodeUpdate(Compression::Int8, QByteArray(), base));
+
+        QByteArray nan = fp16;
+        const quint16 halfNaN = 0x7e00;
+        std::memcpy(nan.data() + 10, &halfNaN, 2);
+        auto nanResult = decodeUpdate(Compression::Fp16, nan, base);
+        QVERIFY(!nanResult);
+        QVERIFY2(nanResult.error().contains(QStringLiteral("NaN")), qPrintable(nanResult.error()));
+
+        for (const float scale : {-1.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+            QByteArray bad = int8;
+            std::memcpy(bad.data() + 4, &scale, 4);
+            auto r = decodeUpdate(Compression::Int8, bad, base);
+            QVERIFY(!r);
+            QVERIFY2(r.error().contains(QStringLiteral("scales")), qPrintable(r.error()));
+        }
+        // A finite scale so large that a value overflows is caught on the decoded delta.
+        QByteArray huge = int8;
+        const float big = std::numeric_limits<float>::max();
+        std::memcpy(huge.data(), &big, 4);
+        huge[int(2 * 4)] = char(127); // first value of the first block
+        auto overflow = decodeUpdate(Compression::Int8, huge, base);
+        QVERIFY(!overflow);
+        QVERIFY2(overflow.error().contains(QStringLiteral("infinite")), qPrintable(overflow.error()));
+        QVERIFY(!decodeUpdate(Compression::None, fp16, base));
+    }
+
+    void coordinatorDecodesAgainstEachLeasesOwnBase()
+    {
+        Fixture f;
+        auto c = f.open(QStringLiteral("int8"));
+        QVERIFY(c);
+        const qint64 w1 = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        const qint64 w2 = c->workerJoined(test::spotWorker(QStringLiteral("b"))).value();
+        auto stale = c->requestSubtask(w1); // both start at version 0
+        auto fresh = c->requestSubtask(w2);
+        UpdateEncoder e1;
+        UpdateEncoder e2;
+        const SubtaskResult first = compressedResult(*fresh, Compression::Int8, e2);
+        QCOMPARE(first.update.size(), qsizetype(encodedBytes(Compression::Int8, fresh->weights.numel())));
+        QCOMPARE(c->submitResult(w2, first).status, SubmitStatus::Assimilated);
+        const torch::Tensor between = c->globalWeights().clone();
+        // The stale worker's delta is from version 0, not from the model as it is now.
+        const SubmitReply r = c->submitResult(w1, compressedResult(*stale, Compression::Int8, e1));
+        QCOMPARE(r.status, SubmitStatus::Assimilated);
+        const double alpha = f.spec.aggregation.alpha;
+        const torch::Tensor expected = alpha * between + (1 - alpha) * (stale->weights + 0.01f);
+        QVERIFY(torch::allclose(c->globalWeights(), expected, 0, 1e-4));
+        const JobProgress p = c->progress();
+        QCOMPARE(p.resultsReceived, qint64(2));
+        QCOMPARE(p.resultBytes, 2 * encodedBytes(Compression::Int8, fresh->weights.numel()));
+
+        // The rest of the job, every result compressed.
+        for (int guard = 0; guard < 10000 && !c->finished(); ++guard)
+            for (const qint64 w : {w1, w2})
+                if (auto a = c->requestSubtask(w))
+                    c->submitResult(w, compressedResult(*a, Compression::Int8, w == w1 ? e1 : e2));
+        QVERIFY(c->finished());
+        QCOMPARE(c->progress().rejected, qint64(0));
+    }
+
+    void corruptOrMismatchedDeltasAreRejectedAndTheModelKept()
+    {
+        Fixture f;
+        f.spec.fleet.quarantineAfter = 0; // four bad results in a row from one worker, on purpose
+        auto c = f.open(QStringLiteral("fp16"));
+        QVERIFY(c);
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        const torch::Tensor before = c->globalWeights().clone();
+        UpdateEncoder encoder;
+        const auto expectRejected = [&](SubtaskResult r, const QString &why) {
+            const SubmitReply reply = c->submitResult(w, std::move(r));
+            QCOMPARE(reply.status, SubmitStatus::Rejected);
+            QVERIFY2(reply.reason.contains(why), qPrintable(reply.reason));
+            QVERIFY(torch::equal(before, c->globalWeights()));
+        };
+        // The job takes fp16; an int8 delta is not what was negotiated.
+        auto a = c->requestSubtask(w);
+        expectRejected(compressedResult(*a, Compression::Int8, encoder), QStringLiteral("compressed as int8"));
+        a = c->requestSubtask(w);
+        SubtaskResult truncated = compressedResult(*a, Compression::Fp16, encoder);
+        truncated.update.chop(2);
+        expectRejected(truncated, QStringLiteral("bytes"));
+        a = c->requestSubtask(w);
+        SubtaskResult nan = compressedResult(*a, Compression::Fp16, encoder);
+        const quint16 halfNaN = 0x7e00;
+        std::memcpy(nan.update.data(), &halfNaN, 2);
+        expectRejected(nan, QStringLiteral("NaN"));
+        // A delta that decodes to an absurd model is caught by the checks every result gets.
+        a = c->requestSubtask(w);
+        expectRejected(compressedResult(*a, Compression::Fp16, encoder, 60000.0f), QStringLiteral("norm"));
+        QCOMPARE(c->progress().seq, qint64(0));
+        // Full float32 weights are always taken, whatever the job's compression.
+        a = c->requestSubtask(w);
+        UpdateEncoder unused;
+        QCOMPARE(c->submitResult(w, compressedResult(*a, Compression::None, unused)).status, SubmitStatus::Assimilated);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestCompression)
+#include "tst_compression.moc"
