@@ -6,6 +6,8 @@
 #include "app/JobOptions.h"
 #include "app/NetworkCommands.h"
 #include "bench/Attacks.h"
+#include "bench/LinkShaper.h"
+#include "net/TrustStore.h"
 
 #include "engine/Random.h"
 #include "engine/Store.h"
@@ -22,6 +24,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 
 namespace flotilla {
 
@@ -141,6 +144,10 @@ int runDemoCommand(const QStringList &arguments)
                       QStringLiteral("Make some workers dishonest, to see result screening at work: %1.")
                           .arg(Attack::kinds().join(QStringLiteral(", "))),
                       QStringLiteral("kind")});
+    parser.addOption({QStringLiteral("link"),
+                      QStringLiteral("Give each worker's connection an emulated link: a rate and a round trip, e.g. "
+                                     "50mbit/40ms or 10mbit/80ms (a relay in this process paces and delays the bytes)."),
+                      QStringLiteral("rate/rtt")});
     parser.addOption({QStringLiteral("attackers"),
                       QStringLiteral("How many of the --workers are attackers (with --attack)."), QStringLiteral("n"),
                       QStringLiteral("1")});
@@ -164,6 +171,15 @@ int runDemoCommand(const QStringList &arguments)
         }
         stats.attack = attack->describe();
         attackers = std::clamp(parser.value(QStringLiteral("attackers")).toInt(), 0, workers);
+    }
+    std::optional<LinkSpec> link;
+    if (parser.isSet(QStringLiteral("link"))) {
+        auto spec = LinkSpec::parse(parser.value(QStringLiteral("link")));
+        if (!spec) {
+            std::fprintf(stderr, "flotilla demo: --link: %s\n", spec.error().toUtf8().constData());
+            return ExitUsage;
+        }
+        link = *spec;
     }
     const bool chaosFixed = parser.isSet(QStringLiteral("chaos-every"));
     const double chaosMean = parser.value(chaosFixed ? QStringLiteral("chaos-every") : QStringLiteral("chaos-mean")).toDouble();
@@ -217,7 +233,27 @@ int runDemoCommand(const QStringList &arguments)
         serve.waitForFinished();
         return ExitFailure;
     }
-    const QString tokenText = QString::fromUtf8(token.readAll()).trimmed();
+    QString tokenText = QString::fromUtf8(token.readAll()).trimmed();
+    // With --link the workers are sent to a relay that gives each connection the link, and
+    // the relay forwards to the coordinator; the token carries the relay's address.
+    std::unique_ptr<LinkShaper> shaper;
+    if (link) {
+        auto decoded = net::JoinToken::decode(tokenText);
+        if (decoded)
+            shaper = std::make_unique<LinkShaper>(*link, decoded->host, decoded->port);
+        auto port = decoded ? shaper->start() : Result<quint16>(decoded.takeError());
+        if (!port) {
+            std::fprintf(stderr, "flotilla demo: cannot start the emulated link: %s\n", port.error().toUtf8().constData());
+            serve.kill();
+            serve.waitForFinished();
+            return ExitFailure;
+        }
+        decoded->host = QStringLiteral("127.0.0.1");
+        decoded->port = *port;
+        tokenText = decoded->encode();
+        std::printf("Each worker reaches the coordinator over an emulated %s link\n", link->text().toUtf8().constData());
+        std::fflush(stdout);
+    }
 
     std::vector<std::unique_ptr<QProcess>> fleet;
     auto startWorker = [&](bool attacker) {
@@ -301,8 +337,13 @@ int runDemoCommand(const QStringList &arguments)
         if (!serve.waitForFinished(30000))
             serve.kill();
     }
-    if (exitCode == ExitOk)
+    if (exitCode == ExitOk) {
         printDemoSummary(dir.filePath(QStringLiteral("coordinator/flotilla.db")), stats, wall.elapsed());
+        if (shaper)
+            std::printf("  emulated links       %s each, %.1f MB relayed over %d connections\n",
+                        link->text().toUtf8().constData(), double(shaper->bytesRelayed()) / 1e6,
+                        shaper->connectionsAccepted());
+    }
     return exitCode;
 }
 

@@ -4,9 +4,11 @@
 //   trainer      the local trainer vs a bare LibTorch loop (samples/s; target ratio >= 0.97)
 //   aggregation  one VC-ASGD assimilation vs a memcpy of the same bytes (time; target <= 1.5)
 //   accuracy     time to a test accuracy on Fashion-MNIST: Flotilla with 2 worker processes vs
-//                PyTorch DDP with 2 processes (gloo) vs a single-process LibTorch loop; with
-//                --preemption-every, also Flotilla with a worker SIGKILLed that often and DDP
-//                with one rank SIGKILLed once.
+//                PyTorch DDP with 2 processes (gloo) vs a single-process LibTorch loop, each
+//                first tuned over the same grid of learning rates and batch sizes, evaluation
+//                off every clock; with --preemption-every, also Flotilla with a worker
+//                SIGKILLed that often and DDP with one rank SIGKILLed once; with --link, the
+//                workers and ranks behind an emulated link.
 #include "bench/BenchPeers.h"
 
 #include "app/CommandLine.h"
@@ -15,6 +17,7 @@
 #include "engine/Store.h"
 
 #include <QCoreApplication>
+#include <QDateTime>
 #include <QDir>
 #include <QElapsedTimer>
 #include <QFileInfo>
@@ -89,12 +92,14 @@ private:
 
 struct Outcome
 {
-    double seconds = -1; // to the target; < 0: not reached
+    double seconds = -1; // to the target, evaluation excluded; < 0: not reached
     int epoch = 0;
     QString note;
 };
 
-// A contender that prints one JSON line per epoch: {"epoch", "accuracy"} or {"failed"}.
+// A contender that prints one JSON line per epoch: {"epoch", "accuracy", "eval_seconds"} or
+// {"failed"}. Its clock runs from starting the process to the line of the epoch that reached
+// the target, less the seconds its evaluations took (eval_seconds, summed so far).
 Outcome runLines(const QString &program, const QStringList &arguments, double target, double maxSeconds)
 {
     Contender c(program, arguments, {});
@@ -117,7 +122,7 @@ Outcome runLines(const QString &program, const QStringList &arguments, double ta
                 return out;
             }
             if (o.value(QStringLiteral("accuracy")).toDouble() >= target) {
-                out.seconds = c.seconds();
+                out.seconds = c.seconds() - o.value(QStringLiteral("eval_seconds")).toDouble();
                 out.epoch = o.value(QStringLiteral("epoch")).toInt();
                 return out;
             }
@@ -136,9 +141,13 @@ Outcome runLines(const QString &program, const QStringList &arguments, double ta
 }
 
 // Flotilla: `flotilla demo` (a coordinator and worker processes on loopback, real TLS); the
-// store is read while it runs, as the dashboard does.
+// store is read while it runs, as the dashboard does. The coordinator evaluates on a thread
+// of its own while the workers go on; its clock stops when the epoch whose evaluation reached
+// the target was complete (its epoch-completed event), so evaluation is off it as it is off
+// the others'.
 Outcome runFlotilla(const QStringList &jobFlags, double chaosEvery, double target, double maxSeconds)
 {
+    const qint64 startedMs = QDateTime::currentMSecsSinceEpoch();
     QTemporaryDir dir;
     QStringList arguments{QStringLiteral("demo"), QStringLiteral("--run-dir"), dir.filePath(QStringLiteral("demo"))};
     arguments += jobFlags;
@@ -153,14 +162,14 @@ Outcome runFlotilla(const QStringList &jobFlags, double chaosEvery, double targe
         QThread::msleep(250);
         if (QFileInfo::exists(db)) {
             if (auto store = Store::open(db)) {
-                if (auto evaluations = (*store)->evaluations(1); evaluations) {
-                    for (const auto &e : *evaluations) {
-                        out.epoch = std::max(out.epoch, e.epoch + 1);
-                        if (e.accuracy >= target) {
-                            out.seconds = c.seconds();
-                            out.epoch = e.epoch + 1;
-                            return out;
-                        }
+                auto evaluations = (*store)->evaluations(1);
+                auto closed = (*store)->events(1, EventKind::EpochCompleted); // in epoch order
+                for (const auto &e : evaluations ? *evaluations : std::vector<EvaluationRecord>{}) {
+                    out.epoch = std::max(out.epoch, e.epoch + 1);
+                    if (e.accuracy >= target && closed && std::size_t(e.epoch) < closed->size()) {
+                        out.seconds = double((*closed)[std::size_t(e.epoch)].atMs - startedMs) / 1000.0;
+                        out.epoch = e.epoch + 1;
+                        return out;
                     }
                 }
             }
@@ -285,11 +294,15 @@ int benchBareLoop(const QCommandLineParser &parser)
     config.epochs = std::max(1, parser.value(QStringLiteral("epochs")).toInt());
     config.threads = std::max(1, parser.value(QStringLiteral("threads")).toInt());
     config.trainLimit = std::max(0, parser.value(QStringLiteral("train-limit")).toInt());
+    config.learningRate = parser.value(QStringLiteral("lr")).toDouble();
+    config.batchSize = std::max(1, parser.value(QStringLiteral("batch-size")).toInt());
     QElapsedTimer timer;
     timer.start();
-    auto done = runBareLoop(config, [&](int epoch, double accuracy) {
-        std::printf("{\"epoch\": %d, \"accuracy\": %.4f, \"seconds\": %.2f}\n", epoch, accuracy,
-                    double(timer.elapsed()) / 1000.0);
+    double evalSeconds = 0;
+    auto done = runBareLoop(config, [&](int epoch, double accuracy, double evaluation) {
+        evalSeconds += evaluation;
+        std::printf("{\"epoch\": %d, \"accuracy\": %.4f, \"seconds\": %.2f, \"eval_seconds\": %.3f}\n", epoch,
+                    accuracy, double(timer.elapsed()) / 1000.0, evalSeconds);
         std::fflush(stdout);
         return true;
     });
@@ -299,6 +312,34 @@ int benchBareLoop(const QCommandLineParser &parser)
     }
     return ExitOk;
 }
+
+namespace {
+
+// One point of the tuning grid: a learning rate (constant) and a batch size per process.
+struct Setting
+{
+    double lr = 0.03;
+    int batch = 32;
+    QString text() const { return QStringLiteral("lr %1, batch %2").arg(lr).arg(batch); }
+};
+
+Result<std::vector<double>> numberList(const QString &text, const char *flag)
+{
+    std::vector<double> out;
+    for (const QString &part : text.split(u',', Qt::SkipEmptyParts)) {
+        bool ok = false;
+        const double v = part.trimmed().toDouble(&ok);
+        if (!ok || !(v > 0))
+            return fail(QStringLiteral("--%1 is a comma-separated list of positive numbers; '%2' is not one")
+                            .arg(QLatin1String(flag), part));
+        out.push_back(v);
+    }
+    if (out.empty())
+        return fail(QStringLiteral("--%1 is empty").arg(QLatin1String(flag)));
+    return out;
+}
+
+} // namespace
 
 int benchAccuracyPeers(const QCommandLineParser &parser)
 {
@@ -310,84 +351,154 @@ int benchAccuracyPeers(const QCommandLineParser &parser)
     const int trainLimit = std::max(0, parser.value(QStringLiteral("train-limit")).toInt());
     const QString python = parser.value(QStringLiteral("python"));
     const QString script = findDdpScript(parser.value(QStringLiteral("ddp-script")));
+    const QString link = parser.value(QStringLiteral("link"));
+    const QString compression = parser.value(QStringLiteral("compression"));
     if (script.isEmpty()) {
         std::fprintf(stderr, "flotilla bench accuracy: cannot find bench/ddp_fashion.py; give --ddp-script\n");
         return ExitUsage;
     }
-    // The same model, batch, learning rate (constant) and data for everyone; 2 processes of
-    // one thread each on the workers' side; the single-process loop gets both threads.
-    const QString lr = QStringLiteral("0.03");
-    const QString batch = QStringLiteral("32");
-    const QStringList flotillaFlags{QStringLiteral("--workers"), QStringLiteral("2"), QStringLiteral("--threads"),
-                                    QStringLiteral("1"), QStringLiteral("--epochs"), QString::number(epochs),
-                                    QStringLiteral("--lr"), lr, QStringLiteral("--lr-schedule"),
-                                    QStringLiteral("constant"), QStringLiteral("--batch-size"), batch,
-                                    QStringLiteral("--model"), QStringLiteral("cnn"), QStringLiteral("--train-limit"),
-                                    QString::number(trainLimit), QStringLiteral("--rejoin-delay"), QStringLiteral("3")};
-    const QStringList ddpFlags{script, QStringLiteral("--processes"), QStringLiteral("2"), QStringLiteral("--threads"),
-                               QStringLiteral("1"), QStringLiteral("--epochs"), QString::number(epochs),
-                               QStringLiteral("--lr"), lr, QStringLiteral("--batch-size"), batch,
-                               QStringLiteral("--train-limit"), QString::number(trainLimit)};
-    const QStringList bareFlags{QStringLiteral("bench"), QStringLiteral("bare-loop"), QStringLiteral("--epochs"),
-                                QString::number(epochs), QStringLiteral("--threads"), QStringLiteral("2"),
-                                QStringLiteral("--train-limit"), QString::number(trainLimit)};
+    const auto lrs = numberList(parser.value(QStringLiteral("lr-grid")), "lr-grid");
+    const auto batches = numberList(parser.value(QStringLiteral("batch-grid")), "batch-grid");
+    if (!lrs || !batches) {
+        std::fprintf(stderr, "flotilla bench accuracy: %s\n", (lrs ? batches.error() : lrs.error()).toUtf8().constData());
+        return ExitUsage;
+    }
+    std::vector<Setting> grid;
+    for (const double lr : *lrs)
+        for (const double batch : *batches)
+            grid.push_back({lr, int(batch)});
+
+    // The same model and data for everyone, SGD with momentum 0.9 at a constant learning rate;
+    // 2 processes of one thread each on the distributed side; the loop gets both threads.
+    // Batch sizes are per process: a DDP step averages the gradients of both ranks' batches,
+    // a Flotilla worker's step is its own.
+    const auto flotillaFlags = [&](const Setting &s) {
+        QStringList flags{QStringLiteral("--workers"), QStringLiteral("2"), QStringLiteral("--threads"),
+                          QStringLiteral("1"), QStringLiteral("--epochs"), QString::number(epochs),
+                          QStringLiteral("--lr"), QString::number(s.lr), QStringLiteral("--lr-schedule"),
+                          QStringLiteral("constant"), QStringLiteral("--batch-size"), QString::number(s.batch),
+                          QStringLiteral("--model"), QStringLiteral("cnn"), QStringLiteral("--train-limit"),
+                          QString::number(trainLimit), QStringLiteral("--rejoin-delay"), QStringLiteral("3"),
+                          QStringLiteral("--compression"), compression};
+        if (!link.isEmpty())
+            flags += {QStringLiteral("--link"), link};
+        return flags;
+    };
+    const auto ddpFlags = [&](const Setting &s) {
+        QStringList flags{script, QStringLiteral("--processes"), QStringLiteral("2"), QStringLiteral("--threads"),
+                          QStringLiteral("1"), QStringLiteral("--epochs"), QString::number(epochs),
+                          QStringLiteral("--lr"), QString::number(s.lr), QStringLiteral("--batch-size"),
+                          QString::number(s.batch), QStringLiteral("--train-limit"), QString::number(trainLimit)};
+        if (!link.isEmpty())
+            flags += {QStringLiteral("--link"), link};
+        return flags;
+    };
+    const auto bareFlags = [&](const Setting &s) {
+        return QStringList{QStringLiteral("bench"), QStringLiteral("bare-loop"), QStringLiteral("--epochs"),
+                           QString::number(epochs), QStringLiteral("--threads"), QStringLiteral("2"),
+                           QStringLiteral("--train-limit"), QString::number(trainLimit), QStringLiteral("--lr"),
+                           QString::number(s.lr), QStringLiteral("--batch-size"), QString::number(s.batch)};
+    };
 
     // DDP's rendezvous ports: below the ephemeral range, different for each invocation so that
     // two benchmarks (or two test runs) on one machine do not meet.
     const int portBase = 10000 + int(QCoreApplication::applicationPid() % 20000);
+    int runs = 0;
+    const auto ddpPort = [&] { return QString::number(portBase + (runs++ % 500) * 7); };
 
     struct Entry
     {
         QString name;
-        std::function<Outcome(int)> run;
+        std::function<Outcome(const Setting &)> run;
+        int tunedLike = -1; // runs with the best setting of that entry instead of its own tuning
+        Setting best;
         std::vector<double> seconds;
         QStringList notes;
     };
     std::vector<Entry> entries;
     entries.push_back({QStringLiteral("Flotilla, 2 worker processes"),
-                       [&](int) { return runFlotilla(flotillaFlags, 0, target, maxSeconds); }, {}, {}});
+                       [&](const Setting &s) { return runFlotilla(flotillaFlags(s), 0, target, maxSeconds); }, -1, {}, {}, {}});
     entries.push_back({QStringLiteral("PyTorch DDP, 2 processes (gloo)"),
-                       [&](int r) {
-                           return runLines(python, ddpFlags + QStringList{QStringLiteral("--port"),
-                                                                          QString::number(portBase + r * 7)},
+                       [&](const Setting &s) {
+                           return runLines(python, ddpFlags(s) + QStringList{QStringLiteral("--port"), ddpPort()},
                                            target, maxSeconds);
                        },
-                       {}, {}});
+                       -1, {}, {}, {}});
     entries.push_back({QStringLiteral("LibTorch loop, 1 process"),
-                       [&](int) { return runLines(QCoreApplication::applicationFilePath(), bareFlags, target, maxSeconds); },
-                       {}, {}});
+                       [&](const Setting &s) {
+                           return runLines(QCoreApplication::applicationFilePath(), bareFlags(s), target, maxSeconds);
+                       },
+                       -1, {}, {}, {}});
     if (preemptEvery > 0) {
         entries.push_back({QStringLiteral("Flotilla, SIGKILL every %1 s").arg(preemptEvery),
-                           [&](int) { return runFlotilla(flotillaFlags, preemptEvery, target, maxSeconds); }, {}, {}});
+                           [&](const Setting &s) { return runFlotilla(flotillaFlags(s), preemptEvery, target, maxSeconds); },
+                           0, {}, {}, {}});
         entries.push_back({QStringLiteral("PyTorch DDP, a rank SIGKILLed at %1 s").arg(preemptEvery),
-                           [&](int r) {
+                           [&](const Setting &s) {
                                return runLines(python,
-                                               ddpFlags + QStringList{QStringLiteral("--port"),
-                                                                      QString::number(portBase + 3 + r * 7),
-                                                                      QStringLiteral("--kill-rank-after"),
-                                                                      QString::number(preemptEvery)},
+                                               ddpFlags(s) + QStringList{QStringLiteral("--port"), ddpPort(),
+                                                                         QStringLiteral("--kill-rank-after"),
+                                                                         QString::number(preemptEvery)},
                                                target, maxSeconds);
                            },
-                           {}, {}});
+                           1, {}, {}, {}});
     }
 
-    std::printf("Time to %.1f%% test accuracy on Fashion-MNIST (%s training samples), the cnn, batch %s, lr %s "
-                "constant, SGD momentum 0.9; %d repeats, the contenders alternating\n",
+    std::printf("Time to %.1f%% test accuracy on Fashion-MNIST (%s training samples), the cnn, SGD momentum 0.9 at a "
+                "constant learning rate, evaluation after every epoch and off every clock%s%s\n",
                 target * 100, trainLimit > 0 ? QByteArray::number(trainLimit).constData() : "60000",
-                batch.toUtf8().constData(), lr.toUtf8().constData(), repeats);
+                link.isEmpty() ? "" : ", each worker and rank behind an emulated ",
+                link.toUtf8().constData());
+    const auto report = [](int round, const Entry &e, const Setting &s, const Outcome &o) {
+        if (o.seconds >= 0)
+            std::printf("  [%s] %-40s %-20s %6.1f s (epoch %d)\n", round < 0 ? "tune" : QByteArray::number(round + 1).constData(),
+                        e.name.toUtf8().constData(), s.text().toUtf8().constData(), o.seconds, o.epoch);
+        else
+            std::printf("  [%s] %-40s %-20s %s\n", round < 0 ? "tune" : QByteArray::number(round + 1).constData(),
+                        e.name.toUtf8().constData(), s.text().toUtf8().constData(), o.note.toUtf8().constData());
+        std::fflush(stdout);
+    };
+
+    // Tuning: every contender once at every point of the grid; each keeps its fastest.
+    if (grid.size() > 1) {
+        std::printf("Tuning over %zu settings (batch per process), one run each:\n", grid.size());
+        std::fflush(stdout);
+        for (Entry &e : entries) {
+            if (e.tunedLike >= 0)
+                continue;
+            double bestSeconds = -1;
+            e.best = grid.front();
+            for (const Setting &s : grid) {
+                const Outcome o = e.run(s);
+                report(-1, e, s, o);
+                if (o.seconds >= 0 && (bestSeconds < 0 || o.seconds < bestSeconds)) {
+                    bestSeconds = o.seconds;
+                    e.best = s;
+                }
+            }
+        }
+    } else {
+        for (Entry &e : entries)
+            e.best = grid.front();
+    }
+    for (Entry &e : entries)
+        if (e.tunedLike >= 0)
+            e.best = entries[std::size_t(e.tunedLike)].best;
+    std::printf("Best settings:\n");
+    for (const Entry &e : entries)
+        std::printf("  %-40s %s\n", e.name.toUtf8().constData(), e.best.text().toUtf8().constData());
+    std::printf("Best against best, %d repeats, the contenders alternating:\n", repeats);
     std::fflush(stdout);
+
     for (int r = 0; r < repeats; ++r) {
         for (std::size_t k = 0; k < entries.size(); ++k) {
             Entry &e = entries[(k + std::size_t(r)) % entries.size()]; // a different one goes first each round
-            const Outcome o = e.run(r);
-            if (o.seconds >= 0) {
+            const Outcome o = e.run(e.best);
+            report(r, e, e.best, o);
+            if (o.seconds >= 0)
                 e.seconds.push_back(o.seconds);
-                std::printf("  [%d] %-40s %6.1f s (epoch %d)\n", r + 1, e.name.toUtf8().constData(), o.seconds, o.epoch);
-            } else {
+            else
                 e.notes << o.note;
-                std::printf("  [%d] %-40s %s\n", r + 1, e.name.toUtf8().constData(), o.note.toUtf8().constData());
-            }
-            std::fflush(stdout);
         }
     }
     std::printf("\nSeconds to %.1f%%:\n", target * 100);
@@ -405,7 +516,7 @@ int benchAccuracyPeers(const QCommandLineParser &parser)
     if (!entries[0].seconds.empty() && !entries[1].seconds.empty())
         std::printf("  ratio Flotilla / DDP (medians)            %.2f  (target <= 0.8)\n", median(0) / median(1));
     if (!entries[0].seconds.empty() && !entries[2].seconds.empty())
-        std::printf("  ratio Flotilla / single-process loop      %.2f\n", median(0) / median(2));
+        std::printf("  ratio Flotilla / single-process loop      %.2f  (target <= 0.75)\n", median(0) / median(2));
     if (preemptEvery > 0 && !entries[0].seconds.empty() && !entries[3].seconds.empty())
         std::printf("  ratio Flotilla with kills / without       %.2f  (target <= 1.25)\n", median(3) / median(0));
     return ExitOk;

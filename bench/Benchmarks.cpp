@@ -170,7 +170,7 @@ PairedRates benchAggregation(std::int64_t parameters, int repeats, int inner)
     return times;
 }
 
-Result<void> runBareLoop(const BareLoopConfig &config, const std::function<bool(int, double)> &epochDone)
+Result<void> runBareLoop(const BareLoopConfig &config, const std::function<bool(int, double, double)> &epochDone)
 {
     auto data = fashionMnist(config.dataDir, config.trainLimit);
     if (!data)
@@ -188,6 +188,8 @@ Result<void> runBareLoop(const BareLoopConfig &config, const std::function<bool(
         const torch::Tensor order = torch::randperm(train.size(), torch::kInt64);
         bareEpoch(model, optimizer, trainFeatures.index_select(0, order), train.labels.index_select(0, order),
                   config.batchSize);
+        QElapsedTimer evaluation;
+        evaluation.start();
         torch::NoGradGuard noGrad;
         model.eval();
         std::int64_t correct = 0;
@@ -196,7 +198,7 @@ Result<void> runBareLoop(const BareLoopConfig &config, const std::function<bool(
             correct += model.forward(testFeatures.narrow(0, i, take)).argmax(1).eq(test.labels.narrow(0, i, take))
                            .sum().item<std::int64_t>();
         }
-        if (!epochDone(epoch, double(correct) / double(test.size())))
+        if (!epochDone(epoch, double(correct) / double(test.size()), double(evaluation.nsecsElapsed()) / 1e9))
             break;
     }
     return {};

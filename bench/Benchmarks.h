@@ -53,7 +53,8 @@ struct BareLoopConfig
 };
 
 // Trains the CNN with a plain loop over the whole training set, evaluating on the test set
-// after each epoch; `epochDone(epoch, accuracy)` returns false to stop.
-Result<void> runBareLoop(const BareLoopConfig &config, const std::function<bool(int, double)> &epochDone);
+// after each epoch; `epochDone(epoch, accuracy, seconds the evaluation took)` returns false
+// to stop.
+Result<void> runBareLoop(const BareLoopConfig &config, const std::function<bool(int, double, double)> &epochDone);
 
 } // namespace flotilla

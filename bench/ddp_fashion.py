@@ -3,8 +3,15 @@
 PyTorch DistributedDataParallel, N processes on the CPU with the gloo backend.
 
 Each epoch rank 0 evaluates on the test set and prints one JSON line
-    {"epoch": 1, "accuracy": 0.85, "seconds": 12.3}
-(seconds since this script started), so the caller can stop it once a target is reached.
+    {"epoch": 1, "accuracy": 0.85, "seconds": 12.3, "eval_seconds": 0.9}
+(seconds since this script started; eval_seconds: the evaluations so far took that long, so
+the caller can keep them off its clock), and the caller stops it once a target is reached.
+With --link RATE/RTT (e.g. 50mbit/40ms) every all-reduce of gradients takes at least as long
+as it would over such a link between the two ranks: one round trip plus the bucket's bytes at
+the rate (a ring all-reduce of two ranks sends the whole bucket each way, in two halves).
+Gloo's own connections cannot be relayed through the benchmark's link shaper (their
+addresses are exchanged inside gloo), so the same link is applied here, in a
+communication hook.
 With --kill-rank-after S, rank 1 SIGKILLs itself S seconds after the start, as a spot
 preemption would; DDP has no way to go on without it, and the run ends with an error line
     {"failed": "...", "seconds": ...}
@@ -65,6 +72,36 @@ class Cnn(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
+def parse_link(text):
+    """'50mbit/40ms' -> (bits per second, round trip in seconds)."""
+    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+    rate, _, rtt = text.lower().partition("/")
+    for unit, scale in units.items():
+        if rate.endswith(unit):
+            bps = float(rate[:-len(unit)]) * scale
+            break
+    else:
+        raise ValueError(f"--link: '{text}' needs a rate in kbit, mbit or gbit, e.g. 50mbit/40ms")
+    if rtt and not rtt.endswith("ms"):
+        raise ValueError(f"--link: '{text}' needs the round trip in ms, e.g. 50mbit/40ms")
+    return bps, (float(rtt[:-2]) / 1000 if rtt else 0.0)
+
+
+def link_hook(bps, rtt):
+    def hook(_state, bucket):
+        started = time.monotonic()
+        tensor = bucket.buffer()
+        dist.all_reduce(tensor)
+        tensor.div_(dist.get_world_size())
+        wait = rtt + tensor.numel() * tensor.element_size() * 8 / bps - (time.monotonic() - started)
+        if wait > 0:
+            time.sleep(wait)
+        done = torch.futures.Future()
+        done.set_result(tensor)
+        return done
+    return hook
+
+
 def emit(record):
     print(json.dumps(record), flush=True)
 
@@ -76,8 +113,11 @@ def run(rank, args, port):
     x, y, tx, ty = load(args.data, args.train_limit)
     torch.manual_seed(args.seed)
     model = nn.parallel.DistributedDataParallel(Cnn())
+    if args.link:
+        model.register_comm_hook(None, link_hook(*parse_link(args.link)))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     # Each process trains its own half of a shuffled epoch, like DistributedSampler.
+    eval_seconds = 0.0
     for epoch in range(1, args.epochs + 1):
         g = torch.Generator().manual_seed(args.seed * 1000 + epoch)
         order = torch.randperm(len(x), generator=g)[rank::args.processes]
@@ -90,11 +130,14 @@ def run(rank, args, port):
             F.cross_entropy(model(x[idx]), y[idx]).backward()
             optimizer.step()
         if rank == 0:
+            evaluation = time.monotonic()
             model.eval()
             with torch.no_grad():
                 correct = sum((model.module(tx[i:i + 1000]).argmax(1) == ty[i:i + 1000]).sum().item()
                               for i in range(0, len(tx), 1000))
-            emit({"epoch": epoch, "accuracy": correct / len(tx), "seconds": time.monotonic() - START})
+            eval_seconds += time.monotonic() - evaluation
+            emit({"epoch": epoch, "accuracy": correct / len(tx), "seconds": time.monotonic() - START,
+                  "eval_seconds": eval_seconds})
         dist.barrier()
     dist.destroy_process_group()
 
@@ -113,7 +156,14 @@ def main():
     p.add_argument("--port", type=int, default=29517)
     p.add_argument("--timeout", type=float, default=60, help="seconds a collective waits for a missing process")
     p.add_argument("--kill-rank-after", type=float, default=0)
+    p.add_argument("--link", default="", help="an emulated link between the ranks, e.g. 50mbit/40ms")
     args = p.parse_args()
+    if args.link:
+        try:
+            parse_link(args.link)
+        except ValueError as e:
+            emit({"failed": str(e), "seconds": time.monotonic() - START})
+            return 2
     try:
         mp.spawn(run, args=(args, args.port), nprocs=args.processes, join=True)
     except Exception as e:  # a rank died: DDP cannot go on without it

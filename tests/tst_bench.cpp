@@ -5,6 +5,8 @@
 #include <QRegularExpression>
 #include <QtTest>
 
+#include <map>
+
 namespace {
 
 struct Run
@@ -85,9 +87,39 @@ private Q_SLOTS:
                              QStringLiteral("4"), QStringLiteral("--repeats"), QStringLiteral("1"),
                              QStringLiteral("--max-seconds"), QStringLiteral("120"), QStringLiteral("--preemption-every"),
                              QStringLiteral("3"), QStringLiteral("--python"), QStringLiteral(FLOTILLA_PYTHON),
-                             QStringLiteral("--ddp-script"), QStringLiteral(FLOTILLA_SOURCE_DIR "/bench/ddp_fashion.py")},
+                             QStringLiteral("--ddp-script"), QStringLiteral(FLOTILLA_SOURCE_DIR "/bench/ddp_fashion.py"),
+                             QStringLiteral("--lr-grid"), QStringLiteral("0.03,0.1"), QStringLiteral("--batch-grid"),
+                             QStringLiteral("32")},
                             400000);
         QVERIFY2(r.exitCode == 0, qPrintable(r.output));
+        // Each contender was tuned over the grid, keeps the setting of its fastest tuning run
+        // (times are printed to 0.1 s: any of those printed as the fastest), and runs best
+        // against best with it.
+        const QRegularExpression tuned(QStringLiteral("\\[tune\\] (.+?)\\s{2,}(lr [0-9.]+, batch \\d+)\\s+([0-9.]+) s"));
+        std::map<QString, std::map<double, QStringList>> tuning; // contender → seconds → settings
+        for (auto it = tuned.globalMatch(r.output); it.hasNext();) {
+            const auto m = it.next();
+            tuning[m.captured(1)][m.captured(3).toDouble()] << m.captured(2);
+        }
+        const QString bestSection = r.output.mid(r.output.indexOf(QStringLiteral("Best settings:")));
+        for (const char *who : {"Flotilla, 2 worker processes", "PyTorch DDP, 2 processes (gloo)",
+                                "LibTorch loop, 1 process"}) {
+            const QString name = QString::fromLatin1(who);
+            qsizetype runs = 0;
+            for (const auto &[seconds, settings] : tuning[name])
+                runs += settings.size();
+            QVERIFY2(runs == 2, qPrintable(r.output)); // both learning rates reached the low target
+            const auto kept = QRegularExpression(QRegularExpression::escape(name)
+                                                 + QStringLiteral("\\s+(lr [0-9.]+, batch \\d+)\\n"))
+                                  .match(bestSection);
+            QVERIFY2(kept.hasMatch(), qPrintable(r.output));
+            QVERIFY2(tuning[name].begin()->second.contains(kept.captured(1)),
+                     qPrintable(name + QStringLiteral(" kept ") + kept.captured(1) + u'\n' + r.output));
+            QVERIFY2(r.output.contains(QRegularExpression(QStringLiteral("\\[1\\] ") + QRegularExpression::escape(name)
+                                                          + QStringLiteral("\\s+")
+                                                          + QRegularExpression::escape(kept.captured(1)))),
+                     qPrintable(r.output));
+        }
         for (const char *who : {"Flotilla, 2 worker processes", "PyTorch DDP, 2 processes (gloo)",
                                 "LibTorch loop, 1 process"})
             QVERIFY2(wellFormed(spreadOf(r.output, QString::fromLatin1(who))), qPrintable(r.output));
