@@ -701,31 +701,30 @@ bool Coordinator::keepsBases() const
     return m_core->rule().needsBase() || m_compression != Compression::None;
 }
 
-void Coordinator::decodeResult(const Lease &lease, SubtaskResult &result)
+bool Coordinator::decodeResult(const Lease &lease, SubtaskResult &result)
 {
     if (result.wireBytes > 0) {
         ++m_resultsReceived;
         m_resultBytes += result.wireBytes;
     }
     if (result.encoding == Compression::None || !result.invalidReason.isEmpty())
-        return;
+        return true;
     if (result.encoding != m_compression) {
         result.invalidReason = QStringLiteral("the result is compressed as %1; this job takes %2 results")
                                    .arg(compressionName(result.encoding), compressionName(m_compression));
-        return;
+        return true;
     }
     auto base = baseWeights(lease);
-    if (!base) {
-        result.invalidReason = base.error();
-        return;
-    }
+    if (!base)
+        return false;
     auto weights = decodeUpdate(result.encoding, result.update, *base);
     if (!weights) {
         result.invalidReason = weights.error();
-        return;
+        return true;
     }
     result.weights = std::move(*weights);
     result.update = QByteArray();
+    return true;
 }
 
 SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
@@ -758,7 +757,15 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     };
     if (check.verdict == Scheduler::Verdict::Duplicate)
         return duplicate(check.reason);
-    decodeResult(lease, result);
+    // A very late result whose base is no longer kept is nobody's fault: it is dropped like a
+    // duplicate (its subtask was handed out again when its lease ended), not held against
+    // its worker.
+    if (!decodeResult(lease, result)) {
+        const QString why = QStringLiteral("the weights of version %1 this delta is a change from are no longer kept")
+                                .arg(lease.baseVersion);
+        handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost), why);
+        return duplicate(why);
+    }
     if (const QString invalid = validate(result); !invalid.isEmpty()) {
         reply.reason = invalid;
         ++m_rejected;

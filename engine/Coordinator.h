@@ -342,8 +342,8 @@ private:
     // Base weights are kept for active leases when the rule needs them or results come as deltas.
     bool keepsBases() const;
     // Turns a compressed result into weights against its lease's base; sets invalidReason
-    // when it cannot.
-    void decodeResult(const Lease &lease, SubtaskResult &result);
+    // when the bytes are bad. False: the base is no longer kept (a very late result).
+    bool decodeResult(const Lease &lease, SubtaskResult &result);
     void collectGarbage();
     void requestEvaluation(int epoch);
     void dispatchEvaluation(EvaluationRequest request);

@@ -216,6 +216,36 @@ private Q_SLOTS:
         QCOMPARE(c->progress().rejected, qint64(0));
     }
 
+    void lateDeltaWhoseBaseIsGoneIsDroppedNotHeldAgainstItsWorker()
+    {
+        Fixture f;
+        f.spec.fleet.leaseTimeoutSeconds = 10;
+        auto c = f.open(QStringLiteral("int8"));
+        QVERIFY(c);
+        const qint64 slow = c->workerJoined(test::spotWorker(QStringLiteral("slow"))).value();
+        const qint64 fast = c->workerJoined(test::spotWorker(QStringLiteral("fast"))).value();
+        const qint64 other = c->workerJoined(test::spotWorker(QStringLiteral("other"))).value();
+        auto late = c->requestSubtask(slow); // from version 0
+        auto first = c->requestSubtask(fast);
+        f.clock.advance(10'000);
+        c->tick(); // both leases expire; version 0 is no longer an active lease's base
+        UpdateEncoder e;
+        QCOMPARE(c->submitResult(fast, compressedResult(*first, Compression::Int8, e)).status,
+                 SubmitStatus::Assimilated);
+        // The late subtask goes to another worker, which keeps it while the model moves on.
+        QCOMPARE(c->requestSubtask(other)->subtaskId, late->subtaskId);
+        for (int i = 0; i < 4; ++i) // past the two checkpoints kept on disk
+            QCOMPARE(c->submitResult(fast, compressedResult(*c->requestSubtask(fast), Compression::Int8, e)).status,
+                     SubmitStatus::Assimilated);
+        const torch::Tensor before = c->globalWeights().clone();
+        UpdateEncoder mine;
+        const SubmitReply reply = c->submitResult(slow, compressedResult(*late, Compression::Int8, mine));
+        QCOMPARE(reply.status, SubmitStatus::Duplicate);
+        QVERIFY2(reply.reason.contains(QStringLiteral("no longer kept")), qPrintable(reply.reason));
+        QVERIFY(torch::equal(before, c->globalWeights()));
+        QCOMPARE(c->progress().rejected, qint64(0));
+    }
+
     void corruptOrMismatchedDeltasAreRejectedAndTheModelKept()
     {
         Fixture f;

@@ -7,6 +7,7 @@
 #include "FakeMetadata.h"
 #include "TestSupport.h"
 
+#include <QRegularExpression>
 #include <QTcpServer>
 #include <QtTest>
 
@@ -283,13 +284,20 @@ private Q_SLOTS:
                     QStringLiteral("500"), QStringLiteral("--epochs"), QStringLiteral("2"), QStringLiteral("--shards"),
                     QStringLiteral("8"), QStringLiteral("--workers"), QStringLiteral("2"), QStringLiteral("--chaos-mean"),
                     QStringLiteral("2"), QStringLiteral("--rejoin-delay"), QStringLiteral("0.5"),
-                    QStringLiteral("--compression"), QStringLiteral("int8")});
+                    QStringLiteral("--compression"), QStringLiteral("int8"), QStringLiteral("--link"),
+                    QStringLiteral("100mbit/10ms")});
         QVERIFY(demo.waitForFinished(240000));
         const QString out = QString::fromUtf8(demo.readAll());
         QVERIFY2(demo.exitCode() == 0, qPrintable(out));
         QVERIFY2(out.contains(QStringLiteral("Demo finished (finished)")), qPrintable(out));
         QVERIFY(out.contains(QStringLiteral("staleness")));
         QVERIFY(out.contains(QStringLiteral("at on-demand prices")));
+        // Every worker went through the emulated link: at least the shards and the weights of
+        // the 16 subtasks (8 shards of 500 images, 2 epochs) crossed it.
+        const auto relayed = QRegularExpression(QStringLiteral("emulated links\\s+100mbit/10ms each, ([0-9.]+) MB relayed"))
+                                 .match(out);
+        QVERIFY2(relayed.hasMatch(), qPrintable(out));
+        QVERIFY2(relayed.captured(1).toDouble() > 16 * (0.9 + 0.23), qPrintable(out));
         auto store = Store::open(dir.filePath(QStringLiteral("demo/coordinator/flotilla.db")));
         const QString wrong = test::verifyExactlyOnce(**store, std::vector<qint64>(8, 500), 2);
         QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
