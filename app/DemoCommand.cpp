@@ -216,10 +216,11 @@ int runDemoCommand(const QStringList &arguments)
                          QStringLiteral("--host"), QStringLiteral("127.0.0.1"), QStringLiteral("--port"),
                          QStringLiteral("0"), QStringLiteral("--token-file"), tokenFile, QStringLiteral("--token-uses"),
                          QStringLiteral("10000"), QStringLiteral("--quiet")});
-    std::printf("Demo in %s: a coordinator and %d workers on loopback, a worker SIGKILLed every %s\n",
-                runDir.toUtf8().constData(), workers,
-                chaosMean > 0 ? (chaosFixed ? QStringLiteral("%1 s") : QStringLiteral("%1 s on average")).arg(chaosMean).toUtf8().constData()
-                              : "never");
+    const QString chaosLine = chaosMean <= 0 ? QStringLiteral("no worker SIGKILLed")
+                          : chaosFixed   ? QStringLiteral("a worker SIGKILLed every %1 s").arg(chaosMean)
+                                         : QStringLiteral("a worker SIGKILLed every %1 s on average").arg(chaosMean);
+    std::printf("Demo in %s: a coordinator and %d workers on loopback, %s\n", runDir.toUtf8().constData(), workers,
+                chaosLine.toUtf8().constData());
     std::fflush(stdout);
     QElapsedTimer wall;
     wall.start();

@@ -46,6 +46,7 @@ WorkerAgent::WorkerAgent(Options options, QObject *parent)
     connect(m_client.get(), &net::WorkerClient::disconnected, this, [this](const QString &reason) {
         qCInfo(lcBridge).noquote() << "disconnected:" << reason << "(reconnecting; training goes on)";
         m_message = reason;
+        m_asked = false; // a request on the lost connection is answered to nobody
         Q_EMIT statusChanged();
     });
     connect(&m_training, &QFutureWatcher<std::shared_ptr<Result<TrainOutcome>>>::finished, this, &WorkerAgent::onTrained);
@@ -157,10 +158,9 @@ void WorkerAgent::onWelcomed(const QCborMap &header)
         m_speed = m_session->measureThroughput(32, m_options.threads, 0.5);
         qCInfo(lcBridge).noquote() << "measured" << qRound(m_speed) << "samples/s on" << m_options.device;
     }
-    if (m_pending)
-        sendPending();
-    else if (!m_current)
-        requestWork();
+    m_asked = false;
+    sendPending();
+    requestWork();
 }
 
 WorkerAgent::Status WorkerAgent::status() const
@@ -201,10 +201,14 @@ void WorkerAgent::setSuspended(bool suspended)
     Q_EMIT statusChanged();
 }
 
+// Also while a result waits for its Ack: the coordinator reads a connection's messages in
+// order, so the result is folded before the request is granted, and the new lease's weights
+// already hold it. Asking only after the Ack cost a round trip per subtask, idle.
 void WorkerAgent::requestWork()
 {
-    if (m_preempting || m_finished || m_suspended || m_current || m_pending || !m_client->isConnected())
+    if (m_preempting || m_finished || m_suspended || m_current || m_asked || !m_client->isConnected())
         return;
+    m_asked = true;
     m_client->send(net::RequestMsg{m_speed});
 }
 
@@ -218,6 +222,7 @@ void WorkerAgent::onMessage(const net::Message &message)
         onShard(message);
         return;
     case MessageType::NoWork: {
+        m_asked = false;
         const auto noWork = decoded<net::NoWorkMsg>(*m_client, message);
         if (!noWork)
             return;
@@ -262,6 +267,7 @@ void WorkerAgent::onMessage(const net::Message &message)
 
 void WorkerAgent::onAssign(const net::Message &message)
 {
+    m_asked = false;
     const auto assign = decoded<net::AssignMsg>(*m_client, message);
     if (!assign)
         return;
@@ -405,6 +411,7 @@ void WorkerAgent::onTrained()
     }
     m_pending = Pending{c.leaseId, std::move(header), std::move(payload)};
     sendPending();
+    requestWork();
 }
 
 void WorkerAgent::sendPending()

@@ -117,6 +117,9 @@ private:
     ShardCache m_shards;
     std::optional<Current> m_current;
     std::optional<Pending> m_pending;
+    // A Request is on its way and not answered (Assign or NoWork) on this connection yet: the
+    // coordinator takes a second one as the worker dropping the lease the first one got.
+    bool m_asked = false;
     QThreadPool m_pool;
     QFutureWatcher<std::shared_ptr<Result<TrainOutcome>>> m_training;
     std::atomic<bool> m_cancel{false};

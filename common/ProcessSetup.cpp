@@ -1,5 +1,6 @@
 #include "common/ProcessSetup.h"
 
+#include <QThread>
 #include <QtGlobal>
 
 #include <algorithm>
@@ -13,6 +14,10 @@
 #endif
 #ifdef Q_OS_MACOS
 #include <climits>
+#endif
+#ifdef Q_OS_LINUX
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace flotilla {
@@ -42,6 +47,18 @@ const char *raiseOpenFileLimit()
         return "setrlimit(RLIMIT_NOFILE) failed";
 #endif
     return "";
+}
+
+void yieldCpuToOtherWork()
+{
+#ifdef Q_OS_LINUX
+    // Linux's niceness is per thread; QThread's priorities do nothing under SCHED_OTHER.
+    // Never less nice than the thread already is (a process started under nice keeps it).
+    const id_t thread = id_t(syscall(SYS_gettid));
+    setpriority(PRIO_PROCESS, thread, std::max(10, getpriority(PRIO_PROCESS, thread)));
+#else
+    QThread::currentThread()->setPriority(QThread::LowestPriority);
+#endif
 }
 
 } // namespace flotilla

@@ -15,4 +15,11 @@ void keepLargeBuffersForReuse();
 // an explanation when it could not, else an empty string.
 const char *raiseOpenFileLimit();
 
+// Background work that should not slow the training on the same machine (the coordinator's
+// evaluations, next to its own worker or a benchmark's): the calling thread gets about a tenth
+// of the share of a normal one when the CPU is contended (Linux: nice 10 for this thread
+// only; elsewhere Qt's lowest thread priority), and full speed when it is not. Not idle
+// priority: a machine whose workers keep every core busy would never show an accuracy.
+void yieldCpuToOtherWork();
+
 } // namespace flotilla

@@ -1,5 +1,6 @@
 #include "engine/CoordinatorThread.h"
 
+#include "common/ProcessSetup.h"
 #include "engine/EngineLog.h"
 
 #include <QMetaObject>
@@ -140,6 +141,9 @@ void CoordinatorThread::start()
         const JobSpec spec = m_coordinator->spec();
         m_evaluationPool.start([this, request = std::move(request), data, spec]() mutable {
             at::set_num_threads(spec.training.threads);
+            // Evaluation is the coordinator's heaviest work; it must not take CPU from workers
+            // on the same machine (the control center's own, a benchmark's).
+            yieldCpuToOtherWork();
             auto device = request.onCpu ? Result<torch::Device>(torch::Device(torch::kCPU))
                                         : selectDevice(spec.training.device);
             Result<Evaluation> ev = !m_evaluationModel ? Result<Evaluation>(fail(QStringLiteral("no model to evaluate with")))

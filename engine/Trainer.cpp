@@ -128,9 +128,16 @@ Result<TrainOutcome> trainSubtask(Model &model, const torch::Tensor &startWeight
     return out;
 }
 
+int evaluationBatchSize(torch::Device device)
+{
+    return device.is_cpu() ? 64 : 1000;
+}
+
 Result<Evaluation> evaluate(Model &model, const torch::Tensor &weights, const Dataset &data, torch::Device device,
                             int batchSize)
 {
+    if (batchSize <= 0)
+        batchSize = evaluationBatchSize(device);
     const torch::Tensor &y = data.labels;
     Evaluation ev;
     try {

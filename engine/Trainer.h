@@ -52,7 +52,8 @@ Result<TrainOutcome> trainSubtask(Model &model, const torch::Tensor &startWeight
                                   const std::atomic<bool> *cancel = nullptr, const TrainProgress &progress = {});
 
 // Accuracy and mean loss of flat weights on a data set, in batches made by the same
-// InputPipeline as training's (never augmented), under NoGradGuard.
+// InputPipeline as training's (never augmented), under NoGradGuard. batchSize 0: a size that
+// suits the device (see evaluationBatchSize).
 struct Evaluation
 {
     double accuracy = 0.0;
@@ -60,6 +61,11 @@ struct Evaluation
     std::int64_t samples = 0;
 };
 Result<Evaluation> evaluate(Model &model, const torch::Tensor &weights, const Dataset &data, torch::Device device,
-                            int batchSize = 1000);
+                            int batchSize = 0);
+// On a CPU, small batches: the activations and the convolutions' unfolded inputs of a batch of
+// 1,000 images run to hundreds of MB, freshly mapped (and page-faulted) for every batch, and
+// evaluating the default job's test set took several times longer than in batches of 64.
+// A GPU wants large ones.
+int evaluationBatchSize(torch::Device device);
 
 } // namespace flotilla

@@ -11,6 +11,8 @@
 #include <QTcpServer>
 #include <QtTest>
 
+#include <algorithm>
+
 using namespace flotilla;
 
 namespace {
@@ -307,6 +309,46 @@ private Q_SLOTS:
         QVERIFY(coordinator.open(QIODevice::ReadOnly));
         const QString log = QString::fromUtf8(coordinator.readAll());
         QVERIFY2(log.contains(QStringLiteral("results' weights     223.2 KiB each")), qPrintable(log.right(1500)));
+    }
+
+    // A worker asks for its next subtask together with its result instead of after the Ack:
+    // behind a link with a 400 ms round trip, the coordinator grants the next lease as soon as
+    // it has folded the result. Asking after the Ack would leave at least the round trip
+    // (the Ack's half on the way out, the request's on the way back) between the two.
+    void theNextSubtaskIsAskedForWithTheResult()
+    {
+        QTemporaryDir dir;
+        QProcess demo;
+        demo.setProcessChannelMode(QProcess::MergedChannels);
+        demo.start(test::flotillaBinary(),
+                   {QStringLiteral("demo"), QStringLiteral("--run-dir"), dir.filePath(QStringLiteral("demo")),
+                    QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--train-limit"),
+                    QStringLiteral("1200"), QStringLiteral("--test-limit"), QStringLiteral("200"),
+                    QStringLiteral("--epochs"), QStringLiteral("1"), QStringLiteral("--shards"), QStringLiteral("6"),
+                    QStringLiteral("--workers"), QStringLiteral("1"), QStringLiteral("--chaos-mean"),
+                    QStringLiteral("0"), QStringLiteral("--link"), QStringLiteral("1000mbit/400ms")});
+        QVERIFY(demo.waitForFinished(120000));
+        const QString out = QString::fromUtf8(demo.readAll());
+        QVERIFY2(demo.exitCode() == 0, qPrintable(out));
+        auto store = Store::open(dir.filePath(QStringLiteral("demo/coordinator/flotilla.db")));
+        QVERIFY(store);
+        auto folded = (*store)->events(1, EventKind::ResultAssimilated);
+        auto granted = (*store)->events(1, EventKind::LeaseGranted);
+        QVERIFY(folded && granted);
+        QCOMPARE(int(folded->size()), 6);
+        std::vector<qint64> gaps;
+        for (const EventRecord &f : *folded) {
+            for (const EventRecord &g : *granted) {
+                if (g.workerId == f.workerId && g.id > f.id) {
+                    gaps.push_back(g.atMs - f.atMs);
+                    break;
+                }
+            }
+        }
+        QCOMPARE(int(gaps.size()), 5); // the last result has no next subtask
+        std::sort(gaps.begin(), gaps.end());
+        QVERIFY2(gaps[2] < 200, qPrintable(QStringLiteral("median gap %1 ms between a result and the next lease")
+                                               .arg(gaps[2])));
     }
 };
 

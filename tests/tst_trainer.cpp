@@ -1,11 +1,20 @@
 // The local trainer: it learns, stops on a preemption notice with a partial result, refuses
 // to return poisoned weights, honours local steps, and the learning-rate schedules.
 #include "TestSupport.h"
+#include "common/ProcessSetup.h"
 #include "engine/Trainer.h"
 
 #include <QtTest>
 
+#include <thread>
+
 #include <torch/torch.h>
+
+#ifdef Q_OS_LINUX
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 using namespace flotilla;
 
@@ -55,6 +64,45 @@ private Q_SLOTS:
         QVERIFY(after->accuracy > 0.95);
         QVERIFY(after->loss < before->loss);
         QVERIFY(torch::equal(start, s.model->flatWeights()) == false);
+    }
+
+    // The batch only changes how the test set is cut: a last short batch is counted like the
+    // others, and the CPU's default is small (large batches were page-faulted into existence).
+    void evaluationDoesNotDependOnTheBatch()
+    {
+        Setup s;
+        s.config.localEpochs = 1;
+        auto out = trainSubtask(*s.model, s.model->flatWeights(), s.data->train, s.config, torch::kCPU);
+        QVERIFY(out);
+        auto whole = evaluate(*s.model, out->weights, s.data->test, torch::kCPU, 100000);
+        QVERIFY(whole);
+        QCOMPARE(whole->samples, s.data->test.size());
+        for (const int batch : {0, 1, 7, 64}) {
+            auto ev = evaluate(*s.model, out->weights, s.data->test, torch::kCPU, batch);
+            QVERIFY(ev);
+            QCOMPARE(ev->samples, whole->samples);
+            QCOMPARE(ev->accuracy, whole->accuracy);
+            QVERIFY2(std::abs(ev->loss - whole->loss) < 1e-5, qPrintable(QString::number(batch)));
+        }
+        QVERIFY(evaluationBatchSize(torch::kCPU) <= 128);
+    }
+
+    // The coordinator's evaluation thread gives way to training on the same machine.
+    void backgroundWorkYieldsTheCpu()
+    {
+#ifdef Q_OS_LINUX
+        const int before = getpriority(PRIO_PROCESS, id_t(syscall(SYS_gettid)));
+        int nice = -100;
+        std::thread thread([&nice] {
+            yieldCpuToOtherWork();
+            nice = getpriority(PRIO_PROCESS, id_t(syscall(SYS_gettid)));
+        });
+        thread.join();
+        QCOMPARE(nice, std::max(10, before));
+        QCOMPARE(getpriority(PRIO_PROCESS, id_t(syscall(SYS_gettid))), before); // only that thread
+#else
+        QSKIP("thread niceness is read back on Linux only");
+#endif
     }
 
     void sameSeedSameResult()
