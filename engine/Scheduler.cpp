@@ -51,6 +51,7 @@ void Scheduler::restore(const std::vector<Subtask> &subtasks, const std::vector<
     m_queuedPositions = 0;
     m_openByEpoch.clear();
     m_activeByDeadline.clear();
+    m_aloneByDeadline.clear();
     m_activeByWorker.clear();
     m_activeBySubtask.clear();
     m_activeBaseSeqs.clear();
@@ -291,8 +292,16 @@ void Scheduler::indexActive(const Lease &lease)
 {
     m_activeByDeadline.insert({lease.deadlineMs, lease.id});
     m_activeByWorker[lease.workerId].insert(lease.id);
-    m_activeBySubtask[lease.subtaskId].insert(lease.id);
+    std::set<qint64> &onSubtask = m_activeBySubtask[lease.subtaskId];
+    onSubtask.insert(lease.id);
     m_activeBaseSeqs.insert(lease.baseSeq);
+    // Only leases alone on their subtask are candidates for a speculative copy.
+    if (onSubtask.size() == 1) {
+        m_aloneByDeadline.insert({lease.deadlineMs, lease.id});
+    } else if (onSubtask.size() == 2) {
+        const Lease &other = m_leases.at(*onSubtask.begin() == lease.id ? *onSubtask.rbegin() : *onSubtask.begin());
+        m_aloneByDeadline.erase({other.deadlineMs, other.id});
+    }
 }
 
 void Scheduler::unindexActive(const Lease &lease)
@@ -308,6 +317,12 @@ void Scheduler::unindexActive(const Lease &lease)
     };
     eraseFrom(m_activeByWorker, lease.workerId);
     eraseFrom(m_activeBySubtask, lease.subtaskId);
+    m_aloneByDeadline.erase({lease.deadlineMs, lease.id});
+    if (const auto left = m_activeBySubtask.find(lease.subtaskId);
+        left != m_activeBySubtask.end() && left->second.size() == 1) {
+        const Lease &other = m_leases.at(*left->second.begin());
+        m_aloneByDeadline.insert({other.deadlineMs, other.id});
+    }
     if (const auto it = m_activeBaseSeqs.find(lease.baseSeq); it != m_activeBaseSeqs.end())
         m_activeBaseSeqs.erase(it);
 }
@@ -410,15 +425,33 @@ SchedulerChanges Scheduler::hold(qint64 leaseId, bool supersedeOthers)
 {
     SchedulerChanges changes;
     const auto it = m_leases.find(leaseId);
-    if (it == m_leases.end() || it->second.state != LeaseState::Active)
+    if (it == m_leases.end())
         return changes;
-    endLease(it->second, LeaseState::Completed, changes);
-    if (supersedeOthers)
-        if (const auto others = m_activeBySubtask.find(it->second.subtaskId); others != m_activeBySubtask.end()) {
-            const std::set<qint64> ids = others->second; // endLease() edits the index
-            for (const qint64 id : ids)
-                endLease(m_leases.at(id), LeaseState::Superseded, changes);
-        }
+    Lease &lease = it->second;
+    if (lease.state == LeaseState::Active) {
+        endLease(lease, LeaseState::Completed, changes);
+    } else if (supersedeOthers) {
+        // A late result: the lease keeps its end time, its state records the delivery.
+        lease.state = LeaseState::Completed;
+        changes.add(lease);
+    } else {
+        return changes;
+    }
+    if (!supersedeOthers)
+        return changes;
+    // The subtask may have gone back to the queue, or to another worker, when the lease
+    // ended: it is not to be trained again.
+    Subtask &s = m_subtasks.at(lease.subtaskId);
+    if (s.state == SubtaskState::Queued) {
+        dequeue(s);
+        s.state = SubtaskState::Leased;
+        changes.add(s);
+    }
+    if (const auto others = m_activeBySubtask.find(s.id); others != m_activeBySubtask.end()) {
+        const std::set<qint64> ids = others->second; // endLease() edits the index
+        for (const qint64 id : ids)
+            endLease(m_leases.at(id), LeaseState::Superseded, changes);
+    }
     return changes;
 }
 
@@ -557,13 +590,9 @@ std::optional<qint64> Scheduler::speculationCandidate() const
 {
     // The lease nearest its deadline is the one most overdue for its expected time: a slow
     // worker, or one that is gone and not yet declared lost.
-    for (const auto &[deadline, leaseId] : m_activeByDeadline) {
-        Q_UNUSED(deadline);
-        const qint64 subtaskId = m_leases.at(leaseId).subtaskId;
-        if (activeLeasesOn(subtaskId) == 1)
-            return subtaskId;
-    }
-    return std::nullopt;
+    if (m_aloneByDeadline.empty())
+        return std::nullopt;
+    return m_leases.at(m_aloneByDeadline.begin()->second).subtaskId;
 }
 
 int Scheduler::activeLeaseCount() const

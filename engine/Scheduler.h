@@ -251,6 +251,7 @@ private:
     std::map<qint64, std::set<qint64>> m_activeByWorker;
     std::map<qint64, std::set<qint64>> m_activeBySubtask;
     std::multiset<qint64> m_activeBaseSeqs;
+    std::set<std::pair<qint64, qint64>> m_aloneByDeadline; // active leases alone on their subtask
     int m_openedEpochs = 0;
     int m_epochsDone = 0;
     int m_forgottenEpochs = 0; // epochs [0, this) left memory
