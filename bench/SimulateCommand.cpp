@@ -96,9 +96,25 @@ Result<Options> readOptions(const QCommandLineParser &parser)
         && number(parser, "staleness-exponent", c.aggregation.stalenessExponent, error)
         && number(parser, "outer-lr", c.aggregation.outerLearningRate, error)
         && number(parser, "outer-momentum", c.aggregation.outerMomentum, error)
-        && number(parser, "threads", o.threads, error);
+        && number(parser, "threads", o.threads, error)
+        && number(parser, "epochs-ahead", c.epochsAhead, error);
     if (!ok)
         return fail(error);
+    if (parser.isSet(QStringLiteral("buffer"))) {
+        const QString text = parser.value(QStringLiteral("buffer")).trimmed();
+        bool whole = false;
+        const qlonglong k = text.toLongLong(&whole);
+        if (text == QLatin1String("auto"))
+            c.buffer = 0;
+        else if (!whole || k < 1 || k > kMaxBuffer)
+            return fail(QStringLiteral("--buffer: '%1' is not 'auto' or a whole number of results from 1 to %2")
+                            .arg(text)
+                            .arg(kMaxBuffer));
+        else
+            c.buffer = int(k);
+    }
+    c.shareTail = parser.isSet(QStringLiteral("share-tail"));
+    c.speculate = parser.isSet(QStringLiteral("speculate"));
     if (seed < 0)
         return fail(QStringLiteral("--seed must be ≥ 0"));
     c.seed = quint64(seed);
@@ -226,6 +242,13 @@ int runSimulateCommand(const QStringList &arguments)
     opt("staleness-exponent", "staleness-aware: p in α_s = 1 − (1−α)/(1+s)^p (default 0.5).", "p");
     opt("outer-lr", "async-delta: outer learning rate (default 1).", "rate");
     opt("outer-momentum", "async-delta: outer momentum (default 0).", "m");
+    opt("buffer", "Asynchronous rules fold the mean of this many results as one version; 'auto': the square root "
+        "of the fleet (default 1).", "k|auto");
+    opt("epochs-ahead", "Epochs an asynchronous job may open past the oldest unfinished one (default 1).", "n");
+    parser.addOption({ QStringLiteral("share-tail"),
+        QStringLiteral("No subtask takes more than its share of the queued work (smaller subtasks near an epoch's end).") });
+    parser.addOption({ QStringLiteral("speculate"),
+        QStringLiteral("When nothing is queued in the last epoch, idle workers train copies of the most overdue subtasks.") });
     opt("instance", "Instance type whose prices cost the fleet.", "type", QStringLiteral("aws/c5.large"));
     opt("price-table", "Price table (JSON) instead of the built-in one.", "file");
     opt("seed", "Seed of the data, the speeds and the preemptions (default 1).", "n");

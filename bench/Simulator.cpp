@@ -16,6 +16,7 @@
 #include <limits>
 #include <map>
 #include <queue>
+#include <set>
 
 namespace flotilla {
 
@@ -256,7 +257,20 @@ QStringList SimulationConfig::problems() const
     need(separation >= 0 && std::isfinite(separation), QStringLiteral("--separation must be ≥ 0"));
     need(
         testSamples >= 1 && testSamples <= 1'000'000, QStringLiteral("--test-samples must be between 1 and 1,000,000"));
+    need(epochsAhead >= 1 && epochsAhead <= 10'000, QStringLiteral("--epochs-ahead must be between 1 and 10,000"));
+    need(buffer >= 0 && buffer <= kMaxBuffer,
+        QStringLiteral("--buffer must be 'auto' or between 1 and %1 results").arg(kMaxBuffer));
     return p;
+}
+
+int SimulationConfig::effectiveBuffer() const
+{
+    if (buffer > 0)
+        return buffer;
+    // About √N results per version: an in-flight result sees some 0.6·N others assimilated
+    // while it trains, so its staleness falls from ~0.6·N versions to ~0.6·√N, and each
+    // version averages √N results.
+    return std::max(1, int(std::ceil(std::sqrt(double(workers)))));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -354,6 +368,8 @@ public:
             m_events.pop();
             m_clock.set(e.atMs);
             handle(e);
+            if (m_core.flushDue())
+                folded(m_core.flush(true));
             serveIdle();
             sampleFleet(false);
         }
@@ -374,6 +390,9 @@ private:
         a.leaseTimeoutSeconds = c.leaseTimeoutSeconds;
         a.batchSize = c.batchSize;
         a.localEpochs = c.localEpochs;
+        a.schedule.epochsAhead = c.epochsAhead;
+        a.buffer = c.effectiveBuffer();
+        a.shareTail = c.shareTail;
         return a;
     }
 
@@ -495,6 +514,16 @@ private:
             return;
         // The coordinator's lease policy.
         auto grant = m_core.grant(w);
+        if (!grant && m_config.speculate && m_scheduler.openedEpochs() == m_scheduler.epochs()) {
+            // Nothing queued and no epoch left to open: a copy of the subtask most overdue,
+            // so that the job's end does not wait on one slow or vanished worker.
+            if (const auto candidate = m_scheduler.speculationCandidate()) {
+                const qint64 durationMs = qint64(std::llround(m_config.leaseTimeoutSeconds * 1000.0));
+                grant = m_scheduler.grantReplica(*candidate, w, m_core.seq(), m_core.version(), durationMs);
+                if (grant)
+                    ++m_result.speculativeCopies;
+            }
+        }
         if (!grant) {
             if (!worker.idle) {
                 worker.idle = true;
@@ -662,60 +691,72 @@ private:
         // undone (the model is small) and the result dropped.
         const FoldOutcome f = m_core.fold(check.lease, s, admission, result,
             m_core.rule().needsBase() ? worker.base : torch::Tensor(), std::numeric_limits<double>::quiet_NaN(), true);
-        if (!f.folded) {
+        if (!f.folded && !f.buffered) {
             record(EventKind::ResultRejected, w, leaseId, s.id, f.refusal);
             stopWork(worker, false, worker.sampleSteps);
             endLeases(m_scheduler.drop(leaseId, LeaseState::Lost), EventKind::LeaseLost);
             request(w);
             return;
         }
-        const SchedulerChanges &changes = f.changes;
-        const bool epochClosed = f.epochClosed;
-        const qint64 seq = f.seq;
-
-        ++m_result.assimilations;
-        m_result.staleness.push_back(f.staleness);
-        int bucket = 0;
-        for (qint64 v = f.staleness; v > 0; v >>= 1)
-            ++bucket;
-        if (std::size_t(bucket) >= m_result.stalenessHistogram.size())
-            m_result.stalenessHistogram.resize(std::size_t(bucket) + 1, 0);
-        ++m_result.stalenessHistogram[std::size_t(bucket)];
-        m_result.positionsAssimilated += covered;
-        m_result.creditSum += admission.credit;
-        m_covered[std::size_t(s.epoch) * std::size_t(m_config.shards) + std::size_t(s.shard)] += covered;
-        if (worker.partial || covered < s.size())
-            ++m_result.partialResults;
-        record(worker.partial || covered < s.size() ? EventKind::ResultPartial
-                                                    : EventKind::ResultAssimilated,
-            w, leaseId, s.id,
-            QStringLiteral("seq %1, version %2, staleness %3, credit %4, positions %5-%6%7")
-                .arg(seq)
-                .arg(f.version)
-                .arg(f.staleness)
-                .arg(admission.credit, 0, 'f', 3)
-                .arg(s.begin)
-                .arg(s.begin + covered)
-                .arg(check.late ? QStringLiteral(" (late)") : QString()));
-
+        if (worker.partial)
+            m_partialLeases.insert(leaseId);
+        if (check.late)
+            m_lateLeases.insert(leaseId);
         const double computeSeconds = double(worker.computeEndMs - worker.computeStartMs) / 1000.0;
         m_core.measureSpeed(w, worker.sampleSteps, computeSeconds);
         stopWork(worker, true, worker.sampleSteps);
-        endLeases(changes, EventKind::LeaseSuperseded);
+        folded(f);
+        if (worker.warned)
+            return;
+        request(w);
+    }
 
-        if (epochClosed) {
+    // The results a fold assimilated (one, or a buffer's), and the leases it ended.
+    void folded(const FoldOutcome &f)
+    {
+        for (const FoldedResult &r : f.refused)
+            record(EventKind::ResultRejected, int(r.workerId), r.leaseId, r.subtask.id, f.refusal);
+        for (const FoldedResult &r : f.results) {
+            const Subtask &s = r.subtask;
+            const bool partial = m_partialLeases.erase(r.leaseId) > 0 || r.covered < s.size();
+            const bool late = m_lateLeases.erase(r.leaseId) > 0;
+            ++m_result.assimilations;
+            m_result.staleness.push_back(r.staleness);
+            int bucket = 0;
+            for (qint64 v = r.staleness; v > 0; v >>= 1)
+                ++bucket;
+            if (std::size_t(bucket) >= m_result.stalenessHistogram.size())
+                m_result.stalenessHistogram.resize(std::size_t(bucket) + 1, 0);
+            ++m_result.stalenessHistogram[std::size_t(bucket)];
+            m_result.positionsAssimilated += r.covered;
+            m_result.creditSum += r.credit;
+            m_covered[std::size_t(s.epoch) * std::size_t(m_config.shards) + std::size_t(s.shard)] += r.covered;
+            if (partial)
+                ++m_result.partialResults;
+            record(partial ? EventKind::ResultPartial : EventKind::ResultAssimilated, int(r.workerId), r.leaseId, s.id,
+                QStringLiteral("seq %1, version %2, staleness %3, credit %4, positions %5-%6%7")
+                    .arg(r.seq)
+                    .arg(f.version)
+                    .arg(r.staleness)
+                    .arg(r.credit, 0, 'f', 3)
+                    .arg(s.begin)
+                    .arg(s.begin + r.covered)
+                    .arg(late ? QStringLiteral(" (late)") : QString()));
+        }
+        endLeases(f.changes, EventKind::LeaseSuperseded);
+        if (f.results.empty())
+            return;
+        if (f.epochClosed) {
             while (int(m_result.epochEndMs.size()) < m_scheduler.epochsDone()) {
                 m_result.epochEndMs.push_back(now());
                 record(EventKind::EpochCompleted, -1, 0, 0,
                     QStringLiteral("epoch %1 at version %2").arg(m_result.epochEndMs.size()).arg(f.version));
             }
             evaluate();
-        } else if (m_result.assimilations % m_evaluateEvery == 0) {
+        } else if (m_result.assimilations / m_evaluateEvery
+            > (m_result.assimilations - qint64(f.results.size())) / m_evaluateEvery) {
             evaluate();
         }
-        if (worker.warned)
-            return;
-        request(w);
     }
 
     void handle(const Event &e)
@@ -832,6 +873,7 @@ private:
     std::deque<int> m_idle;
     std::priority_queue<Event, std::vector<Event>, std::greater<Event>> m_events;
     std::vector<qint64> m_covered; // positions assimilated per (epoch, shard)
+    std::set<qint64> m_partialLeases, m_lateLeases; // buffered results' kinds, until their fold
     SimulationResult m_result;
 };
 
@@ -931,6 +973,9 @@ QString simulationReport(const SimulationConfig &c, const std::vector<Simulation
         << " s per transfer)\n";
     out << "  leases:   timeout " << c.leaseTimeoutSeconds << " s, target subtask " << c.targetSubtaskSeconds
         << " s, heartbeat timeout " << c.heartbeatTimeoutSeconds << " s\n";
+    out << "  policy:   aggregation buffer " << c.effectiveBuffer() << (c.buffer == 0 ? " (auto)" : "")
+        << " result(s) per version, " << c.epochsAhead << " epoch(s) ahead, share tail "
+        << (c.shareTail ? "on" : "off") << ", speculation " << (c.speculate ? "on" : "off") << "\n";
     out << "  job:      " << c.shards << " shards x " << c.shardSize << " samples, " << c.epochs << " epochs, "
         << c.localEpochs << " local epoch(s), batch " << c.batchSize << ", lr " << c.learningRate << "\n";
     out << "  model:    softmax regression, " << c.features << " features x " << c.classes << " classes ("
@@ -940,7 +985,7 @@ QString simulationReport(const SimulationConfig &c, const std::vector<Simulation
 
     const QStringList header { QStringLiteral("rule"), QStringLiteral("done"), QStringLiteral("time s"),
         QStringLiteral("s/epoch"), QStringLiteral("stale p50"), QStringLiteral("p90"), QStringLiteral("p99"),
-        QStringLiteral("max"), QStringLiteral("wasted"), QStringLiteral("spot $"), QStringLiteral("on-dem. $"),
+        QStringLiteral("max"), QStringLiteral("busy"), QStringLiteral("wasted"), QStringLiteral("spot $"), QStringLiteral("on-dem. $"),
         QStringLiteral("loss"), QStringLiteral("accuracy") };
     std::vector<QStringList> rows { header };
     for (const auto &r : results)
@@ -948,7 +993,7 @@ QString simulationReport(const SimulationConfig &c, const std::vector<Simulation
             fixed(double(r.simulatedMs) / 1000.0, 1), fixed(meanEpochSeconds(r), 1),
             QString::number(r.stalenessPercentile(50)), QString::number(r.stalenessPercentile(90)),
             QString::number(r.stalenessPercentile(99)), QString::number(r.stalenessPercentile(100)),
-            fixed(100.0 * wastedShare(r), 1) + u'%', fixed(r.costSpot, 4), fixed(r.costOnDemand, 4),
+            fixed(100.0 * r.busyShare(), 1) + u'%', fixed(100.0 * wastedShare(r), 1) + u'%', fixed(r.costSpot, 4), fixed(r.costOnDemand, 4),
             fixed(r.finalLoss(), 4), fixed(100.0 * r.finalAccuracy(), 2) + u'%' });
     std::vector<int> width(header.size(), 0);
     for (const auto &row : rows)
@@ -978,9 +1023,10 @@ QString simulationReport(const SimulationConfig &c, const std::vector<Simulation
             << fixed(r.creditSum, 3) << "\n";
         out << "  leases: granted " << r.leasesGranted << ", expired " << r.leasesExpired << ", lost " << r.leasesLost
             << ", handed back " << r.leasesHandedBack << ", superseded " << r.leasesSuperseded << ", reassignments "
-            << r.reassignments << ", duplicates " << r.duplicates << "; preemptions " << r.preemptions << "\n";
+            << r.reassignments << ", duplicates " << r.duplicates << ", speculative copies " << r.speculativeCopies
+            << "; preemptions " << r.preemptions << "\n";
         out << "  worker-hours: online " << fixed(r.onlineSeconds / 3600.0, 3) << ", busy "
-            << fixed(r.busySeconds / 3600.0, 3) << ", wasted " << fixed(r.wastedSeconds / 3600.0, 3) << " ("
+            << fixed(r.busySeconds / 3600.0, 3) << " (" << fixed(100.0 * r.busyShare(), 1) << "% of online), wasted " << fixed(r.wastedSeconds / 3600.0, 3) << " ("
             << fixed(100.0 * wastedShare(r), 1) << "% of busy), sample-steps wasted " << r.sampleStepsWasted << " of "
             << r.sampleStepsTrained << "\n";
         out << "  staleness histogram:";
@@ -1010,6 +1056,10 @@ QJsonObject simulationJson(const SimulationConfig &c, const std::vector<Simulati
         { QStringLiteral("lease_timeout_s"), c.leaseTimeoutSeconds },
         { QStringLiteral("target_subtask_s"), c.targetSubtaskSeconds },
         { QStringLiteral("heartbeat_timeout_s"), c.heartbeatTimeoutSeconds },
+        { QStringLiteral("buffer"), c.effectiveBuffer() },
+        { QStringLiteral("epochs_ahead"), c.epochsAhead },
+        { QStringLiteral("share_tail"), c.shareTail },
+        { QStringLiteral("speculate"), c.speculate },
         { QStringLiteral("shards"), c.shards },
         { QStringLiteral("shard_size"), c.shardSize },
         { QStringLiteral("samples"), qint64(c.shards) * c.shardSize },
@@ -1083,6 +1133,8 @@ QJsonObject simulationJson(const SimulationConfig &c, const std::vector<Simulati
             { QStringLiteral("useful_s"), r.usefulSeconds },
             { QStringLiteral("wasted_s"), r.wastedSeconds },
             { QStringLiteral("wasted_share"), wastedShare(r) },
+            { QStringLiteral("busy_share"), r.busyShare() },
+            { QStringLiteral("speculative_copies"), r.speculativeCopies },
             { QStringLiteral("sample_steps_trained"), r.sampleStepsTrained },
             { QStringLiteral("sample_steps_wasted"), r.sampleStepsWasted },
             { QStringLiteral("cost_spot"), r.costSpot },

@@ -42,6 +42,9 @@ struct TraceEntry
 Result<std::vector<TraceEntry>> parsePreemptionTrace(const QByteArray &text, const QString &origin, int workers);
 Result<std::vector<TraceEntry>> loadPreemptionTrace(const QString &path, int workers);
 
+// The largest aggregation buffer a simulation or a job accepts.
+constexpr int kMaxBuffer = 1'000'000;
+
 struct SimulationConfig
 {
     quint64 seed = 1;
@@ -72,6 +75,16 @@ struct SimulationConfig
     double leaseTimeoutSeconds = 120.0;
     double targetSubtaskSeconds = 60.0;
     double heartbeatTimeoutSeconds = 30.0; // a silent worker is declared gone (0: never)
+    // Goodput policies (see docs/simulator.md): epochs an asynchronous job may open past the
+    // oldest unfinished one; grants capped at their share of the queued work; speculative
+    // copies of the most overdue subtasks once nothing is queued in the last epoch.
+    int epochsAhead = 1;
+    bool shareTail = false;
+    bool speculate = false;
+    // Buffered aggregation: asynchronous rules fold the mean of this many results as one
+    // version; 0: auto, ⌈√workers⌉.
+    int buffer = 1;
+    int effectiveBuffer() const;
 
     // The job: shards × shardSize training samples, trained for epochs.
     int shards = 200;
@@ -130,6 +143,7 @@ struct SimulationResult
     qint64 duplicates = 0;
     qint64 partialResults = 0;
     qint64 preemptions = 0;
+    qint64 speculativeCopies = 0;
 
     double onlineSeconds = 0.0; // billed: every worker's time online until the job finished
     double busySeconds = 0.0; // time workers spent on subtasks (transfers and training)
@@ -163,6 +177,8 @@ struct SimulationResult
     std::vector<FleetSample> fleet; // at most one sample per simulated second
     std::vector<SimulationEvent> events; // with SimulationConfig::recordEvents
 
+    // Busy worker time over paid (online) worker time.
+    double busyShare() const { return onlineSeconds > 0 ? busySeconds / onlineSeconds : 0.0; }
     double finalLoss() const { return evaluations.empty() ? 0.0 : evaluations.back().loss; }
     double finalAccuracy() const { return evaluations.empty() ? 0.0 : evaluations.back().accuracy; }
     // Nearest-rank percentile of the staleness, p in (0, 100].

@@ -85,11 +85,44 @@ public:
         m_ranges.foldCounters(state.weights, c.result);
         return true;
     }
+    // The mean of K updates W + m_i·(W_i − W) is W + M·(T − W) with M = Σm_i / K and
+    // T = Σ m_i·W_i / Σ m_i: one mix toward the m-weighted mean of the results.
+    void gather(AggregationState &state, const Contribution &c) override
+    {
+        const double m = mixingWeight(c);
+        if (m_gathered == 0) {
+            m_sum = torch::zeros_like(state.weights);
+            m_mixSum = 0.0;
+            if (m_ranges.hasCounters())
+                m_ranges.counters(m_sum).copy_(m_ranges.counters(c.result));
+        }
+        m_ranges.floating(m_sum).add_(m_ranges.floating(c.result), m);
+        m_ranges.foldCounters(m_sum, c.result);
+        m_mixSum += m;
+        ++m_gathered;
+    }
+    bool foldGathered(AggregationState &state) override
+    {
+        if (m_gathered == 0)
+            return false;
+        const double mean = m_mixSum / double(m_gathered);
+        if (m_mixSum > 0) {
+            torch::Tensor target = m_ranges.floating(m_sum);
+            target.div_(m_mixSum);
+            torch::Tensor floating = m_ranges.floating(state.weights);
+            mixInPlace(floating, target, mean);
+        }
+        m_ranges.foldCounters(state.weights, m_sum);
+        m_gathered = 0;
+        return true;
+    }
 
 protected:
     virtual double mixingWeight(const Contribution &c) const { return (1.0 - m_alpha) * c.credit; }
     double m_alpha;
     Ranges m_ranges;
+    torch::Tensor m_sum; // gathered: Σ m_i·W_i (parameters, buffers), the largest counters
+    double m_mixSum = 0.0;
 };
 
 class StalenessAwareVcAsgd final : public VcAsgd
@@ -139,18 +172,60 @@ public:
         m_ranges.foldCounters(state.weights, c.result);
         return true;
     }
+    // K results: Δ = (1/K)·Σ c_i·(W_i − W_base,i), one outer step; buffers move toward the
+    // credit-weighted mean of the results' buffers by min(1, η)·Σc_i / K.
+    void gather(AggregationState &state, const Contribution &c) override
+    {
+        if (m_gathered == 0) {
+            m_sum = torch::zeros_like(state.weights);
+            m_creditSum = 0.0;
+            if (m_ranges.hasCounters())
+                m_ranges.counters(m_sum).copy_(m_ranges.counters(c.result));
+        }
+        torch::Tensor delta = m_ranges.parameters(m_sum);
+        delta.add_(m_ranges.parameters(c.result), c.credit).sub_(m_ranges.parameters(c.base), c.credit);
+        if (m_ranges.hasBuffers())
+            m_ranges.buffers(m_sum).add_(m_ranges.buffers(c.result), c.credit);
+        m_ranges.foldCounters(m_sum, c.result);
+        m_creditSum += c.credit;
+        ++m_gathered;
+    }
+    bool foldGathered(AggregationState &state) override
+    {
+        if (m_gathered == 0)
+            return false;
+        const double k = double(m_gathered);
+        m_delta = m_ranges.parameters(m_sum).div_(k);
+        step(state);
+        if (m_ranges.hasBuffers() && m_creditSum > 0) {
+            torch::Tensor buffers = m_ranges.buffers(state.weights);
+            torch::Tensor target = m_ranges.buffers(m_sum);
+            target.div_(m_creditSum);
+            mixInPlace(buffers, target, std::min(1.0, m_lr) * m_creditSum / k);
+        }
+        m_ranges.foldCounters(state.weights, m_sum);
+        m_delta = torch::Tensor();
+        m_gathered = 0;
+        return true;
+    }
 
 private:
     void foldParameters(AggregationState &state, const Contribution &c)
     {
         const torch::Tensor result = m_ranges.parameters(c.result);
-        torch::Tensor weights = m_ranges.parameters(state.weights);
         // Δ = c·(W_c − W_base): the client's progress, a descent direction already.
         if (!m_delta.defined() || m_delta.numel() != result.numel())
             m_delta = torch::empty_like(result);
         torch::sub_out(m_delta, result, m_ranges.parameters(c.base));
         if (c.credit != 1.0)
             m_delta.mul_(c.credit);
+        step(state);
+    }
+
+    // The outer step with m_delta.
+    void step(AggregationState &state)
+    {
+        torch::Tensor weights = m_ranges.parameters(state.weights);
         if (m_momentum <= 0) {
             weights.add_(m_delta, m_lr);
             return;
@@ -171,6 +246,8 @@ private:
     bool m_nesterov;
     Ranges m_ranges;
     torch::Tensor m_delta; // scratch, reused between assimilations
+    torch::Tensor m_sum;   // gathered: Σ c_i·Δ_i (parameters), Σ c_i·B_i (buffers), the largest counters
+    double m_creditSum = 0.0;
 };
 
 class SyncAverage final : public AggregationRule
@@ -193,6 +270,17 @@ public:
         m_ranges.foldCounters(state.roundSum, c.result);
         state.roundCredit += c.credit;
         ++state.roundResults;
+        return false;
+    }
+    // A round is its own buffer: gathering is assimilating, and the round's close folds.
+    void gather(AggregationState &state, const Contribution &c) override
+    {
+        assimilate(state, c);
+    }
+    bool foldGathered(AggregationState &state) override
+    {
+        Q_UNUSED(state);
+        m_gathered = 0;
         return false;
     }
     bool closeRound(AggregationState &state) override

@@ -56,6 +56,20 @@ public:
     virtual bool assimilate(AggregationState &state, const Contribution &c) = 0;
     // Synchronous rules: closes the round. Returns true if W changed.
     virtual bool closeRound(AggregationState &state) { Q_UNUSED(state); return false; }
+
+    // Buffered aggregation (asynchronous rules): gather() adds a result to a pending sum
+    // (its staleness measured against the current W, which does not change until the fold),
+    // foldGathered() folds the mean of the K gathered results' updates as one assimilation
+    // and empties the sum; it returns true if W changed. With K = 1 the fold equals
+    // assimilate(). The sum is one buffer the size of W, whatever K. docs/algorithms.md has
+    // each rule's formula.
+    virtual void gather(AggregationState &state, const Contribution &c) = 0;
+    virtual bool foldGathered(AggregationState &state) = 0;
+    int gathered() const { return m_gathered; }
+    void discardGathered() { m_gathered = 0; }
+
+protected:
+    int m_gathered = 0;
 };
 
 // segments: where the model's parameters, buffers and counters lie in the flat buffer (the

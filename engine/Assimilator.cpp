@@ -93,7 +93,14 @@ std::optional<Scheduler::Grant> Assimilator::grant(qint64 workerId)
     const qint64 largest = m_scheduler.shards() > 0 ? m_scheduler.shardSize(0) + 1 : 1;
     const LeaseSizing sizing = sizeLease(speed(workerId), m_config.targetSubtaskSeconds, m_config.leaseTimeoutSeconds,
                                          m_config.batchSize, m_config.localEpochs, m_config.localSteps > 0, largest);
-    return m_scheduler.grant(workerId, m_seq, m_version, sizing.durationMs, sizing.maxPositions);
+    qint64 maxPositions = sizing.maxPositions;
+    // Nothing queued yet: the grant opens an epoch, and takes a whole subtask of it.
+    if (m_config.shareTail && m_scheduler.queuedPositions() > 0) {
+        const qint64 holders = qint64(m_scheduler.activeLeaseCount()) + 1;
+        const qint64 share = std::max<qint64>(m_config.batchSize, (m_scheduler.queuedPositions() + holders - 1) / holders);
+        maxPositions = maxPositions > 0 ? std::min(maxPositions, share) : share;
+    }
+    return m_scheduler.grant(workerId, m_seq, m_version, sizing.durationMs, maxPositions);
 }
 
 Assimilator::Admission Assimilator::admit(const Subtask &subtask, qint64 sampleSteps, qint64 resultCovered) const
@@ -106,6 +113,17 @@ Assimilator::Admission Assimilator::admit(const Subtask &subtask, qint64 sampleS
                           .arg(subtask.end).arg(subtask.begin + resultCovered).arg(subtask.shard).arg(reach.doneBegin);
         return a;
     }
+    const qint64 reachEnd = subtask.begin + std::max<qint64>(1, reach.covered);
+    const auto pieces = m_bufferedPieces.equal_range({subtask.epoch, subtask.shard});
+    for (auto it = pieces.first; it != pieces.second; ++it)
+        if (it->second.first < reachEnd && subtask.begin < it->second.second) {
+            a.duplicate = QStringLiteral("positions %1-%2 of shard %3 were returned by another result that waits in the "
+                                         "aggregation buffer")
+                              .arg(std::max(subtask.begin, it->second.first))
+                              .arg(std::min(reachEnd, it->second.second))
+                              .arg(subtask.shard);
+            return a;
+        }
     a.covered = reach.covered;
     const qint64 fullShardWork = m_config.localSteps > 0
                                      ? qint64(m_config.localSteps) * m_config.batchSize
@@ -129,6 +147,24 @@ FoldOutcome Assimilator::fold(const Lease &lease, const Subtask &subtask, const 
     c.result = std::move(result);
     c.base = std::move(base);
     out.staleness = c.staleness;
+
+    if (bufferSize() > 1) {
+        if (!isFinite(c.result) || (m_rule->needsBase() && !isFinite(c.base))) {
+            out.refusal = QStringLiteral("the result is not finite (NaN or infinity); it does not enter the aggregation "
+                                         "buffer");
+            return out;
+        }
+        // The version does not change until the buffer folds, so this staleness is the one
+        // the result has at the fold.
+        m_rule->gather(m_state, c);
+        out.changes = m_scheduler.hold(lease.id, true);
+        m_buffer.push_back(Pending { lease, subtask, admission, c.staleness, meanLoss });
+        m_bufferedPieces.insert({ { subtask.epoch, subtask.shard }, { subtask.begin, subtask.end } });
+        out.buffered = true;
+        if (int(m_buffer.size()) >= bufferSize() || admission.covered > subtask.size())
+            return foldBuffer(keepUndo, std::move(out));
+        return out;
+    }
 
     std::optional<AggregationState> undo;
     if (keepUndo)
@@ -172,7 +208,74 @@ FoldOutcome Assimilator::fold(const Lease &lease, const Subtask &subtask, const 
     out.folded = true;
     out.seq = m_seq;
     out.version = m_version;
+    out.results.push_back(
+        FoldedResult { lease.id, lease.workerId, subtask, m_seq, c.staleness, admission.covered, admission.credit });
     replay(meanLoss, c.staleness);
+    return out;
+}
+
+bool Assimilator::flushDue() const
+{
+    return !m_buffer.empty() && m_scheduler.queuedCount() == 0 && m_scheduler.activeLeaseCount() == 0;
+}
+
+FoldOutcome Assimilator::flush(bool keepUndo)
+{
+    if (m_buffer.empty())
+        return FoldOutcome {};
+    return foldBuffer(keepUndo, FoldOutcome {});
+}
+
+FoldOutcome Assimilator::foldBuffer(bool keepUndo, FoldOutcome out)
+{
+    std::vector<Pending> pending;
+    pending.swap(m_buffer);
+    m_bufferedPieces.clear();
+    const auto folded = [](const Pending &p, qint64 seq) {
+        return FoldedResult { p.lease.id, p.lease.workerId, p.subtask, seq, p.staleness, p.admission.covered,
+                              p.admission.credit };
+    };
+    const auto append = [&out](const SchedulerChanges &more) {
+        out.changes.subtasks.insert(out.changes.subtasks.end(), more.subtasks.begin(), more.subtasks.end());
+        out.changes.leases.insert(out.changes.leases.end(), more.leases.begin(), more.leases.end());
+    };
+
+    std::optional<AggregationState> undo;
+    if (keepUndo)
+        undo = copyOf(m_state);
+    const bool changed = m_rule->foldGathered(m_state);
+    if (!stateIsFinite()) {
+        out.folded = false;
+        out.refusal = QStringLiteral("folding the mean of %1 buffered results would have made the global model "
+                                     "non-finite (NaN or infinity); the global model stays at version %2 and their "
+                                     "subtasks are queued again")
+                          .arg(pending.size())
+                          .arg(m_version);
+        if (undo)
+            restore(std::move(*undo));
+        else
+            out.restoreNeeded = true;
+        for (const Pending &p : pending) {
+            out.refused.push_back(folded(p, 0));
+            append(m_scheduler.release(p.subtask.id));
+        }
+        return out;
+    }
+
+    const int epochsBefore = m_scheduler.epochsDone();
+    for (const Pending &p : pending) {
+        const qint64 seq = ++m_seq;
+        append(m_scheduler.complete(p.lease.id, p.admission.covered, seq));
+        out.results.push_back(folded(p, seq));
+        out.covered = p.admission.covered;
+        replay(p.meanLoss, p.staleness);
+    }
+    out.epochClosed = m_scheduler.epochsDone() > epochsBefore;
+    m_version += changed ? 1 : 0;
+    m_snapshot = torch::Tensor();
+    out.folded = true;
+    out.seq = m_seq;
+    out.version = m_version;
     return out;
 }
 

@@ -32,6 +32,25 @@ struct AssimilatorConfig
     int batchSize = 32;
     int localEpochs = 1;
     int localSteps = 0; // > 0: a shard's work is this many steps, whatever its size
+    // Buffered aggregation (asynchronous rules): the mean of this many admitted results is
+    // folded as one version (1: each result is its own version). See fold().
+    int buffer = 1;
+    // Smaller subtasks near an epoch's end: no grant takes more than its share of what is
+    // queued (⌈queued positions / (active leases + 1)⌉, at least a batch), so the last work
+    // is spread over the fleet instead of waiting on a few workers' full-sized subtasks.
+    bool shareTail = false;
+};
+
+// One result folded into the global model.
+struct FoldedResult
+{
+    qint64 leaseId = 0;
+    qint64 workerId = 0;
+    Subtask subtask;
+    qint64 seq = 0;
+    qint64 staleness = 0;
+    qint64 covered = 0;
+    double credit = 0.0;
 };
 
 // What one result did to the job.
@@ -51,6 +70,16 @@ struct FoldOutcome
     bool roundClosed = false;
     QString roundRefused; // a synchronous round's mean was not finite: the weights kept theirs
     SchedulerChanges changes;
+
+    // Buffered aggregation: the result waits in the buffer (folded is false, nothing is
+    // assimilated yet: its lease is held, its subtask stays leased until the fold).
+    bool buffered = false;
+    // Every result this call folded into the global model: the one given when unbuffered;
+    // a buffer's K results when this call folded the buffer; none when it only buffered.
+    // seq, version, covered and epochClosed above are those of the last of them.
+    std::vector<FoldedResult> results;
+    // A buffer's fold was refused: the subtasks of its results went back to the queue.
+    std::vector<FoldedResult> refused;
 };
 
 class Assimilator
@@ -95,8 +124,22 @@ public:
     // Folds a result into the global model: the rule's blend, the scheduler's bookkeeping,
     // the round's close. keepUndo: copy the state first, so that a fold that makes it
     // non-finite is undone here (otherwise the caller restores it).
+    //
+    // With a buffer of K > 1 (asynchronous rules) a finite result is gathered instead: its
+    // lease is held and its subtask stays leased, so nothing of it is assimilated (or owed to
+    // durable storage) until the buffer folds: when it holds K results, when a result reaches
+    // past its subtask's end (a late result after a split: its extra positions are owed now),
+    // or on flush(). A result that is not finite is refused and never enters the buffer.
     FoldOutcome fold(const Lease &lease, const Subtask &subtask, const Admission &admission, torch::Tensor result,
                      torch::Tensor base, double meanLoss, bool keepUndo);
+    // Results waiting in the buffer.
+    int buffered() const { return int(m_buffer.size()); }
+    int bufferSize() const { return m_rule->synchronous() ? 1 : std::max(1, m_config.buffer); }
+    // Whether the buffer must fold now: nothing else can arrive to fill it (nothing queued,
+    // no active lease), and the epoch it holds open would otherwise never close.
+    bool flushDue() const;
+    // Folds what the buffer holds as one version (nothing when empty).
+    FoldOutcome flush(bool keepUndo);
     // A result of the job's past (at resume), for the averages.
     void replay(double meanLoss, qint64 staleness);
 
@@ -106,6 +149,16 @@ public:
 
 private:
     bool stateIsFinite() const;
+    FoldOutcome foldBuffer(bool keepUndo, FoldOutcome out);
+
+    struct Pending
+    {
+        Lease lease;
+        Subtask subtask;
+        Admission admission;
+        qint64 staleness = 0;
+        double meanLoss = 0.0;
+    };
 
     AssimilatorConfig m_config;
     std::unique_ptr<AggregationRule> m_rule;
@@ -118,6 +171,9 @@ private:
     double m_lossEma = -1.0;
     std::deque<qint64> m_recentStaleness;
     qint64 m_maxStaleness = 0;
+    std::vector<Pending> m_buffer;
+    // (epoch, shard) → positions [begin, end) of the buffered results, for admit().
+    std::multimap<std::pair<int, int>, std::pair<qint64, qint64>> m_bufferedPieces;
 };
 
 } // namespace flotilla

@@ -48,8 +48,10 @@ void Scheduler::restore(const std::vector<Subtask> &subtasks, const std::vector<
     m_subtasks.clear();
     m_leases.clear();
     m_queue.clear();
+    m_queuedPositions = 0;
     m_openByEpoch.clear();
     m_activeByDeadline.clear();
+    m_aloneByDeadline.clear();
     m_activeByWorker.clear();
     m_activeBySubtask.clear();
     m_activeBaseSeqs.clear();
@@ -62,7 +64,7 @@ void Scheduler::restore(const std::vector<Subtask> &subtasks, const std::vector<
         if (s.state != SubtaskState::Done)
             ++m_openByEpoch[s.epoch];
         if (s.state == SubtaskState::Queued)
-            m_queue.insert({s.epoch, s.id});
+            enqueue(s);
     }
     for (const auto &l : leases) {
         m_leases[l.id] = l;
@@ -134,7 +136,7 @@ Subtask &Scheduler::newSubtask(int epoch, int shard, qint64 begin, qint64 end, q
     s.end = end;
     s.parentId = parentId;
     s.state = SubtaskState::Queued;
-    m_queue.insert({epoch, s.id});
+    enqueue(s);
     ++m_openByEpoch[epoch];
     return m_subtasks[s.id] = s;
 }
@@ -142,7 +144,19 @@ Subtask &Scheduler::newSubtask(int epoch, int shard, qint64 begin, qint64 end, q
 void Scheduler::requeue(Subtask &s)
 {
     s.state = SubtaskState::Queued;
+    enqueue(s);
+}
+
+void Scheduler::enqueue(const Subtask &s)
+{
     m_queue.insert({s.epoch, s.id});
+    m_queuedPositions += s.size();
+}
+
+void Scheduler::dequeue(const Subtask &s)
+{
+    if (m_queue.erase({s.epoch, s.id}) > 0)
+        m_queuedPositions -= s.size();
 }
 
 SchedulerChanges Scheduler::openEpochs()
@@ -157,8 +171,9 @@ SchedulerChanges Scheduler::openEpochs()
                 if (!epochDone(latest))
                     break;
             } else {
-                // One epoch ahead at most, and only once the latest one has nothing queued.
-                if (latest - m_epochsDone >= 1)
+                // epochsAhead epochs ahead of the oldest unfinished one at most, and only once
+                // the latest one has nothing queued.
+                if (latest - m_epochsDone >= std::max(1, m_config.epochsAhead))
                     break;
                 const auto queued = m_queue.lower_bound({latest, std::numeric_limits<qint64>::min()});
                 if (queued != m_queue.end() && queued->first == latest)
@@ -180,8 +195,8 @@ std::optional<Scheduler::Grant> Scheduler::grant(qint64 workerId, qint64 baseSeq
     g.changes = openEpochs();
     if (m_queue.empty())
         return std::nullopt;
-    const auto [epoch, subtaskId] = *m_queue.begin();
-    m_queue.erase(m_queue.begin());
+    const qint64 subtaskId = m_queue.begin()->second;
+    dequeue(m_subtasks.at(subtaskId));
     if (maxPositions > 0 && m_subtasks.at(subtaskId).size() > maxPositions) {
         const Subtask original = m_subtasks.at(subtaskId);
         g.changes.add(newSubtask(original.epoch, original.shard, original.begin + maxPositions, original.end, original.id));
@@ -277,8 +292,16 @@ void Scheduler::indexActive(const Lease &lease)
 {
     m_activeByDeadline.insert({lease.deadlineMs, lease.id});
     m_activeByWorker[lease.workerId].insert(lease.id);
-    m_activeBySubtask[lease.subtaskId].insert(lease.id);
+    std::set<qint64> &onSubtask = m_activeBySubtask[lease.subtaskId];
+    onSubtask.insert(lease.id);
     m_activeBaseSeqs.insert(lease.baseSeq);
+    // Only leases alone on their subtask are candidates for a speculative copy.
+    if (onSubtask.size() == 1) {
+        m_aloneByDeadline.insert({lease.deadlineMs, lease.id});
+    } else if (onSubtask.size() == 2) {
+        const Lease &other = m_leases.at(*onSubtask.begin() == lease.id ? *onSubtask.rbegin() : *onSubtask.begin());
+        m_aloneByDeadline.erase({other.deadlineMs, other.id});
+    }
 }
 
 void Scheduler::unindexActive(const Lease &lease)
@@ -294,6 +317,12 @@ void Scheduler::unindexActive(const Lease &lease)
     };
     eraseFrom(m_activeByWorker, lease.workerId);
     eraseFrom(m_activeBySubtask, lease.subtaskId);
+    m_aloneByDeadline.erase({lease.deadlineMs, lease.id});
+    if (const auto left = m_activeBySubtask.find(lease.subtaskId);
+        left != m_activeBySubtask.end() && left->second.size() == 1) {
+        const Lease &other = m_leases.at(*left->second.begin());
+        m_aloneByDeadline.insert({other.deadlineMs, other.id});
+    }
     if (const auto it = m_activeBaseSeqs.find(lease.baseSeq); it != m_activeBaseSeqs.end())
         m_activeBaseSeqs.erase(it);
 }
@@ -351,7 +380,7 @@ void Scheduler::close(Subtask &s, qint64 covered, qint64 seq, SchedulerChanges &
             endLease(m_leases.at(id), LeaseState::Superseded, changes);
     }
     if (s.state == SubtaskState::Queued)
-        m_queue.erase({s.epoch, s.id});
+        dequeue(s);
     s.state = SubtaskState::Done;
     s.coveredEnd = s.begin + covered;
     s.assimilatedSeq = seq;
@@ -392,13 +421,37 @@ SchedulerChanges Scheduler::complete(qint64 leaseId, qint64 covered, qint64 seq)
     return changes;
 }
 
-SchedulerChanges Scheduler::hold(qint64 leaseId)
+SchedulerChanges Scheduler::hold(qint64 leaseId, bool supersedeOthers)
 {
     SchedulerChanges changes;
     const auto it = m_leases.find(leaseId);
-    if (it == m_leases.end() || it->second.state != LeaseState::Active)
+    if (it == m_leases.end())
         return changes;
-    endLease(it->second, LeaseState::Completed, changes);
+    Lease &lease = it->second;
+    if (lease.state == LeaseState::Active) {
+        endLease(lease, LeaseState::Completed, changes);
+    } else if (supersedeOthers) {
+        // A late result: the lease keeps its end time, its state records the delivery.
+        lease.state = LeaseState::Completed;
+        changes.add(lease);
+    } else {
+        return changes;
+    }
+    if (!supersedeOthers)
+        return changes;
+    // The subtask may have gone back to the queue, or to another worker, when the lease
+    // ended: it is not to be trained again.
+    Subtask &s = m_subtasks.at(lease.subtaskId);
+    if (s.state == SubtaskState::Queued) {
+        dequeue(s);
+        s.state = SubtaskState::Leased;
+        changes.add(s);
+    }
+    if (const auto others = m_activeBySubtask.find(s.id); others != m_activeBySubtask.end()) {
+        const std::set<qint64> ids = others->second; // endLease() edits the index
+        for (const qint64 id : ids)
+            endLease(m_leases.at(id), LeaseState::Superseded, changes);
+    }
     return changes;
 }
 
@@ -531,6 +584,15 @@ const Subtask *Scheduler::subtask(qint64 id) const
 {
     const auto it = m_subtasks.find(id);
     return it == m_subtasks.end() ? nullptr : &it->second;
+}
+
+std::optional<qint64> Scheduler::speculationCandidate() const
+{
+    // The lease nearest its deadline is the one most overdue for its expected time: a slow
+    // worker, or one that is gone and not yet declared lost.
+    if (m_aloneByDeadline.empty())
+        return std::nullopt;
+    return m_leases.at(m_aloneByDeadline.begin()->second).subtaskId;
 }
 
 int Scheduler::activeLeaseCount() const

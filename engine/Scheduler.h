@@ -108,6 +108,10 @@ public:
         // Keep finished epochs' subtasks and leases in memory (the simulator checks every
         // epoch's tiling at the end); otherwise they are forgotten once done.
         bool keepDoneEpochs = false;
+        // Asynchronous jobs: how many epochs past the oldest unfinished one may be open (1:
+        // the next one only). More keep a fleet busy through an epoch's slow tail; each one
+        // adds about an epoch of versions to the staleness of the results that finish it.
+        int epochsAhead = 1;
     };
 
     Scheduler(Config config, const Clock *clock);
@@ -119,8 +123,9 @@ public:
     // of the others — must tile the shard exactly.
     QString checkIntegrity() const;
 
-    // Opens the next epoch(s) when the policy allows: asynchronous jobs run at most one epoch
-    // ahead of the oldest unfinished one, synchronous jobs one epoch at a time.
+    // Opens the next epoch(s) when the policy allows: asynchronous jobs run at most
+    // Config::epochsAhead epochs ahead of the oldest unfinished one, synchronous jobs one
+    // epoch at a time.
     SchedulerChanges openEpochs();
 
     // Leases the next queued subtask (oldest epoch first) to a worker. With maxPositions > 0
@@ -173,7 +178,10 @@ public:
     // A result kept aside until another worker's result of the same subtask can be compared
     // with it (redundancy): the lease has delivered, the subtask stays leased. A resend of the
     // result is a duplicate; complete() can still take the lease later.
-    SchedulerChanges hold(qint64 leaseId);
+    // supersedeOthers: the held result will be assimilated (a buffered one), so other active
+    // leases on the subtask end as superseded (their workers can stop; no drop() of theirs
+    // can send the subtask back to the queue).
+    SchedulerChanges hold(qint64 leaseId, bool supersedeOthers = false);
     // Records a result that was checked and dropped (a duplicate, or a rejected upload):
     // the lease ends; an active lease's subtask goes back to the queue unless another active
     // lease (a replica) still trains it.
@@ -202,6 +210,12 @@ public:
     std::optional<Lease> activeLeaseOf(qint64 workerId) const;
     const Subtask *subtask(qint64 id) const;
     int queuedCount() const { return static_cast<int>(m_queue.size()); }
+    // Positions of all queued subtasks together.
+    qint64 queuedPositions() const { return m_queuedPositions; }
+    // Speculation: a leased subtask that only one active lease trains, the one whose lease is
+    // nearest its deadline, for grantReplica() to give a second worker when nothing is
+    // queued; nothing when every leased subtask has a copy already.
+    std::optional<qint64> speculationCandidate() const;
     int activeLeaseCount() const;
     // The lowest base version of any active lease (to keep its weights), or -1.
     qint64 oldestActiveBaseSeq() const;
@@ -209,6 +223,8 @@ public:
 private:
     Subtask &newSubtask(int epoch, int shard, qint64 begin, qint64 end, qint64 parentId);
     void requeue(Subtask &s);
+    void enqueue(const Subtask &s);
+    void dequeue(const Subtask &s);
     // A new active lease on s (counted as an attempt).
     const Lease &newLease(Subtask &s, qint64 workerId, qint64 baseSeq, qint64 baseVersion, qint64 durationMs);
     void endLease(Lease &lease, LeaseState state, SchedulerChanges &changes);
@@ -228,12 +244,14 @@ private:
     std::map<qint64, Subtask> m_subtasks;
     std::map<qint64, Lease> m_leases;
     std::set<std::pair<int, qint64>> m_queue; // (epoch, subtask id)
+    qint64 m_queuedPositions = 0;
     std::map<int, int> m_openByEpoch;         // subtasks not yet done, per epoch
     // Indexes of the active leases (ids in ascending order, the order of m_leases).
     std::set<std::pair<qint64, qint64>> m_activeByDeadline; // (deadline, lease id)
     std::map<qint64, std::set<qint64>> m_activeByWorker;
     std::map<qint64, std::set<qint64>> m_activeBySubtask;
     std::multiset<qint64> m_activeBaseSeqs;
+    std::set<std::pair<qint64, qint64>> m_aloneByDeadline; // active leases alone on their subtask
     int m_openedEpochs = 0;
     int m_epochsDone = 0;
     int m_forgottenEpochs = 0; // epochs [0, this) left memory

@@ -421,6 +421,92 @@ private Q_SLOTS:
         }
     }
 
+    void vcAsgdBufferFoldsTheMeanOfTheUpdates()
+    {
+        // α = 0.5: m_1 = 0.5 (credit 1), m_2 = 0.25 (credit 0.5). From W = [2, 2]:
+        // W + ½·(0.5·([2,4] − W) + 0.25·([4,0] − W)) = [2,2] + ½·([0,1] + [0.5,−0.5]) = [2.25, 2.25].
+        // (One after the other they would give [2.5, 2.25]; the plain mean mixed by 0.5, [2.5, 2].)
+        auto r = rule(QStringLiteral("vc-asgd"), 0.5);
+        AggregationState s;
+        s.weights = vec({2, 2});
+        r->gather(s, Contribution{vec({2, 4}), {}, 1.0, 0});
+        r->gather(s, Contribution{vec({4, 0}), {}, 0.5, 7});
+        QCOMPARE(r->gathered(), 2);
+        expectEqual(s.weights, {2, 2}); // nothing folded yet
+        QVERIFY(r->foldGathered(s));
+        expectEqual(s.weights, {2.25f, 2.25f});
+        QCOMPARE(r->gathered(), 0);
+        QVERIFY(!r->foldGathered(s)); // an empty buffer changes nothing
+        expectEqual(s.weights, {2.25f, 2.25f});
+        // The sum starts again from zero: one more result alone is a plain fold.
+        r->gather(s, Contribution{vec({4.25f, 0.25f}), {}, 1.0, 0});
+        QVERIFY(r->foldGathered(s));
+        expectEqual(s.weights, {3.25f, 1.25f});
+    }
+
+    void stalenessAwareBufferWeighsEachResultByItsStaleness()
+    {
+        // α = 0.5, p = 1: fresh m = 0.5, staleness 3 m = 0.125. W = 0 + ½·(0.5·8 + 0.125·8) = 2.5.
+        auto r = rule(QStringLiteral("staleness-aware"), 0.5, 1.0);
+        AggregationState s;
+        s.weights = vec({0});
+        r->gather(s, Contribution{vec({8}), {}, 1.0, 0});
+        r->gather(s, Contribution{vec({8}), {}, 1.0, 3});
+        QVERIFY(r->foldGathered(s));
+        expectEqual(s.weights, {2.5f});
+    }
+
+    void asyncDeltaBufferTakesOneOuterStepWithTheMeanDelta()
+    {
+        // η = 0.5, μ = 0.9, Nesterov. Δ_1 = [1, 1], Δ_2 = 0.5·([3,1] − [1,1]) = [1, 0];
+        // Δ = [1, 0.5]; m = Δ; W = [1, 2] + 0.5·(Δ + 0.9·m) = [1.95, 2.475].
+        auto r = rule(QStringLiteral("async-delta"), 0.5, 0.5, 0.5, 0.9, true);
+        AggregationState s;
+        s.weights = vec({1, 2});
+        r->initialize(s);
+        r->gather(s, Contribution{vec({1, 1}), vec({0, 0}), 1.0, 0});
+        r->gather(s, Contribution{vec({3, 1}), vec({1, 1}), 0.5, 4});
+        QVERIFY(r->foldGathered(s));
+        expectEqual(s.weights, {1.95f, 2.475f});
+        expectEqual(s.momentum, {1, 0.5f});
+    }
+
+    void asyncDeltaBufferMovesBuffersTowardTheirMean()
+    {
+        // η = 0.5, no momentum. Parameters: Δ = mean([2, 2], [0, 0]) = [1, 1] → W_p = [1.5, 2.5].
+        // Buffers: toward the mean [4, 3] by min(1, η)·Σc/K = 0.5 → [2.5, 2]. Counter: max(3, 7, 4).
+        auto r = rule(QStringLiteral("async-delta"), 0.5, 0.5, 0.5, 0.0, true, modelWithBuffers());
+        AggregationState s;
+        s.weights = vec({1, 2, 1, 1, 3});
+        r->initialize(s);
+        r->gather(s, Contribution{vec({3, 4, 3, 5, 7}), vec({1, 2, 9, 9, 3}), 1.0, 0});
+        r->gather(s, Contribution{vec({1, 2, 5, 1, 4}), vec({1, 2, 0, 0, 0}), 1.0, 0});
+        QVERIFY(r->foldGathered(s));
+        expectEqual(s.weights, {1.5f, 2.5f, 2.5f, 2, 7});
+    }
+
+    void aBufferOfOneIsAPlainFold()
+    {
+        // Every asynchronous rule: gather + fold of one result equals assimilate().
+        torch::manual_seed(3);
+        for (const char *name : {"vc-asgd", "staleness-aware", "async-delta"}) {
+            auto a = rule(QString::fromLatin1(name), 0.4, 0.5, 0.7, 0.9, true, modelWithBuffers());
+            auto b = rule(QString::fromLatin1(name), 0.4, 0.5, 0.7, 0.9, true, modelWithBuffers());
+            AggregationState one, buffered;
+            one.weights = torch::rand({5});
+            buffered.weights = one.weights.clone();
+            a->initialize(one);
+            b->initialize(buffered);
+            for (int i = 0; i < 3; ++i) {
+                const Contribution c{torch::rand({5}), torch::rand({5}), 0.75, i * 2};
+                a->assimilate(one, c);
+                b->gather(buffered, c);
+                b->foldGathered(buffered);
+            }
+            QVERIFY2(torch::allclose(one.weights, buffered.weights, 1e-5, 1e-6), name);
+        }
+    }
+
     void unknownRuleIsAnError()
     {
         AggregationSpec spec;

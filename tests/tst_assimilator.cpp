@@ -215,6 +215,140 @@ private Q_SLOTS:
         // The other shard is all that is left.
         QCOMPARE(core->scheduler().queuedCount(), 1);
     }
+
+    void aBufferFoldsItsResultsAsOneVersion()
+    {
+        FakeClock clock;
+        AssimilatorConfig config;
+        config.buffer = 2;
+        auto core = make(clock, QStringLiteral("vc-asgd"), 1, {10, 10, 10}, config);
+        QCOMPARE(core->bufferSize(), 2);
+        auto a = core->grant(1);
+        auto b = core->grant(2);
+        auto c = core->grant(3);
+        QVERIFY(a && b && c);
+        FoldOutcome f = core->fold(a->lease, a->subtask, core->admit(a->subtask, 10, 10), filled(2), {}, 1, false);
+        // Buffered: nothing assimilated, the subtask still leased, the model unchanged.
+        QVERIFY(f.buffered);
+        QVERIFY(!f.folded);
+        QVERIFY(f.results.empty());
+        QCOMPARE(core->seq(), qint64(0));
+        QCOMPARE(core->version(), qint64(0));
+        QCOMPARE(core->buffered(), 1);
+        QVERIFY(core->scheduler().subtask(a->subtask.id)->state == SubtaskState::Leased);
+        QCOMPARE(core->state().weights[0].item<float>(), 0.0f);
+        QVERIFY(!core->flushDue()); // c is still out
+        // The second fills the buffer: W = 0 + ½·(0.5·2 + 0.5·4) = 1.5, one version, two seqs.
+        f = core->fold(b->lease, b->subtask, core->admit(b->subtask, 10, 10), filled(4), {}, 1, false);
+        QVERIFY(f.folded);
+        QCOMPARE(int(f.results.size()), 2);
+        QCOMPARE(f.results[0].seq, qint64(1));
+        QCOMPARE(f.results[1].seq, qint64(2));
+        QCOMPARE(f.results[0].staleness, qint64(0));
+        QCOMPARE(f.version, qint64(1));
+        QCOMPARE(core->state().weights[0].item<float>(), 1.5f);
+        QVERIFY(core->scheduler().subtask(a->subtask.id)->state == SubtaskState::Done);
+        QCOMPARE(core->scheduler().subtask(a->subtask.id)->assimilatedSeq, qint64(1));
+        // c started from version 0: staleness 1. Alone in the buffer with nothing else out,
+        // it is due; the flush folds it (W = 1.5 + 0.5·(6 − 1.5)) and closes the epoch.
+        f = core->fold(c->lease, c->subtask, core->admit(c->subtask, 10, 10), filled(6), {}, 1, false);
+        QVERIFY(f.buffered && !f.folded);
+        QCOMPARE(f.staleness, qint64(1));
+        QVERIFY(core->flushDue());
+        f = core->flush(false);
+        QVERIFY(f.folded);
+        QVERIFY(f.epochClosed);
+        QCOMPARE(int(f.results.size()), 1);
+        QCOMPARE(f.results[0].staleness, qint64(1));
+        QCOMPARE(core->version(), qint64(2));
+        QCOMPARE(core->seq(), qint64(3));
+        QCOMPARE(core->state().weights[0].item<float>(), 3.75f);
+        QVERIFY(core->scheduler().finished());
+        QVERIFY(core->scheduler().checkIntegrity().isEmpty());
+    }
+
+    void aBufferedSubtaskIsNotTrainedOrQueuedAgain()
+    {
+        FakeClock clock;
+        AssimilatorConfig config;
+        config.buffer = 4;
+        auto core = make(clock, QStringLiteral("staleness-aware"), 1, {10, 10}, config);
+        auto a = core->grant(1);
+        QVERIFY(a);
+        auto copy = core->scheduler().grantReplica(a->subtask.id, 2, 0, 0, 60000);
+        QVERIFY(copy);
+        const FoldOutcome f
+            = core->fold(a->lease, a->subtask, core->admit(a->subtask, 10, 10), filled(2), {}, 1, false);
+        QVERIFY(f.buffered);
+        // The copy is superseded at once: its worker can stop.
+        bool superseded = false;
+        for (const Lease &l : f.changes.leases)
+            superseded = superseded || (l.id == copy->lease.id && l.state == LeaseState::Superseded);
+        QVERIFY(superseded);
+        // Its result, arriving anyway, trained positions that wait in the buffer.
+        const auto again = core->admit(copy->subtask, 10, 10);
+        QVERIFY2(again.duplicate.contains(QStringLiteral("aggregation buffer")), qPrintable(again.duplicate));
+        // Dropping it does not send the buffered subtask back to the queue.
+        core->scheduler().drop(copy->lease.id, LeaseState::Lost);
+        QCOMPARE(core->scheduler().queuedCount(), 1); // only the other shard
+        QVERIFY(core->scheduler().subtask(a->subtask.id)->state == SubtaskState::Leased);
+    }
+
+    void aNonFiniteResultNeverEntersTheBuffer()
+    {
+        FakeClock clock;
+        AssimilatorConfig config;
+        config.buffer = 2;
+        auto core = make(clock, QStringLiteral("vc-asgd"), 1, {10, 10}, config);
+        auto a = core->grant(1);
+        auto b = core->grant(2);
+        torch::Tensor nan = filled(1);
+        nan[3] = std::numeric_limits<float>::quiet_NaN();
+        FoldOutcome f = core->fold(a->lease, a->subtask, core->admit(a->subtask, 10, 10), nan, {}, 1, false);
+        QVERIFY(!f.folded && !f.buffered);
+        QVERIFY2(f.refusal.contains(QStringLiteral("not finite")), qPrintable(f.refusal));
+        QCOMPARE(core->buffered(), 0);
+        // The next finite result fills no buffer with the NaN: folded alone at the flush,
+        // W = 0.5·4 = 2 everywhere.
+        core->scheduler().drop(a->lease.id, LeaseState::Lost);
+        f = core->fold(b->lease, b->subtask, core->admit(b->subtask, 10, 10), filled(4), {}, 1, false);
+        QVERIFY(f.buffered);
+        f = core->flush(false);
+        QVERIFY(f.folded);
+        QCOMPARE(int(f.results.size()), 1);
+        QVERIFY(torch::equal(core->state().weights, filled(2)));
+    }
+
+    void aSynchronousRuleIgnoresTheBuffer()
+    {
+        FakeClock clock;
+        AssimilatorConfig config;
+        config.buffer = 8;
+        auto core = make(clock, QStringLiteral("sync-average"), 1, {10, 10}, config);
+        QCOMPARE(core->bufferSize(), 1);
+    }
+
+    void theTailIsSharedOverTheFleet()
+    {
+        FakeClock clock;
+        AssimilatorConfig config;
+        config.shareTail = true;
+        config.batchSize = 2;
+        auto core = make(clock, QStringLiteral("vc-asgd"), 1, {30, 30}, config);
+        // 60 positions queued, nobody leased: a first grant may take a whole shard.
+        auto a = core->grant(1);
+        QCOMPARE(a->subtask.size(), qint64(30));
+        // 30 queued, one lease out: a share of ⌈30 / 2⌉ = 15.
+        auto b = core->grant(2);
+        QCOMPARE(b->subtask.size(), qint64(15));
+        // 15 queued, two leases out: ⌈15 / 3⌉ = 5.
+        auto c = core->grant(3);
+        QCOMPARE(c->subtask.size(), qint64(5));
+        // Never less than a batch: 10 queued, 3 out, ⌈10 / 4⌉ = 3; then 7 / 5 → the batch, 2.
+        QCOMPARE(core->grant(4)->subtask.size(), qint64(3));
+        QCOMPARE(core->grant(5)->subtask.size(), qint64(2));
+        QCOMPARE(core->scheduler().queuedPositions(), qint64(5));
+    }
 };
 
 QTEST_GUILESS_MAIN(TestAssimilator)

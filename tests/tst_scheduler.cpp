@@ -498,6 +498,73 @@ private Q_SLOTS:
         whole.restore(all, {a->lease});
         QVERIFY(whole.checkIntegrity().isEmpty());
     }
+
+    void moreEpochsOpenWhenAllowed()
+    {
+        FakeClock clock;
+        Scheduler::Config config{4, {10}, false};
+        config.epochsAhead = 2;
+        Scheduler s(config, &clock);
+        // Epoch 1 leased but not done: epochs 2 and 3 may open, epoch 4 waits for epoch 1.
+        auto a = s.grant(1, 0, 0, 1000);
+        auto b = s.grant(2, 0, 0, 1000);
+        auto c = s.grant(3, 0, 0, 1000);
+        QVERIFY(a && b && c);
+        QCOMPARE(c->subtask.epoch, 2);
+        QVERIFY(!s.grant(4, 0, 0, 1000));
+        QCOMPARE(s.openedEpochs(), 3);
+        s.complete(a->lease.id, 10, 1);
+        QCOMPARE(s.openedEpochs(), 4);
+    }
+
+    void aHeldLateResultTakesItsSubtaskBack()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 1, {10, 10});
+        auto a = s.grant(1, 0, 0, 1000);
+        auto b = s.grant(2, 0, 0, 1000);
+        clock.advance(2000);
+        s.expire(); // both back in the queue
+        QCOMPARE(s.queuedCount(), 2);
+        auto c = s.grant(3, 0, 0, 1000); // a's subtask, to another worker
+        QCOMPARE(c->subtask.id, a->subtask.id);
+        // Late results of a and b are held (buffered): neither subtask is trained again.
+        s.hold(a->lease.id, true);
+        s.hold(b->lease.id, true);
+        QCOMPARE(s.queuedCount(), 0);
+        QCOMPARE(s.activeLeaseCount(), 0); // c superseded
+        QVERIFY(s.subtask(b->subtask.id)->state == SubtaskState::Leased);
+        // And they complete at the fold.
+        s.complete(a->lease.id, 10, 1);
+        s.complete(b->lease.id, 10, 2);
+        QVERIFY(s.finished());
+        QVERIFY2(s.checkIntegrity().isEmpty(), qPrintable(s.checkIntegrity()));
+    }
+
+    void speculationPicksTheLeaseNearestItsDeadlineWithoutACopy()
+    {
+        FakeClock clock;
+        Scheduler s = make(clock, 1, {10, 10, 10});
+        QVERIFY(!s.speculationCandidate());
+        auto a = s.grant(1, 0, 0, 5000);
+        auto b = s.grant(2, 0, 0, 2000);
+        auto c = s.grant(3, 0, 0, 9000);
+        QCOMPARE(*s.speculationCandidate(), b->subtask.id);
+        // b has a copy now: a is next; then c; then none.
+        QVERIFY(s.grantReplica(b->subtask.id, 4, 0, 0, 1000));
+        QCOMPARE(*s.speculationCandidate(), a->subtask.id);
+        QVERIFY(s.grantReplica(a->subtask.id, 5, 0, 0, 1000));
+        QCOMPARE(*s.speculationCandidate(), c->subtask.id);
+        QVERIFY(s.grantReplica(c->subtask.id, 6, 0, 0, 1000));
+        QVERIFY(!s.speculationCandidate());
+        // b's first worker is lost: its copy is alone again, and a candidate.
+        s.workerLost(2);
+        QCOMPARE(*s.speculationCandidate(), b->subtask.id);
+        // Completing it supersedes nothing left and leaves no candidate.
+        auto check = s.check(s.activeLeaseOf(4)->id);
+        s.complete(check.lease.id, 10, 1);
+        QVERIFY(!s.speculationCandidate());
+    }
 };
 
 QTEST_GUILESS_MAIN(TestScheduler)

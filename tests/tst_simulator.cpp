@@ -333,6 +333,55 @@ private Q_SLOTS:
         QVERIFY2(instance.err.contains("aws/x9"), instance.err.constData());
     }
 
+    void bufferAndGoodputPoliciesKeepEveryShardExactlyOnce()
+    {
+        // A churning fleet: a few preemptions per worker over the job.
+        SimulationConfig base;
+        base.workers = 40;
+        base.shards = 80;
+        base.shardSize = 16;
+        base.epochs = 3;
+        base.preemptionsPerHour = 20;
+        base.downtimeSeconds = 30;
+        base.testSamples = 200;
+        SimulationConfig policy = base;
+        policy.buffer = 4;
+        policy.epochsAhead = 2;
+        policy.shareTail = true;
+        policy.speculate = true;
+        for (const char *rule : { "vc-asgd", "staleness-aware", "async-delta" }) {
+            const SimulationResult before = simulate(base, QString::fromLatin1(rule));
+            const SimulationResult after = simulate(policy, QString::fromLatin1(rule));
+            QVERIFY2(after.exactlyOnce, qPrintable(after.integrityError));
+            QCOMPARE(after.creditSum, 240.0);
+            QCOMPARE(after.positionsAssimilated, qint64(80 * 16 * 3));
+            // Four results a version, plus the flushes that close an epoch.
+            QVERIFY2(after.versions * 4 >= after.assimilations && after.versions <= after.assimilations / 4 + 3,
+                qPrintable(QStringLiteral("%1 versions for %2 results").arg(after.versions).arg(after.assimilations)));
+            QVERIFY(after.stalenessPercentile(50) < before.stalenessPercentile(50));
+            QVERIFY2(after.busyShare() > before.busyShare(),
+                qPrintable(QStringLiteral("busy %1 → %2").arg(before.busyShare()).arg(after.busyShare())));
+        }
+        // sync-average has no buffer: each result is its own fold, as before.
+        const SimulationResult sync = simulate(policy, QStringLiteral("sync-average"));
+        QVERIFY(sync.exactlyOnce);
+        QCOMPARE(sync.versions, qint64(3));
+    }
+
+    void badBufferAndPolicyOptionsAreRefused()
+    {
+        const Ran zero = runFlotilla({ QStringLiteral("simulate"), QStringLiteral("--buffer"), QStringLiteral("0") });
+        QCOMPARE(zero.exitCode, 2);
+        QVERIFY2(zero.err.contains("--buffer: '0' is not 'auto' or a whole number of results from 1"), zero.err.constData());
+        const Ran word = runFlotilla({ QStringLiteral("simulate"), QStringLiteral("--buffer"), QStringLiteral("lots") });
+        QCOMPARE(word.exitCode, 2);
+        QVERIFY2(word.err.contains("--buffer: 'lots'"), word.err.constData());
+        const Ran ahead
+            = runFlotilla({ QStringLiteral("simulate"), QStringLiteral("--epochs-ahead"), QStringLiteral("0") });
+        QCOMPARE(ahead.exitCode, 2);
+        QVERIFY2(ahead.err.contains("--epochs-ahead must be between 1 and 10,000"), ahead.err.constData());
+    }
+
     void chartsHaveData()
     {
         SimulationConfig c;
