@@ -15,19 +15,25 @@ QString hexPrefix(const QByteArray &bytes)
     return QString::fromLatin1(bytes.left(8).toHex(' '));
 }
 
+// Appends one frame to `out`: the payload is copied once, straight from the caller's bytes.
+void appendFrame(QByteArray &out, std::uint8_t version, std::uint8_t type, QByteArrayView cborHeader,
+                 QByteArrayView payload)
+{
+    char head[kFrameHeaderSize] = {'F', 'L', char(version), char(type)};
+    qToBigEndian(static_cast<quint32>(cborHeader.size()), head + 4);
+    qToBigEndian(static_cast<quint32>(payload.size()), head + 8);
+    out.append(head, kFrameHeaderSize);
+    out.append(cborHeader);
+    out.append(payload);
+}
+
 } // namespace
 
 QByteArray encodeFrame(std::uint8_t version, std::uint8_t type, const QByteArray &cborHeader, const QByteArray &payload)
 {
     QByteArray out;
     out.reserve(kFrameHeaderSize + cborHeader.size() + payload.size());
-    out.append('F').append('L').append(char(version)).append(char(type));
-    const quint32 headerLength = qToBigEndian(static_cast<quint32>(cborHeader.size()));
-    const quint32 payloadLength = qToBigEndian(static_cast<quint32>(payload.size()));
-    out.append(reinterpret_cast<const char *>(&headerLength), 4);
-    out.append(reinterpret_cast<const char *>(&payloadLength), 4);
-    out.append(cborHeader);
-    out.append(payload);
+    appendFrame(out, version, type, cborHeader, payload);
     return out;
 }
 
@@ -38,12 +44,17 @@ QByteArray encodeMessage(MessageType type, QCborMap header, const QByteArray &pa
         header.insert(kPayloadSize, static_cast<qint64>(payload.size()));
         header.insert(kPayloadSha, Sha256::hash(payload));
     }
-    QByteArray out = encodeFrame(kProtocolVersion, static_cast<std::uint8_t>(type), header.toCborValue().toCbor(),
-                                 payload.left(first));
+    const QByteArray cbor = header.toCborValue().toCbor();
     const QByteArray emptyHeader = QCborMap().toCborValue().toCbor();
+    const qsizetype chunks = (payload.size() - first + Limits::maxFramePayload - 1) / Limits::maxFramePayload;
+    // One allocation for the whole message; each payload byte is copied once.
+    QByteArray out;
+    out.reserve(kFrameHeaderSize + cbor.size() + payload.size() + chunks * (kFrameHeaderSize + emptyHeader.size()));
+    const QByteArrayView bytes(payload);
+    appendFrame(out, kProtocolVersion, static_cast<std::uint8_t>(type), cbor, bytes.first(first));
     for (qsizetype at = first; at < payload.size(); at += Limits::maxFramePayload)
-        out += encodeFrame(kProtocolVersion, static_cast<std::uint8_t>(MessageType::Chunk), emptyHeader,
-                           payload.mid(at, Limits::maxFramePayload));
+        appendFrame(out, kProtocolVersion, static_cast<std::uint8_t>(MessageType::Chunk), emptyHeader,
+                    bytes.sliced(at, std::min<qsizetype>(Limits::maxFramePayload, payload.size() - at)));
     return out;
 }
 
@@ -62,7 +73,7 @@ void FrameParser::feed(const QByteArray &bytes)
     m_buffer.append(bytes);
 }
 
-std::optional<Frame> FrameParser::next()
+std::optional<Frame> FrameParser::next(Payload payload)
 {
     if (failed() || pending() < 2)
         return std::nullopt;
@@ -120,7 +131,9 @@ std::optional<Frame> FrameParser::next()
         return std::nullopt;
     }
     frame.header = header.toMap();
-    frame.payload = m_buffer.mid(m_offset + kFrameHeaderSize + headerLength, payloadLength);
+    const char *bytes = m_buffer.constData() + m_offset + kFrameHeaderSize + headerLength;
+    frame.payload = payload == Payload::Borrowed ? QByteArray::fromRawData(bytes, payloadLength)
+                                                 : QByteArray(bytes, payloadLength);
     m_offset += total;
     return frame;
 }
@@ -141,7 +154,7 @@ Result<std::optional<Message>> MessageAssembler::add(Frame frame)
             return fail(QStringLiteral("the %1 payload is longer than the %2 bytes announced")
                             .arg(describe(m_partial->type)).arg(m_expected));
         m_hash.addData(frame.payload);
-        m_partial->payload.append(frame.payload);
+        m_partial->payload.append(QByteArrayView(frame.payload)); // a copy, also of a borrowed payload
     } else {
         if (frame.type == MessageType::Chunk)
             return fail(QStringLiteral("a Chunk frame arrived with no message to continue"));
@@ -173,7 +186,7 @@ Result<std::optional<Message>> MessageAssembler::add(Frame frame)
         m_hash.addData(frame.payload);
         // A peer's announcement is not a reason to allocate much: grow with what arrives.
         m.payload.reserve(static_cast<qsizetype>(std::min<std::uint64_t>(m_expected, 16u << 20)));
-        m.payload.append(frame.payload);
+        m.payload.append(QByteArrayView(frame.payload)); // a copy, also of a borrowed payload
         m_partial = std::move(m);
     }
     if (quint64(m_partial->payload.size()) < m_expected)
@@ -191,7 +204,8 @@ Result<std::optional<Message>> MessageReader::next()
     if (!m_error.isEmpty())
         return fail(m_error);
     for (;;) {
-        std::optional<Frame> frame = m_frames.next();
+        // The frame's payload is copied into its message before the parser is touched again.
+        std::optional<Frame> frame = m_frames.next(FrameParser::Payload::Borrowed);
         if (!frame) {
             if (m_frames.failed()) {
                 m_error = m_frames.error();

@@ -51,8 +51,11 @@ class FrameParser
 {
 public:
     void feed(const QByteArray &bytes);
+    // Copied: the frame owns its payload. Borrowed: the payload refers to the parser's
+    // buffer, valid only until the next feed() or next() (saves a copy of every byte).
+    enum class Payload { Copied, Borrowed };
     // The next complete frame, if any; check error() when it returns nothing.
-    std::optional<Frame> next();
+    std::optional<Frame> next(Payload payload = Payload::Copied);
     const QString &error() const { return m_error; }
     bool failed() const { return !m_error.isEmpty(); }
     // Bytes received but not yet part of a complete frame (a peer stalled mid-frame has some).
