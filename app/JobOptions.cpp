@@ -66,6 +66,12 @@ const Flag kFlags[] = {
     {"test-limit", "n", "Evaluate on only the first n test samples (0 = all)."},
     {"rule", "name", "Aggregation rule: vc-asgd, staleness-aware, async-delta or sync-average."},
     {"alpha", "a", "VC-ASGD: the weight the global model keeps, W <- a*W + (1-a)*W_c."},
+    {"buffer", "k", "Asynchronous rules: fold the mean of k results as one version (1 = each result is its own; "
+                    "auto or 0 = the square root of the workers online, rounded up). Default: 1."},
+    {"epochs-ahead", "n", "Asynchronous rules: how many epochs past the oldest unfinished one may be open (default 1)."},
+    {"share-tail", nullptr, "Near an epoch's end, no subtask takes more than its share of the queued work."},
+    {"speculate", nullptr, "At the job's end, idle workers train copies of the most overdue subtasks; the first "
+                           "result wins."},
     {"lease-timeout", "seconds", "A lease's deadline: after it, the subtask is reassigned."},
     {"preempt-mean", "seconds", "Simulated preemptions: mean seconds between them (0 = none)."},
     {"preempt-notice", "fraction", "Share of simulated preemptions that come with a notice (partial result)."},
@@ -140,6 +146,13 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
         integer("image-size", job.dataset.imageSize),
         integer("crop-padding", job.dataset.cropPadding),
         number("alpha", job.aggregation.alpha),
+        [&]() -> Result<void> {
+            if (p.value(QStringLiteral("buffer")) != QLatin1String("auto"))
+                return integer("buffer", job.aggregation.buffer);
+            job.aggregation.buffer = 0;
+            return {};
+        }(),
+        integer("epochs-ahead", job.fleet.epochsAhead),
         number("lease-timeout", job.fleet.leaseTimeoutSeconds),
         number("preempt-mean", job.fleet.preemption.meanIntervalSeconds),
         number("preempt-notice", job.fleet.preemption.noticeFraction),
@@ -177,6 +190,10 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
     text("bad-images", job.dataset.badImages);
     if (p.isSet(QStringLiteral("hflip")))
         job.dataset.horizontalFlip = true;
+    if (p.isSet(QStringLiteral("share-tail")))
+        job.fleet.shareTail = true;
+    if (p.isSet(QStringLiteral("speculate")))
+        job.fleet.speculate = true;
     text("rule", job.aggregation.rule);
     text("instance-type", job.fleet.instanceType);
     text("price-class", job.fleet.priceClass);
@@ -222,6 +239,8 @@ void printSummary(const JobProgress &p, const QString &runDir, qint64 wallMs)
                 static_cast<long long>(p.seq));
     std::printf("  staleness            mean of last 50: %.2f, max %lld\n", p.recentStaleness,
                 static_cast<long long>(p.maxStaleness));
+    if (p.bufferSize > 1)
+        std::printf("  aggregation buffer   %d results per version\n", p.bufferSize);
     std::printf("  preemptions          %lld, reassigned subtasks %lld, duplicate results %lld, rejected %lld\n",
                 static_cast<long long>(p.preemptions), static_cast<long long>(p.reassignments),
                 static_cast<long long>(p.duplicates), static_cast<long long>(p.rejected));

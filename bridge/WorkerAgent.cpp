@@ -240,7 +240,8 @@ void WorkerAgent::onMessage(const net::Message &message)
             return;
         if (m_pending && m_pending->leaseId == ack->lease)
             m_pending.reset();
-        // "held": kept for comparison with another worker's result of the same subtask.
+        // "held": kept for comparison with another worker's result of the same subtask, or in
+        // the aggregation buffer until it is folded with others.
         if (ack->status != QLatin1String("assimilated") && ack->status != QLatin1String("held"))
             qCWarning(lcBridge).noquote() << "result of lease" << ack->lease << "was" << ack->status << "-"
                                        << ack->reason;

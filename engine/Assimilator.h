@@ -135,6 +135,9 @@ public:
     // Results waiting in the buffer.
     int buffered() const { return int(m_buffer.size()); }
     int bufferSize() const { return m_rule->synchronous() ? 1 : std::max(1, m_config.buffer); }
+    // A buffer that follows the fleet's size: the buffer folds at the next result that finds
+    // it holding k − 1 or more.
+    void setBufferSize(int k) { m_config.buffer = std::max(1, k); }
     // Whether the buffer must fold now: nothing else can arrive to fill it (nothing queued,
     // no active lease), and the epoch it holds open would otherwise never close.
     bool flushDue() const;

@@ -144,6 +144,9 @@ Result<void> Coordinator::prepare()
     config.batchSize = m_spec.training.batchSize;
     config.localEpochs = m_spec.training.localEpochs;
     config.localSteps = m_spec.training.localSteps;
+    config.buffer = std::max(1, m_spec.aggregation.buffer);
+    config.shareTail = m_spec.fleet.shareTail;
+    config.schedule.epochsAhead = m_spec.fleet.epochsAhead;
     m_core = std::make_unique<Assimilator>(std::move(config), std::move(rule).value(), m_clock);
     m_scheduler = &m_core->scheduler();
     return {};
@@ -225,6 +228,7 @@ Result<void> Coordinator::resume(const JobRecord &job)
     m_scheduler->restore(*subtasks, *leases);
     if (const QString broken = m_scheduler->checkIntegrity(); !broken.isEmpty())
         return fail(QStringLiteral("cannot resume from '%1': the store is inconsistent (%2)").arg(m_store->path(), broken));
+    m_epochsAnnounced = m_scheduler->epochsDone();
     for (const auto &a : *assimilations)
         m_core->replay(a.loss, a.staleness);
     if (auto totals = m_store->ledgerTotals(m_jobId))
@@ -420,6 +424,7 @@ Result<qint64> Coordinator::workerJoined(const WorkerInfo &info, qint64 knownWor
         if (auto r = m_store->updateWorker(m_jobId, w.record); !r)
             return r.takeError();
         event(EventKind::WorkerJoined, knownWorkerId, 0, 0, QStringLiteral("%1 came back").arg(w.record.name));
+        sizeBuffer();
         handleChanges(m_scheduler->workerLost(knownWorkerId),
                       QStringLiteral("the worker came back without the result (it was restarted)"));
         return knownWorkerId;
@@ -441,6 +446,7 @@ Result<qint64> Coordinator::workerJoined(const WorkerInfo &info, qint64 knownWor
           QStringLiteral("%1 (%2, %3, %4 %5 thread(s))")
               .arg(info.name, info.instanceType, info.priceClass, info.device)
               .arg(info.threads));
+    sizeBuffer();
     return *id;
 }
 
@@ -455,6 +461,7 @@ void Coordinator::workerLeft(qint64 workerId, const QString &reason)
         setFatal(r.error());
     event(EventKind::WorkerLeft, workerId, 0, 0, reason);
     handleChanges(m_scheduler->workerLost(workerId), reason);
+    sizeBuffer();
 }
 
 void Coordinator::recordEvent(EventKind kind, qint64 workerId, const QString &detail)
@@ -583,6 +590,18 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
 
     // Heterogeneous fleets: work and deadline follow the worker's measured speed (sizeLease).
     auto grant = m_core->grant(workerId);
+    QString copyOf;
+    if (!grant && m_spec.fleet.speculate && m_scheduler->openedEpochs() == m_scheduler->epochs()) {
+        // Nothing queued and no epoch left to open: a copy of the subtask most overdue, so that
+        // the job's end does not wait on one slow or vanished worker. The first result wins;
+        // the other lease is superseded.
+        if (const auto candidate = m_scheduler->speculationCandidate(); candidate && !m_quorums.count(*candidate)) {
+            const auto durationMs = static_cast<qint64>(m_spec.fleet.leaseTimeoutSeconds * 1000.0);
+            grant = m_scheduler->grantReplica(*candidate, workerId, m_core->seq(), m_core->version(), durationMs);
+            if (grant)
+                copyOf = QStringLiteral(" (a speculative copy: the subtask's other lease is the most overdue)");
+        }
+    }
     if (!grant)
         return std::nullopt;
     if (auto r = persist(grant->changes); !r) {
@@ -604,15 +623,15 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
         q.base = snapshot;
         q.workers.insert(workerId);
     }
-    if (s.attempts > 1) {
+    if (s.attempts > 1 && copyOf.isEmpty()) {
         ++m_reassignments;
         event(EventKind::SubtaskReassigned, workerId, s.id, grant->lease.id,
               QStringLiteral("epoch %1, shard %2, positions %3-%4, attempt %5")
                   .arg(s.epoch + 1).arg(s.shard).arg(s.begin).arg(s.end).arg(s.attempts));
     }
     event(EventKind::LeaseGranted, workerId, s.id, grant->lease.id,
-          QStringLiteral("epoch %1, shard %2, positions %3-%4, version %5")
-              .arg(s.epoch + 1).arg(s.shard).arg(s.begin).arg(s.end).arg(m_core->version()));
+          QStringLiteral("epoch %1, shard %2, positions %3-%4, version %5%6")
+              .arg(s.epoch + 1).arg(s.shard).arg(s.begin).arg(s.end).arg(m_core->version()).arg(copyOf));
     return assign(worker, grant->lease, s, snapshot);
 }
 
@@ -918,22 +937,126 @@ SubmitReply Coordinator::fold(PendingResult p)
     // group holds folds that are not checkpointed yet.
     const FoldOutcome f = m_core->fold(p.lease, p.subtask, p.admission, std::move(p.result.weights), std::move(base),
                                        p.result.meanLoss, m_grouped && m_groupFolds > 0);
+    if (f.buffered && !f.folded && f.refused.empty())
+        return bufferResult(std::move(p), f);
+    if (!f.refused.empty()) {
+        refuseBuffer(f);
+        reply.reason = f.refusal;
+        return reply;
+    }
     if (!f.folded)
         return refuseFold(p, f);
+    return commitFold(std::move(p), f);
+}
+
+SubmitReply Coordinator::commitFold(std::optional<PendingResult> current, const FoldOutcome &f)
+{
+    SubmitReply reply;
     if (!f.roundRefused.isEmpty())
         event(EventKind::RoundRefused, 0, 0, 0, f.roundRefused);
-    auto recorded = record(p, f);
+    // The results in the order they were folded: each has its own seq.
+    std::vector<PendingResult> results;
+    std::size_t currentIndex = f.results.size();
+    for (const FoldedResult &r : f.results) {
+        if (current && r.leaseId == current->lease.id) {
+            currentIndex = results.size();
+            results.push_back(std::move(*current));
+            current.reset();
+        } else if (auto node = m_buffered.extract(r.leaseId)) {
+            results.push_back(std::move(node.mapped()));
+        } else {
+            setFatal(QStringLiteral("the aggregation buffer folded the result of lease %1, which the coordinator does "
+                                    "not hold")
+                         .arg(r.leaseId));
+            reply.reason = m_fatal;
+            return reply;
+        }
+    }
+    auto recorded = record(results, f);
     if (!recorded) {
         setFatal(recorded.error());
         reply.reason = m_fatal;
         return reply;
     }
-    observe(p, f, *recorded);
-    reply.status = SubmitStatus::Assimilated;
-    reply.seq = f.seq;
-    reply.version = f.version;
-    reply.staleness = f.staleness;
+    for (std::size_t i = 0; i < results.size(); ++i)
+        observe(results[i], f.results[i], f.version, (*recorded)[i]);
+    observeFold(f, results.empty() ? 0 : results.back().lease.id);
+    if (currentIndex < f.results.size()) {
+        const FoldedResult &mine = f.results[currentIndex];
+        reply.status = SubmitStatus::Assimilated;
+        reply.seq = mine.seq;
+        reply.version = f.version;
+        reply.staleness = mine.staleness;
+    }
     return reply;
+}
+
+SubmitReply Coordinator::bufferResult(PendingResult p, const FoldOutcome &f)
+{
+    if (auto r = persist(f.changes); !r) {
+        setFatal(r.error());
+        return SubmitReply{SubmitStatus::Rejected, m_fatal, 0, 0, 0};
+    }
+    if (m_workers[p.workerId].leaseId == p.lease.id)
+        m_workers[p.workerId].leaseId = 0;
+    for (const auto &l : f.changes.leases)
+        if (l.state == LeaseState::Superseded)
+            leaseEnded(l, QStringLiteral("subtask %1 was returned by lease %2").arg(l.subtaskId).arg(p.lease.id));
+    SubmitReply reply;
+    reply.status = SubmitStatus::Held;
+    reply.staleness = f.staleness;
+    reply.reason = QStringLiteral("waits in the aggregation buffer (%1 of %2 results)")
+                       .arg(m_core->buffered()).arg(m_core->bufferSize());
+    event(EventKind::ResultBuffered, p.workerId, p.subtask.id, p.lease.id,
+          QStringLiteral("epoch %1, shard %2, positions %3-%4, staleness %5: %6")
+              .arg(p.subtask.epoch + 1).arg(p.subtask.shard).arg(p.subtask.begin).arg(p.subtask.begin + p.admission.covered)
+              .arg(f.staleness).arg(reply.reason));
+    p.result.weights = torch::Tensor(); // gathered into the buffer's sum
+    p.base = torch::Tensor();
+    m_buffered.emplace(p.lease.id, std::move(p));
+    flushBufferIfDue();
+    return reply;
+}
+
+void Coordinator::refuseBuffer(const FoldOutcome &f)
+{
+    if (f.restoreNeeded) {
+        if (auto restored = restoreState(); !restored) {
+            setFatal(QStringLiteral("cannot restore the global model after a non-finite fold: %1").arg(restored.error()));
+            return;
+        }
+    }
+    if (auto r = persist(f.changes); !r) {
+        setFatal(r.error());
+        return;
+    }
+    // No one result is to blame for the mean: nobody's record is marked.
+    for (const FoldedResult &r : f.refused) {
+        m_buffered.erase(r.leaseId);
+        ++m_rejected;
+        event(EventKind::ResultRejected, r.workerId, r.subtask.id, r.leaseId, f.refusal);
+    }
+}
+
+void Coordinator::flushBufferIfDue()
+{
+    if (!m_fatal.isEmpty() || !m_core->flushDue())
+        return;
+    const FoldOutcome f = m_core->flush(m_grouped && m_groupFolds > 0);
+    if (!f.refused.empty())
+        refuseBuffer(f);
+    else if (f.folded)
+        commitFold(std::nullopt, f);
+}
+
+void Coordinator::sizeBuffer()
+{
+    if (m_spec.aggregation.buffer != 0)
+        return;
+    int online = 0;
+    for (const auto &[id, w] : m_workers)
+        online += w.online ? 1 : 0;
+    m_core->setBufferSize(int(std::ceil(std::sqrt(double(std::max(1, online))))));
 }
 
 SubmitReply Coordinator::refuseFold(const PendingResult &p, const FoldOutcome &f)
@@ -956,11 +1079,10 @@ SubmitReply Coordinator::refuseFold(const PendingResult &p, const FoldOutcome &f
 }
 
 // Checkpoint file first, then one store transaction (in a group: both at the group's end).
-Result<Coordinator::Recorded> Coordinator::record(const PendingResult &p, const FoldOutcome &f)
+// A buffer's fold records each of its results with its own seq, and one state at the last.
+Result<std::vector<Coordinator::Recorded>> Coordinator::record(const std::vector<PendingResult> &results,
+                                                               const FoldOutcome &f)
 {
-    const qint64 workerId = p.workerId;
-    const Lease &lease = p.lease;
-    const Subtask &subtask = p.subtask;
     const qint64 seq = f.seq;
     const qint64 version = f.version;
     const qint64 now = m_clock->nowMs();
@@ -972,21 +1094,33 @@ Result<Coordinator::Recorded> Coordinator::record(const PendingResult &p, const 
             return fail(QStringLiteral("cannot write the checkpoint of assimilation %1: %2").arg(seq).arg(written.error()));
         sha = *written;
     }
-    Recorded r;
-    r.assimilation = AssimilationRecord{seq, version, subtask.epoch, subtask.shard, subtask.id, lease.id, workerId,
-                                        f.staleness, p.admission.credit, p.result.sampleSteps, subtask.begin,
-                                        subtask.begin + f.covered, p.result.meanLoss, p.result.seconds, now};
-    // The ledger entries of this lease go in the same transaction: cost is counted once. A
-    // late result reverses the waste booked when its lease ended.
-    if (const auto wasted = m_wastedSeconds.find(lease.id); p.late && wasted != m_wastedSeconds.end())
-        r.ledger.push_back(ledgerRecord(workerId, lease.id, QStringLiteral("wasted"), -wasted->second));
-    r.ledger.push_back(ledgerRecord(workerId, lease.id, QStringLiteral("useful"), p.workSeconds));
+    std::vector<Recorded> recorded;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        const PendingResult &p = results[i];
+        const FoldedResult &folded = f.results[i];
+        const Subtask &subtask = p.subtask;
+        Recorded r;
+        r.assimilation = AssimilationRecord{folded.seq, version, subtask.epoch, subtask.shard, subtask.id, p.lease.id,
+                                            p.workerId, folded.staleness, folded.credit, p.result.sampleSteps,
+                                            subtask.begin, subtask.begin + folded.covered, p.result.meanLoss,
+                                            p.result.seconds, now};
+        // The ledger entries of this lease go in the same transaction: cost is counted once. A
+        // late result reverses the waste booked when its lease ended.
+        if (const auto wasted = m_wastedSeconds.find(p.lease.id); p.late && wasted != m_wastedSeconds.end())
+            r.ledger.push_back(ledgerRecord(p.workerId, p.lease.id, QStringLiteral("wasted"), -wasted->second));
+        r.ledger.push_back(ledgerRecord(p.workerId, p.lease.id, QStringLiteral("useful"), p.workSeconds));
+        recorded.push_back(std::move(r));
+    }
     auto committed = transaction([&] {
-        std::vector<Result<void>> steps{m_store->addAssimilation(m_jobId, r.assimilation), persist(f.changes)};
+        std::vector<Result<void>> steps;
+        for (const Recorded &r : recorded)
+            steps.push_back(m_store->addAssimilation(m_jobId, r.assimilation));
+        steps.push_back(persist(f.changes));
         if (!m_grouped)
             steps.push_back(m_store->addState(m_jobId, StateRecord{seq, version, checkpointPath(seq), sha, now}));
-        for (const auto &row : r.ledger)
-            steps.push_back(m_store->addLedger(m_jobId, row));
+        for (const Recorded &r : recorded)
+            for (const auto &row : r.ledger)
+                steps.push_back(m_store->addLedger(m_jobId, row));
         return steps;
     });
     if (!committed)
@@ -997,16 +1131,16 @@ Result<Coordinator::Recorded> Coordinator::record(const PendingResult &p, const 
         m_durableSeq = seq;
         m_checkpointSeqs.insert(seq);
     }
-    return r;
+    return recorded;
 }
 
-// After the commit (in a group: after the fold; the group's end commits).
-void Coordinator::observe(const PendingResult &p, const FoldOutcome &f, const Recorded &r)
+// After the commit (in a group: after the fold; the group's end commits): one result.
+void Coordinator::observe(const PendingResult &p, const FoldedResult &folded, qint64 version, const Recorded &r)
 {
     const qint64 workerId = p.workerId;
     const Lease &lease = p.lease;
     const Subtask &subtask = p.subtask;
-    const qint64 covered = f.covered;
+    const qint64 covered = folded.covered;
     dropQuorum(subtask.id, QStringLiteral("subtask %1 was assimilated from another result").arg(subtask.id));
 
     if (p.late)
@@ -1021,7 +1155,7 @@ void Coordinator::observe(const PendingResult &p, const FoldOutcome &f, const Re
     event(p.result.partial || covered < subtask.size() ? EventKind::ResultPartial : EventKind::ResultAssimilated,
           workerId, subtask.id, lease.id,
           QStringLiteral("seq %1, version %2, staleness %3, credit %4, positions %5-%6 of shard %7%8%9")
-              .arg(f.seq).arg(f.version).arg(f.staleness).arg(p.admission.credit, 0, 'f', 3)
+              .arg(folded.seq).arg(version).arg(folded.staleness).arg(folded.credit, 0, 'f', 3)
               .arg(subtask.begin).arg(subtask.begin + covered).arg(subtask.shard)
               .arg(p.late ? QStringLiteral(" (late result)") : QString())
               .arg(p.resultSample.defined()
@@ -1030,15 +1164,20 @@ void Coordinator::observe(const PendingResult &p, const FoldOutcome &f, const Re
                              .arg(p.verdict.cosine, 0, 'f', 2)
                              .arg(p.verdict.directionScore, 0, 'f', 1)
                        : QString()));
-    for (const auto &l : f.changes.leases)
-        if (l.state == LeaseState::Superseded)
-            leaseEnded(l, QStringLiteral("subtask %1 was completed by lease %2").arg(l.subtaskId).arg(lease.id));
     if (m_hooks.assimilated)
         m_hooks.assimilated(r.assimilation);
     if (p.resultSample.defined()) {
         m_screen->accepted(p.resultSample, p.baseSample, p.verdict);
         noteVerdict(workerId, false, p.verdict, {});
     }
+}
+
+// After the results of a fold were observed: what the fold did to the job.
+void Coordinator::observeFold(const FoldOutcome &f, qint64 leaseId)
+{
+    for (const auto &l : f.changes.leases)
+        if (l.state == LeaseState::Superseded)
+            leaseEnded(l, QStringLiteral("subtask %1 was completed by lease %2").arg(l.subtaskId).arg(leaseId));
     if (f.roundClosed && m_screen) {
         // A synchronous round starts every worker from the round's mean, and its updates can
         // be several times smaller than the last round's (a fifth after the first epoch of a
@@ -1048,18 +1187,20 @@ void Coordinator::observe(const PendingResult &p, const FoldOutcome &f, const Re
     }
     collectGarbage();
 
-    if (f.epochClosed) {
-        const int epoch = m_scheduler->epochsDone() - 1;
+    if (!f.epochClosed)
+        return;
+    // A buffer's fold can close more than one epoch.
+    for (; m_epochsAnnounced < m_scheduler->epochsDone(); ++m_epochsAnnounced) {
+        const int epoch = m_epochsAnnounced;
         event(EventKind::EpochCompleted, 0, 0, 0,
               QStringLiteral("epoch %1 of %2 at version %3").arg(epoch + 1).arg(m_spec.training.epochs).arg(f.version));
-        // Leases of finished epochs left the scheduler: their wasted time can no longer be
-        // reversed by a late result.
-        for (auto it = m_wastedSeconds.begin(); it != m_wastedSeconds.end();)
-            it = m_scheduler->check(it->first).forgotten ? m_wastedSeconds.erase(it) : std::next(it);
         requestEvaluation(epoch);
     }
+    // Leases of finished epochs left the scheduler: their wasted time can no longer be
+    // reversed by a late result.
+    for (auto it = m_wastedSeconds.begin(); it != m_wastedSeconds.end();)
+        it = m_scheduler->check(it->first).forgotten ? m_wastedSeconds.erase(it) : std::next(it);
 }
-
 
 bool Coordinator::replicate(const Subtask &s) const
 {
@@ -1303,6 +1444,7 @@ void Coordinator::tick()
     for (const qint64 id : silent)
         workerLeft(id, QStringLiteral("not heard from for %1 s (missed heartbeats)")
                            .arg((now - m_workers[id].record.lastSeenMs) / 1000));
+    flushBufferIfDue();
 }
 
 void Coordinator::noteVerdict(qint64 workerId, bool rejected, const ResultScreen::Verdict &verdict,
@@ -1639,6 +1781,8 @@ JobProgress Coordinator::progress() const
     p.queuedSubtasks = m_scheduler->queuedCount();
     p.recentStaleness = m_core->recentStaleness();
     p.maxStaleness = m_core->maxStaleness();
+    p.bufferedResults = m_core->buffered();
+    p.bufferSize = m_core->bufferSize();
     p.reassignments = m_reassignments;
     p.preemptions = m_preemptions;
     p.rejected = m_rejected;

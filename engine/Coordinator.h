@@ -44,6 +44,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 namespace flotilla {
@@ -99,7 +100,8 @@ struct SubtaskResult
 };
 
 // Held: kept aside until another worker's result of the same subtask can be compared with it
-// (redundancy); the worker is done with it either way.
+// (redundancy), or until the aggregation buffer folds it with others; the worker is done with
+// it either way.
 enum class SubmitStatus { Assimilated, Held, Duplicate, Rejected };
 
 struct SubmitReply
@@ -127,6 +129,8 @@ struct JobProgress
     int queuedSubtasks = 0;
     double recentStaleness = 0.0; // mean over the last assimilations
     qint64 maxStaleness = 0;
+    int bufferedResults = 0; // waiting in the aggregation buffer
+    int bufferSize = 1;
     qint64 reassignments = 0;
     qint64 preemptions = 0;
     qint64 rejected = 0;
@@ -307,8 +311,21 @@ private:
         std::vector<LedgerRecord> ledger;
     };
     SubmitReply refuseFold(const PendingResult &pending, const FoldOutcome &outcome);
-    Result<Recorded> record(const PendingResult &pending, const FoldOutcome &outcome);
-    void observe(const PendingResult &pending, const FoldOutcome &outcome, const Recorded &recorded);
+    // Buffered aggregation: a result that waits in the buffer (its lease held, its subtask
+    // leased; nothing of it is durable, so a restart trains its subtask again).
+    SubmitReply bufferResult(PendingResult pending, const FoldOutcome &outcome);
+    // A buffer's fold was refused: its results' subtasks went back to the queue.
+    void refuseBuffer(const FoldOutcome &outcome);
+    // Folds the buffer when nothing else can arrive to fill it (see Assimilator::flushDue).
+    void flushBufferIfDue();
+    // Records and announces every result a fold took in; `current`, when given, is the one
+    // whose submission made the fold (the others wait in m_buffered). Returns current's reply.
+    SubmitReply commitFold(std::optional<PendingResult> current, const FoldOutcome &outcome);
+    Result<std::vector<Recorded>> record(const std::vector<PendingResult> &results, const FoldOutcome &outcome);
+    void observe(const PendingResult &pending, const FoldedResult &folded, qint64 version, const Recorded &recorded);
+    void observeFold(const FoldOutcome &outcome, qint64 leaseId);
+    // aggregation.buffer 0: ⌈√(workers online)⌉.
+    void sizeBuffer();
 
     // Redundancy (fleet.redundancy): a subtask trained from the same base by two workers, by
     // a third when their results disagree. Held results live only in memory: after a restart
@@ -377,6 +394,7 @@ private:
     std::ptrdiff_t m_oldBaseSamplesKept = 0; // samples older than the screened window kept by leases
     qint64 m_lastOperatorPollMs = 0;
     std::map<qint64, Quorum> m_quorums; // by subtask id
+    std::map<qint64, PendingResult> m_buffered; // by lease id: results in the aggregation buffer, weights gathered
     std::set<qint64> m_checkpointSeqs;    // checkpoint files on disk
 
     struct WorkerState
@@ -405,6 +423,7 @@ private:
     std::map<qint64, WorkerState> m_workers;
     LedgerTotals m_costTotals; // running totals of the ledger
     std::map<qint64, double> m_wastedSeconds; // recorded as wasted, reversed if a late result lands
+    int m_epochsAnnounced = 0; // epochs whose completion was announced (and evaluation asked for)
     int m_evaluatedEpoch = -1;
     int m_requestedEpoch = -1;
     std::vector<std::pair<qint64, EvaluationRequest>> m_evaluationRetries; // (due time, request)

@@ -40,6 +40,7 @@
     X(ResultDuplicate, "result-duplicate", Notice, Both, "a result for positions already assimilated was dropped")     \
     X(ResultRejected, "result-rejected", Trouble, Both, "a result failed a check (stale, malformed, non-finite...)")   \
     X(ResultHeld, "result-held", Notice, Job, "a result waits for a second copy to verify it")                         \
+    X(ResultBuffered, "result-buffered", Routine, Job, "a result waits in the aggregation buffer (buffer > 1)")        \
     X(ResultVerified, "result-verified", Notice, Job, "two copies of a subtask agreed; one was folded in")             \
     X(ResultUnverified, "result-unverified", Notice, Job, "a held result was folded in without a second copy")         \
     X(ResultsDisagree, "results-disagree", Trouble, Job, "copies of one subtask disagree; a third decides")            \

@@ -60,9 +60,13 @@ void forEachField(Job &job, Visit &&visit)
     visit("aggregation.outer_learning_rate", job.aggregation.outerLearningRate);
     visit("aggregation.outer_momentum", job.aggregation.outerMomentum);
     visit("aggregation.nesterov", job.aggregation.nesterov);
+    visit("aggregation.buffer", job.aggregation.buffer);
     visit("fleet.workers", job.fleet.workers);
     visit("fleet.lease_timeout_s", job.fleet.leaseTimeoutSeconds);
     visit("fleet.target_subtask_s", job.fleet.targetSubtaskSeconds);
+    visit("fleet.epochs_ahead", job.fleet.epochsAhead);
+    visit("fleet.share_tail", job.fleet.shareTail);
+    visit("fleet.speculate", job.fleet.speculate);
     visit("fleet.heartbeat_timeout_s", job.fleet.heartbeatTimeoutSeconds);
     visit("fleet.instance_type", job.fleet.instanceType);
     visit("fleet.price_class", job.fleet.priceClass);
@@ -373,9 +377,18 @@ QStringList JobSpec::problems() const
         inRange(QStringLiteral("aggregation.staleness_exponent"), aggregation.stalenessExponent, 0.0, 10.0),
         inRange(QStringLiteral("aggregation.outer_learning_rate"), aggregation.outerLearningRate, 1e-6, 10.0),
         inRange(QStringLiteral("aggregation.outer_momentum"), aggregation.outerMomentum, 0.0, 0.999),
+        inRange(QStringLiteral("aggregation.buffer"), aggregation.buffer, 0, 100000),
+        [&]() -> Result<void> {
+            if (aggregation.buffer == 1 || aggregation.rule != QLatin1String("sync-average"))
+                return {};
+            return fail(QStringLiteral("'aggregation.buffer' is %1, but sync-average already folds whole rounds; a "
+                                       "buffer applies to the asynchronous rules (leave it at 1)")
+                            .arg(aggregation.buffer));
+        }(),
         inRange(QStringLiteral("fleet.workers"), fleet.workers, 0, 256),
         inRange(QStringLiteral("fleet.lease_timeout_s"), fleet.leaseTimeoutSeconds, 1.0, 7.0 * 24 * 3600),
         inRange(QStringLiteral("fleet.target_subtask_s"), fleet.targetSubtaskSeconds, 0.0, 7.0 * 24 * 3600),
+        inRange(QStringLiteral("fleet.epochs_ahead"), fleet.epochsAhead, 1, 64),
         inRange(QStringLiteral("fleet.heartbeat_timeout_s"), fleet.heartbeatTimeoutSeconds, 1.0, 24.0 * 3600),
         inRange(QStringLiteral("fleet.quarantine_after"), fleet.quarantineAfter, 0, 10),
         inRange(QStringLiteral("fleet.redundancy"), fleet.redundancy, 0.0, 1.0),

@@ -66,6 +66,9 @@ struct AggregationSpec
     double outerLearningRate = 1.0; // async-delta
     double outerMomentum = 0.0;     // async-delta: 0 = plain delta
     bool nesterov = true;           // async-delta with momentum
+    // Buffered aggregation (asynchronous rules): the mean of this many results is folded as
+    // one version. 1: every result is its own version; 0: ⌈√(workers online)⌉.
+    int buffer = 1;
 };
 
 struct PreemptionSpec
@@ -84,6 +87,16 @@ struct FleetSpec
     // A worker whose speed is known gets at most this many seconds of work per subtask (a
     // slower machine trains part of a shard); 0 = always whole shards.
     double targetSubtaskSeconds = 60.0;
+    // Asynchronous rules: how many epochs past the oldest unfinished one may be open. More keep
+    // a fleet busy through an epoch's slow tail; each adds about an epoch of staleness to the
+    // results that finish it.
+    int epochsAhead = 1;
+    // Smaller subtasks near an epoch's end: no grant takes more than its share of the queued
+    // work, so the last of an epoch is spread over the fleet.
+    bool shareTail = false;
+    // Once the last epoch is open and nothing is queued, an idle worker gets a copy of the
+    // subtask most overdue; the first result wins.
+    bool speculate = false;
     // A worker not heard from for this long is considered gone; its leases are reassigned.
     double heartbeatTimeoutSeconds = 30.0;
     // How often workers send a heartbeat (told to them in Welcome): a quarter of the timeout,

@@ -64,6 +64,21 @@ int runToEnd(Coordinator &c, const std::vector<qint64> &workers)
     return n;
 }
 
+// Whether every (epoch, shard) of the assimilations was assimilated exactly once, in `shards`
+// distinct pieces: an empty string, or what is wrong.
+QString eachShardOnce(const std::vector<AssimilationRecord> &rows, int shards)
+{
+    std::map<std::pair<int, int>, int> perShard;
+    for (const auto &a : rows)
+        ++perShard[{a.epoch, a.shard}];
+    if (int(perShard.size()) != shards)
+        return QStringLiteral("%1 shards assimilated, expected %2").arg(perShard.size()).arg(shards);
+    for (const auto &[key, count] : perShard)
+        if (count != 1)
+            return QStringLiteral("epoch %1, shard %2 assimilated %3 times").arg(key.first + 1).arg(key.second).arg(count);
+    return {};
+}
+
 int countEvents(Coordinator &c, const QString &kind)
 {
     auto e = c.store().events(1, kind);
@@ -97,6 +112,17 @@ QString scriptModel(const QString &folder, float scale, const std::string &body)
     const QString path = folder + QStringLiteral("/net.pt");
     m.save(path.toStdString());
     return path;
+}
+
+// Weights of 1e36 are legal; an update 100× the model (within the norm bound) folded with an
+// outer learning rate of 10 overflows float32.
+void makeOverflowing(Fixture &f)
+{
+    f.spec.model.kind = QStringLiteral("torchscript");
+    f.spec.model.path = scriptModel(f.dir.path(), 1e36f, {});
+    f.spec.aggregation.rule = QStringLiteral("async-delta");
+    f.spec.aggregation.outerLearningRate = 10.0;
+    f.spec.aggregation.outerMomentum = 0.0;
 }
 
 } // namespace
@@ -554,14 +580,9 @@ private Q_SLOTS:
 
     void foldThatWouldOverflowIsRefusedAndTheModelKept()
     {
-        // Weights of 1e36 are legal; an update 100× the model (within the norm bound) folded
-        // with an outer learning rate of 10 overflows float32. The guard refuses that fold.
+        // The guard refuses a fold that would overflow (see makeOverflowing).
         Fixture f;
-        f.spec.model.kind = QStringLiteral("torchscript");
-        f.spec.model.path = scriptModel(f.dir.path(), 1e36f, {});
-        f.spec.aggregation.rule = QStringLiteral("async-delta");
-        f.spec.aggregation.outerLearningRate = 10.0;
-        f.spec.aggregation.outerMomentum = 0.0;
+        makeOverflowing(f);
         auto c = f.open();
         QVERIFY(c);
         const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
@@ -910,6 +931,187 @@ private Q_SLOTS:
         auto rows = c->store().assimilations(1);
         QVERIFY(rows);
         QCOMPARE(int(rows->size()), 12);
+    }
+
+    void bufferedJobFoldsKResultsAsOneVersion()
+    {
+        // 12 results with a buffer of 5: folds at 5 and 10, and the last 2 are flushed when
+        // nothing else can come (the job's end). Every result keeps its own seq.
+        Fixture f;
+        f.spec.aggregation.buffer = 5;
+        auto c = f.open();
+        QVERIFY(c);
+        const qint64 w1 = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        const qint64 w2 = c->workerJoined(test::spotWorker(QStringLiteral("b"))).value();
+        int held = 0;
+        int assimilated = 0;
+        for (int guard = 0; guard < 1000 && !c->finished(); ++guard)
+            for (const qint64 w : {w1, w2})
+                if (auto a = c->requestSubtask(w)) {
+                    const SubmitReply reply = c->submitResult(w, fakeResult(*a));
+                    held += reply.status == SubmitStatus::Held;
+                    assimilated += reply.status == SubmitStatus::Assimilated;
+                    if (reply.status == SubmitStatus::Held)
+                        QVERIFY2(reply.reason.contains(QStringLiteral("aggregation buffer")), qPrintable(reply.reason));
+                }
+        QVERIFY(c->finished());
+        QCOMPARE(held, 10);       // 4 + 4 waited for a fold, 2 were flushed at the end
+        QCOMPARE(assimilated, 2); // the 5th and the 10th made their folds
+        const JobProgress p = c->progress();
+        QCOMPARE(p.seq, qint64(12));
+        QCOMPARE(p.version, qint64(3));
+        QCOMPARE(p.bufferedResults, 0);
+        auto rows = c->store().assimilations(1);
+        QVERIFY(rows);
+        QCOMPARE(int(rows->size()), 12);
+        for (int i = 0; i < 12; ++i) {
+            const AssimilationRecord &a = (*rows)[std::size_t(i)];
+            QCOMPARE(a.seq, qint64(i + 1));
+            QCOMPARE(a.version, qint64(i < 5 ? 1 : i < 10 ? 2 : 3));
+        }
+        const QString once = eachShardOnce(*rows, 12);
+        QVERIFY2(once.isEmpty(), qPrintable(once));
+        // One state per fold, none in between.
+        for (qint64 seq = 1; seq <= 12; ++seq) {
+            auto st = c->store().state(1, seq);
+            QVERIFY(st);
+            QCOMPARE(st->has_value(), seq == 5 || seq == 10 || seq == 12);
+        }
+        QCOMPARE(countEvents(*c, QStringLiteral("result-buffered")), 10);
+        QCOMPARE(countEvents(*c, QStringLiteral("result-assimilated")), 12);
+        QCOMPARE(countEvents(*c, QStringLiteral("epoch-completed")), 2);
+        QCOMPARE(countEvents(*c, QStringLiteral("evaluation")), 2);
+    }
+
+    void bufferedResultsLostInARestartAreTrainedAgain()
+    {
+        Fixture f;
+        f.spec.aggregation.buffer = 4;
+        qint64 w = 0;
+        std::set<qint64> bufferedSubtasks;
+        {
+            auto c = f.open();
+            QVERIFY(c);
+            w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+            for (int i = 0; i < 3; ++i) {
+                auto a = c->requestSubtask(w);
+                QVERIFY(a);
+                QCOMPARE(c->submitResult(w, fakeResult(*a)).status, SubmitStatus::Held);
+                bufferedSubtasks.insert(a->subtaskId);
+            }
+            QCOMPARE(c->progress().bufferedResults, 3);
+            QCOMPARE(c->progress().seq, qint64(0));
+        } // the coordinator dies with three results in its buffer
+        auto c = f.open();
+        QVERIFY(c);
+        QVERIFY(c->resumed());
+        QCOMPARE(c->progress().seq, qint64(0));
+        QCOMPARE(c->progress().bufferedResults, 0);
+        // Their subtasks are owed again, and the job still assimilates every shard once.
+        const qint64 back = c->workerJoined(test::spotWorker(QStringLiteral("a")), w).value();
+        std::set<qint64> retrained;
+        for (int guard = 0; guard < 1000 && !c->finished(); ++guard)
+            if (auto a = c->requestSubtask(back)) {
+                retrained.insert(a->subtaskId);
+                c->submitResult(back, fakeResult(*a));
+            }
+        QVERIFY(c->finished());
+        for (const qint64 id : bufferedSubtasks)
+            QVERIFY2(retrained.count(id), qPrintable(QStringLiteral("subtask %1 was not trained again").arg(id)));
+        auto rows = c->store().assimilations(1);
+        QVERIFY(rows);
+        QCOMPARE(int(rows->size()), 12);
+        const QString once = eachShardOnce(*rows, 12);
+        QVERIFY2(once.isEmpty(), qPrintable(once));
+    }
+
+    void bufferedFoldThatWouldOverflowIsRefusedAndItsSubtasksQueued()
+    {
+        // As foldThatWouldOverflowIsRefusedAndTheModelKept, with the fold of a buffer of two:
+        // both results are refused, the model stays, and both subtasks are trained again.
+        Fixture f;
+        makeOverflowing(f);
+        f.spec.aggregation.buffer = 2;
+        auto c = f.open();
+        QVERIFY(c);
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        const torch::Tensor before = c->globalWeights().clone();
+        std::set<qint64> subtasks;
+        SubmitReply reply;
+        for (int i = 0; i < 2; ++i) {
+            auto a = c->requestSubtask(w);
+            QVERIFY(a);
+            subtasks.insert(a->subtaskId);
+            SubtaskResult r = fakeResult(*a);
+            r.weights = a->weights * 100.0f;
+            reply = c->submitResult(w, r);
+            QCOMPARE(reply.status, i == 0 ? SubmitStatus::Held : SubmitStatus::Rejected);
+        }
+        QVERIFY2(reply.reason.contains(QStringLiteral("non-finite")), qPrintable(reply.reason));
+        QVERIFY(torch::equal(before, c->globalWeights()));
+        QCOMPARE(c->progress().seq, qint64(0));
+        QCOMPARE(c->progress().bufferedResults, 0);
+        QVERIFY(c->fatalError().isEmpty());
+        QCOMPARE(countEvents(*c, QStringLiteral("result-rejected")), 2);
+        std::set<qint64> again;
+        for (int i = 0; i < 2; ++i) {
+            auto a = c->requestSubtask(w);
+            QVERIFY(a);
+            again.insert(a->subtaskId);
+            c->submitResult(w, fakeResult(*a));
+        }
+        QCOMPARE(again, subtasks);
+        QCOMPARE(c->progress().seq, qint64(2));
+        QVERIFY(torch::isfinite(c->globalWeights()).all().item<bool>());
+    }
+
+    void autoBufferFollowsTheWorkersOnline()
+    {
+        Fixture f;
+        f.spec.aggregation.buffer = 0;
+        auto c = f.open();
+        QVERIFY(c);
+        QCOMPARE(c->progress().bufferSize, 1);
+        std::vector<qint64> workers;
+        for (int i = 0; i < 5; ++i)
+            workers.push_back(c->workerJoined(test::spotWorker(QStringLiteral("w%1").arg(i))).value());
+        QCOMPARE(c->progress().bufferSize, 3); // ⌈√5⌉
+        c->workerLeft(workers[0], QStringLiteral("test"));
+        QCOMPARE(c->progress().bufferSize, 2); // ⌈√4⌉
+    }
+
+    void speculativeCopyOfTheMostOverdueSubtaskWins()
+    {
+        // One epoch of two shards: a, the slow worker, holds shard 0 while b finishes shard 1.
+        // With speculation b gets a copy of a's subtask; b's result wins and a's is a duplicate.
+        for (const bool speculate : {false, true}) {
+            Fixture f;
+            f.data = test::blobs(240, 4, 2);
+            f.spec = test::blobsJob(2, 1);
+            f.spec.fleet.speculate = speculate;
+            auto c = f.open();
+            QVERIFY(c);
+            const qint64 a = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+            const qint64 b = c->workerJoined(test::spotWorker(QStringLiteral("b"))).value();
+            auto slow = c->requestSubtask(a);
+            auto fast = c->requestSubtask(b);
+            QVERIFY(slow && fast);
+            QCOMPARE(c->submitResult(b, fakeResult(*fast)).status, SubmitStatus::Assimilated);
+            auto copy = c->requestSubtask(b);
+            QCOMPARE(copy.has_value(), speculate);
+            if (!speculate)
+                continue;
+            QCOMPARE(copy->subtaskId, slow->subtaskId);
+            QVERIFY2(lastEventDetail(*c, QStringLiteral("lease-granted")).contains(QStringLiteral("speculative copy")),
+                     qPrintable(lastEventDetail(*c, QStringLiteral("lease-granted"))));
+            QCOMPARE(countEvents(*c, QStringLiteral("subtask-reassigned")), 0);
+            QCOMPARE(c->submitResult(b, fakeResult(*copy)).status, SubmitStatus::Assimilated);
+            QCOMPARE(c->submitResult(a, fakeResult(*slow)).status, SubmitStatus::Duplicate);
+            auto rows = c->store().assimilations(1);
+            QVERIFY(rows);
+            QCOMPARE(int(rows->size()), 2);
+            QCOMPARE((*rows)[1].leaseId, copy->leaseId);
+        }
     }
 
     void absurdNormIsRejected()

@@ -59,8 +59,12 @@ JobSpec customJob()
     j.aggregation.outerLearningRate = 0.7;
     j.aggregation.outerMomentum = 0.9;
     j.aggregation.nesterov = false;
+    j.aggregation.buffer = 16;
     j.fleet.workers = 7;
     j.fleet.leaseTimeoutSeconds = 45.5;
+    j.fleet.epochsAhead = 3;
+    j.fleet.shareTail = true;
+    j.fleet.speculate = true;
     j.fleet.instanceType = QStringLiteral("gcp/e2-standard-4");
     j.fleet.priceClass = QStringLiteral("on-demand");
     j.fleet.priceTable = QStringLiteral("/etc/prices.json");
@@ -267,6 +271,10 @@ private Q_SLOTS:
                               << QStringLiteral("'training.learning_rate' is 0");
         QTest::newRow("alpha 1") << QStringLiteral("aggregation.alpha") << QJsonValue(1.0)
                                  << QStringLiteral("'aggregation.alpha' is 1; it must be between 0 and 0.999");
+        QTest::newRow("buffer -1") << QStringLiteral("aggregation.buffer") << QJsonValue(-1)
+                                   << QStringLiteral("'aggregation.buffer' is -1; it must be between 0 and 100000");
+        QTest::newRow("epochs ahead 0") << QStringLiteral("fleet.epochs_ahead") << QJsonValue(0)
+                                        << QStringLiteral("'fleet.epochs_ahead' is 0; it must be between 1 and 64");
         QTest::newRow("workers 300") << QStringLiteral("fleet.workers") << QJsonValue(300)
                                      << QStringLiteral("'fleet.workers' is 300; it must be between 0 and 256");
         QTest::newRow("notice 1.5") << QStringLiteral("fleet.preemption.notice_fraction") << QJsonValue(1.5)
@@ -314,6 +322,21 @@ private Q_SLOTS:
         QFETCH(QJsonValue, value);
         QFETCH(QString, message);
         expectError(JobSpec::fromJson(withValue(key, value)), {message});
+    }
+
+    void bufferIsForAsynchronousRules()
+    {
+        JobSpec job = JobSpec::defaultJob();
+        job.aggregation.rule = QStringLiteral("sync-average");
+        job.aggregation.buffer = 8;
+        QVERIFY2(job.validate().error().contains(QStringLiteral("'aggregation.buffer' is 8, but sync-average already folds "
+                                                                "whole rounds")),
+                 qPrintable(job.validate().error()));
+        job.aggregation.buffer = 1;
+        QVERIFY2(job.validate().ok(), qPrintable(job.validate().error()));
+        job.aggregation.rule = QStringLiteral("staleness-aware");
+        job.aggregation.buffer = 8;
+        QVERIFY2(job.validate().ok(), qPrintable(job.validate().error()));
     }
 
     void validateNamesTheField()
