@@ -11,11 +11,14 @@
 #include <QAction>
 #include <QChartView>
 #include <QComboBox>
+#include <QGraphicsItemGroup>
+#include <QGraphicsTextItem>
 #include <QLineSeries>
 #include <QStandardPaths>
 #include <QStatusBar>
 #include <QTableWidget>
 #include <QToolBar>
+#include <QValueAxis>
 #include <QtTest>
 
 using namespace flotilla;
@@ -103,6 +106,61 @@ QLineSeries *seriesNamed(const Dashboard &d, const QString &name)
         }
     }
     return nullptr;
+}
+
+// The tick labels a chart view has drawn, one list per axis, read from its scene: each axis
+// keeps its labels as text items in a group of their own.
+QList<QStringList> drawnTickLabels(QChartView *view)
+{
+    QMap<QGraphicsItem *, QStringList> groups;
+    const QList<QGraphicsItem *> items = view->scene()->items(Qt::AscendingOrder);
+    for (QGraphicsItem *item : items) {
+        auto *text = qgraphicsitem_cast<QGraphicsTextItem *>(item);
+        if (!text || !text->isVisible() || !text->parentItem()
+            || text->parentItem()->type() != QGraphicsItemGroup::Type)
+            continue;
+        groups[text->parentItem()] << text->toPlainText();
+    }
+    return groups.values();
+}
+
+QString repeated(const QStringList &labels)
+{
+    QStringList seen;
+    for (const QString &l : labels) {
+        if (seen.contains(l))
+            return l;
+        seen << l;
+    }
+    return {};
+}
+
+QValueAxis *xAxis(const Dashboard &d, int chart)
+{
+    return qobject_cast<QValueAxis *>(d.chartView(chart)->chart()->axes(Qt::Horizontal).value(0));
+}
+
+QXYSeries *firstSeries(const Dashboard &d, int chart)
+{
+    return qobject_cast<QXYSeries *>(d.chartView(chart)->chart()->series().value(0));
+}
+
+Snapshot snapshotAt(qint64 atMs, int online, double samplesPerSecond, const QString &mine = {})
+{
+    Snapshot s;
+    s.job = QStringLiteral("fashion-mnist-cnn");
+    s.atMs = atMs;
+    s.workersOnline = online;
+    WorkerRow w;
+    w.id = 1;
+    w.name = QStringLiteral("local-1");
+    w.address = QStringLiteral("this machine");
+    w.online = online > 0;
+    w.samplesPerSecond = samplesPerSecond;
+    w.subtask = mine;
+    w.progress = mine.isEmpty() ? -1.0 : 0.45;
+    s.workers = {w};
+    return s;
 }
 
 } // namespace
@@ -265,6 +323,83 @@ private Q_SLOTS:
         window.startJob();
         QVERIFY(!d->everyChartHasData());
         QCOMPARE(window.events()->table()->rowCount(), 0);
+    }
+
+    // Counts and versions: whole numbers on their axes, never "0 0 0 0 1"; every other axis
+    // with enough decimals that no two ticks read the same.
+    void axesNeverRepeatALabel()
+    {
+        Dashboard d;
+        d.resize(1400, 800);
+        d.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&d));
+        const auto check = [&](const char *when) {
+            for (int i = 0; i < d.chartNames().size(); ++i) {
+                const QList<QStringList> axes = drawnTickLabels(d.chartView(i));
+                QVERIFY2(axes.size() >= 2, qPrintable(QStringLiteral("%1: %2 axes").arg(d.chartNames()[i]).arg(axes.size())));
+                for (const QStringList &labels : axes) {
+                    const QString message = QStringLiteral("%1, %2: %3").arg(QLatin1String(when), d.chartNames()[i],
+                                                                             labels.join(QLatin1Char(' ')));
+                    QVERIFY2(labels.size() >= 2, qPrintable(message));
+                    QVERIFY2(repeated(labels).isEmpty(), qPrintable(message));
+                }
+            }
+        };
+        QTRY_VERIFY(!drawnTickLabels(d.chartView(0)).isEmpty());
+        check("empty");
+
+        // One worker, one version, a trickle of samples, a sliver of a cent.
+        d.addAssimilation(AssimilationPoint{1000, 1, 1, 0, 2.3, 32, 1.0, 1});
+        d.addSnapshot(snapshotAt(1000, 1, 0.4));
+        d.addSnapshot(snapshotAt(4000, 1, 0.7));
+        d.addCost(CostPoint{4000, 0.000012, 0.00004, 0.000012, 3.0, 0.0});
+        QTest::qWait(50); // the charts lay out their axes on the next turn of the event loop
+        check("one point");
+        const QStringList workers = drawnTickLabels(d.chartView(3)).value(0) + drawnTickLabels(d.chartView(3)).value(1);
+        QVERIFY2(workers.contains(QStringLiteral("1")), qPrintable(workers.join(QLatin1Char(' '))));
+
+        d.addSnapshot(snapshotAt(30000, 7, 1234.5));
+        QTest::qWait(50);
+        check("more points");
+    }
+
+    // Time axes read in seconds for a short run, hours for a long one; what was drawn in a
+    // smaller unit moves with the axis.
+    void timeAxesPickTheirUnit()
+    {
+        Dashboard shortRun;
+        shortRun.addSnapshot(snapshotAt(1000, 1, 10));
+        shortRun.addSnapshot(snapshotAt(6000, 1, 10));
+        for (int chart : {0, 3, 4, 5})
+            QVERIFY2(xAxis(shortRun, chart)->titleText().startsWith(QLatin1String("seconds")),
+                     qPrintable(xAxis(shortRun, chart)->titleText()));
+        QCOMPARE(firstSeries(shortRun, 3)->at(1).x(), 5.0);
+        QVERIFY(xAxis(shortRun, 3)->max() >= 5.0 && xAxis(shortRun, 3)->max() <= 10.0);
+
+        Dashboard longRun;
+        longRun.addSnapshot(snapshotAt(1000, 1, 10));
+        longRun.addSnapshot(snapshotAt(1000 + 600 * 1000, 2, 10));
+        QVERIFY(xAxis(longRun, 3)->titleText().startsWith(QLatin1String("minutes")));
+        QCOMPARE(firstSeries(longRun, 3)->at(1).x(), 10.0);
+        longRun.addSnapshot(snapshotAt(1000 + 3 * 3600 * 1000, 2, 10));
+        for (int chart : {0, 3, 4, 5})
+            QVERIFY2(xAxis(longRun, chart)->titleText().startsWith(QLatin1String("hours")),
+                     qPrintable(xAxis(longRun, chart)->titleText()));
+        QLineSeries *online = seriesNamed(longRun, QStringLiteral("online"));
+        QCOMPARE(online->at(1).x(), 600.0 / 3600.0);
+        QCOMPARE(online->at(2).x(), 3.0);
+        QVERIFY(xAxis(longRun, 3)->max() >= 3.0 && xAxis(longRun, 3)->max() <= 4.0);
+
+        // Against version the loss chart counts versions; back against time it takes the unit.
+        auto *against = longRun.findChild<QComboBox *>();
+        against->setCurrentIndex(1);
+        QCOMPARE(xAxis(longRun, 0)->titleText(), QStringLiteral("global model version"));
+        against->setCurrentIndex(0);
+        QVERIFY(xAxis(longRun, 0)->titleText().startsWith(QLatin1String("hours")));
+
+        longRun.reset();
+        QVERIFY(xAxis(longRun, 3)->titleText().startsWith(QLatin1String("seconds")));
+        QVERIFY(longRun.isEmpty());
     }
 };
 
