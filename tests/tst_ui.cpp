@@ -61,7 +61,11 @@ public:
         return fail(QStringLiteral("no worker is called '%1'").arg(name));
     }
     void release(qint64 workerId) override { calls << QStringLiteral("release %1").arg(workerId); }
-    void refreshSubtasks() override { ++refreshes; }
+    void refreshSubtasks() override
+    {
+        ++refreshes;
+        Q_EMIT subtasksLoaded(subtasks);
+    }
     Result<void> exportMetrics(const QString &) override { return {}; }
     Result<void> exportModel(const QString &) override { return {}; }
 
@@ -73,6 +77,7 @@ public:
 
     QStringList calls;
     int refreshes = 0;
+    QList<SubtaskRow> subtasks; // what the store would answer
 
 private:
     JobState m_state = JobState::NoJob;
@@ -400,6 +405,54 @@ private Q_SLOTS:
         longRun.reset();
         QVERIFY(xAxis(longRun, 3)->titleText().startsWith(QLatin1String("seconds")));
         QVERIFY(longRun.isEmpty());
+    }
+
+    // The subtasks table fills when it comes into view and keeps up while it is in view,
+    // without the Refresh button.
+    void subtasksFillWithoutRefresh()
+    {
+        FakeSession session;
+        MainWindow window(&session, JobSpec::defaultJob(), QString());
+        session.subtasks = {SubtaskRow{1, 0, 0, 0, 2000, QStringLiteral("leased"), 1, 0, {}},
+                            SubtaskRow{2, 0, 1, 2000, 4000, QStringLiteral("queued"), 0, 0, {}}};
+        window.tabs()->setCurrentWidget(window.subtasks());
+        QCOMPARE(session.refreshes, 0); // no job: nothing to read
+        window.tabs()->setCurrentIndex(0);
+        session.report(JobState::Running);
+        window.tabs()->setCurrentWidget(window.subtasks());
+        QCOMPARE(window.subtasks()->table()->rowCount(), 2);
+        session.subtasks << SubtaskRow{3, 0, 2, 4000, 6000, QStringLiteral("queued"), 0, 0, {}};
+        QTRY_COMPARE_WITH_TIMEOUT(window.subtasks()->table()->rowCount(), 3, 5000);
+        session.subtasks[0].state = QStringLiteral("done");
+        session.report(JobState::Finished); // the final states, at once
+        QCOMPARE(window.subtasks()->table()->item(0, 4)->text(), QStringLiteral("done"));
+    }
+
+    // The "This machine" panel, the dashboard beside it and the window keep their width as
+    // the panel's status line changes.
+    void panelsKeepTheirWidth()
+    {
+        FakeSession session;
+        MainWindow window(&session, JobSpec::defaultJob(), QString());
+        window.resize(1700, 900); // room for the panel to be as wide as it asks
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        const int panel = window.machinePanel()->width();
+        const int charts = window.tabs()->width();
+        const int whole = window.width();
+        session.report(JobState::Running);
+        const QStringList subtasks{QString(), QStringLiteral("epoch 1, shard 2, 0–2000"),
+                                   QStringLiteral("epoch 12, shard 27, positions 54000–56000 of a long shard name")};
+        for (const QString &subtask : subtasks) {
+            for (const int online : {0, 1}) {
+                Q_EMIT session.snapshot(snapshotAt(1000, online, 100, subtask));
+                QTest::qWait(20); // the layout settles on the next turn of the event loop
+                const QString when = QStringLiteral("online %1, '%2'").arg(online).arg(subtask);
+                QVERIFY2(window.machinePanel()->width() == panel, qPrintable(when));
+                QVERIFY2(window.tabs()->width() == charts, qPrintable(when));
+                QVERIFY2(window.width() == whole, qPrintable(when));
+            }
+        }
     }
 };
 

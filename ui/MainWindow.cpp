@@ -81,6 +81,8 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
     layout->addWidget(buildMachinePanel());
     setCentralWidget(central);
     m_status = new QLabel;
+    // A long status line is cut, not allowed to widen the window.
+    m_status->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
     statusBar()->addWidget(m_status, 1);
     buildActions();
 
@@ -113,12 +115,12 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
     connect(m_workers, &WorkersView::releaseRequested, m_session, &ControlSession::release);
     connect(m_workers, &WorkersView::tokenRequested, this, &MainWindow::showTokenDialog);
     connect(m_subtasks, &SubtasksView::refreshRequested, m_session, &ControlSession::refreshSubtasks);
+    // The subtasks table is read from the store: at once when it comes into view, then every
+    // few seconds while it is in view.
+    connect(m_tabs, &QTabWidget::currentChanged, this, &MainWindow::refreshSubtasksIfShown);
     m_subtaskTimer = new QTimer(this);
     m_subtaskTimer->setInterval(3000);
-    connect(m_subtaskTimer, &QTimer::timeout, this, [this] {
-        if (m_tabs->currentWidget() == m_subtasks && m_session->state() != JobState::NoJob)
-            m_session->refreshSubtasks();
-    });
+    connect(m_subtaskTimer, &QTimer::timeout, this, &MainWindow::refreshSubtasksIfShown);
     m_subtaskTimer->start();
 
     QSettings settings;
@@ -161,10 +163,15 @@ void MainWindow::buildActions()
     connect(exportAction, &QAction::triggered, this, &MainWindow::exportChart);
 }
 
+void MainWindow::refreshSubtasksIfShown()
+{
+    if (m_tabs->currentWidget() == m_subtasks && m_session->state() != JobState::NoJob)
+        m_session->refreshSubtasks();
+}
+
 QWidget *MainWindow::buildMachinePanel()
 {
     auto *box = new QGroupBox(tr("This machine"));
-    box->setMaximumWidth(260);
     auto *form = new QVBoxLayout(box);
     QSettings settings;
     m_contribute = new QCheckBox(tr("Contribute this machine"));
@@ -187,6 +194,10 @@ QWidget *MainWindow::buildMachinePanel()
     form->addWidget(m_pauseOnBattery);
     form->addWidget(m_machineStatus);
     form->addStretch();
+    // A fixed width: the status line below changes with every snapshot, and the panel
+    // (with the dashboard beside it) must not move each time.
+    box->setFixedWidth(std::max(box->minimumSizeHint().width(), box->fontMetrics().averageCharWidth() * 36));
+    m_machinePanel = box;
     auto apply = [this] {
         const bool on = m_contribute->isChecked() && !m_pausedForBattery;
         m_session->setContributing(on, m_threads->value());
@@ -305,8 +316,10 @@ void MainWindow::onState(JobState state, const QString &message)
     if (!message.isEmpty())
         text += QStringLiteral(": ") + message;
     m_status->setText(text);
+    m_status->setToolTip(text);
     if (state == JobState::Failed)
         statusBar()->showMessage(message, 30000);
+    refreshSubtasksIfShown();
 }
 
 void MainWindow::onSnapshot(const Snapshot &s)
@@ -320,6 +333,7 @@ void MainWindow::onSnapshot(const Snapshot &s)
                      .arg(s.testAccuracy < 0 ? QStringLiteral("–") : QStringLiteral("%1%").arg(100 * s.testAccuracy, 0, 'f', 2))
                      .arg(s.workersOnline).arg(s.staleness, 0, 'f', 1).arg(s.savingsPercent, 0, 'f', 0);
     m_status->setText(describe(m_session->state()) + QStringLiteral(" — ") + s.job + QStringLiteral(" · ") + m_lastLine);
+    m_status->setToolTip(m_status->text());
     QString mine = m_contribute->isChecked() ? tr("contributing") : tr("not contributing");
     if (m_pausedForBattery)
         mine = tr("paused: on battery");

@@ -40,6 +40,7 @@ public:
     SubtasksView *subtasks() const { return m_subtasks; }
     EventsView *events() const { return m_events; }
     QTabWidget *tabs() const { return m_tabs; }
+    QWidget *machinePanel() const { return m_machinePanel; }
     QString statusText() const;
 
     // Seams for tests: what a dialog would answer.
@@ -60,6 +61,7 @@ public Q_SLOTS:
 private:
     void buildActions();
     QWidget *buildMachinePanel();
+    void refreshSubtasksIfShown();
     void onState(JobState state, const QString &message);
     void onSnapshot(const Snapshot &s);
     void checkPower();
@@ -73,6 +75,7 @@ private:
     SubtasksView *m_subtasks = nullptr;
     EventsView *m_events = nullptr;
     QTabWidget *m_tabs = nullptr;
+    QWidget *m_machinePanel = nullptr;
     QLabel *m_status = nullptr;
     QLabel *m_machineStatus = nullptr;
     QCheckBox *m_contribute = nullptr;
