@@ -454,6 +454,28 @@ private Q_SLOTS:
             }
         }
     }
+
+    void toolbarActionsHaveIconsAndShortcuts()
+    {
+        FakeSession session;
+        MainWindow window(&session, JobSpec::defaultJob(), QString());
+        QStringList shortcuts;
+        int actions = 0;
+        for (QAction *a : window.findChild<QToolBar *>()->actions()) {
+            if (a->isSeparator())
+                continue;
+            ++actions;
+            QVERIFY2(!a->icon().isNull(), qPrintable(a->text()));
+            QVERIFY2(!a->shortcut().isEmpty(), qPrintable(a->text()));
+            const QString key = a->shortcut().toString(QKeySequence::NativeText);
+            QVERIFY2(a->toolTip().contains(key), qPrintable(a->toolTip()));
+            QVERIFY2(!shortcuts.contains(key), qPrintable(key));
+            shortcuts << key;
+        }
+        QCOMPARE(actions, 6);
+        QCOMPARE(toolbarAction(window, QStringLiteral("Start"))->shortcut(), QKeySequence(Qt::CTRL | Qt::Key_R));
+        QCOMPARE(toolbarAction(window, QStringLiteral("New job…"))->shortcut(), QKeySequence(QKeySequence::New));
+    }
 };
 
 QTEST_MAIN(TestUi)

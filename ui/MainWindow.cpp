@@ -28,6 +28,7 @@
 #include <QSpinBox>
 #include <QSplitter>
 #include <QStatusBar>
+#include <QStyle>
 #include <QTabWidget>
 #include <QThread>
 #include <QTimer>
@@ -35,6 +36,24 @@
 #include <QVBoxLayout>
 
 namespace flotilla::ui {
+
+namespace {
+
+// The desktop theme's icon where it has one, else the style's own.
+QIcon themedIcon(const QWidget *w, const char *name, QStyle::StandardPixmap fallback)
+{
+    return QIcon::fromTheme(QString::fromLatin1(name), w->style()->standardIcon(fallback));
+}
+
+// A toolbar button's tooltip names its shortcut, so the keyboard is discoverable.
+void showShortcut(QAction *action)
+{
+    QString text = action->text();
+    text.remove(QStringLiteral("…"));
+    action->setToolTip(QStringLiteral("%1 (%2)").arg(text, action->shortcut().toString(QKeySequence::NativeText)));
+}
+
+} // namespace
 
 std::optional<bool> onBattery()
 {
@@ -147,20 +166,33 @@ void MainWindow::buildActions()
 {
     QToolBar *bar = addToolBar(tr("Job"));
     bar->setObjectName(QStringLiteral("jobToolBar"));
-    bar->setToolButtonStyle(Qt::ToolButtonTextOnly);
-    m_edit = bar->addAction(tr("New job…"), this, &MainWindow::editJob);
-    m_start = bar->addAction(tr("Start"), this, &MainWindow::startJob);
-    m_pause = bar->addAction(tr("Pause"), this, &MainWindow::togglePause);
-    m_stop = bar->addAction(tr("Stop"), this, &MainWindow::stopJob);
+    bar->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+    m_edit = bar->addAction(themedIcon(this, "document-new", QStyle::SP_FileIcon), tr("New job…"), this,
+                            &MainWindow::editJob);
+    m_edit->setShortcut(QKeySequence::New);
+    m_start = bar->addAction(themedIcon(this, "media-playback-start", QStyle::SP_MediaPlay), tr("Start"), this,
+                             &MainWindow::startJob);
+    m_start->setShortcut(Qt::CTRL | Qt::Key_R);
+    m_pause = bar->addAction(themedIcon(this, "media-playback-pause", QStyle::SP_MediaPause), tr("Pause"), this,
+                             &MainWindow::togglePause);
+    m_pause->setShortcut(Qt::CTRL | Qt::Key_P);
+    m_stop = bar->addAction(themedIcon(this, "media-playback-stop", QStyle::SP_MediaStop), tr("Stop"), this,
+                            &MainWindow::stopJob);
+    m_stop->setShortcut(Qt::CTRL | Qt::Key_Period);
     bar->addSeparator();
-    bar->addAction(tr("Join token…"), this, &MainWindow::showTokenDialog);
+    m_token = bar->addAction(themedIcon(this, "network-workgroup", QStyle::SP_DriveNetIcon), tr("Join token…"), this,
+                             &MainWindow::showTokenDialog);
+    m_token->setShortcut(Qt::CTRL | Qt::Key_T);
     auto *exportMenu = new QMenu(this);
     exportMenu->addAction(tr("Chart as PNG…"), this, &MainWindow::exportChart);
     exportMenu->addAction(tr("Metrics as CSV…"), this, &MainWindow::exportMetrics);
     exportMenu->addAction(tr("Trained model…"), this, &MainWindow::exportModel);
-    QAction *exportAction = bar->addAction(tr("Export"));
-    exportAction->setMenu(exportMenu);
-    connect(exportAction, &QAction::triggered, this, &MainWindow::exportChart);
+    m_export = bar->addAction(themedIcon(this, "document-save-as", QStyle::SP_DialogSaveButton), tr("Export"));
+    m_export->setMenu(exportMenu);
+    m_export->setShortcut(Qt::CTRL | Qt::Key_E);
+    connect(m_export, &QAction::triggered, this, &MainWindow::exportChart);
+    for (QAction *a : {m_edit, m_start, m_pause, m_stop, m_token, m_export})
+        showShortcut(a);
 }
 
 void MainWindow::refreshSubtasksIfShown()
@@ -310,6 +342,10 @@ void MainWindow::onState(JobState state, const QString &message)
     m_start->setText(state == JobState::Stopped ? tr("Resume job") : tr("Start"));
     m_pause->setEnabled(active);
     m_pause->setText(state == JobState::Paused ? tr("Resume") : tr("Pause"));
+    m_pause->setIcon(state == JobState::Paused ? themedIcon(this, "media-playback-start", QStyle::SP_MediaPlay)
+                                               : themedIcon(this, "media-playback-pause", QStyle::SP_MediaPause));
+    showShortcut(m_start);
+    showShortcut(m_pause);
     m_stop->setEnabled(active);
     m_edit->setEnabled(state != JobState::Loading && !active);
     QString text = describe(state) + (m_session->job().name.isEmpty() ? QString() : QStringLiteral(" — ") + m_session->job().name);

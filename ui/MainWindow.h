@@ -85,6 +85,8 @@ private:
     QAction *m_pause = nullptr;
     QAction *m_stop = nullptr;
     QAction *m_edit = nullptr;
+    QAction *m_token = nullptr;
+    QAction *m_export = nullptr;
     QTimer *m_powerTimer = nullptr;
     QTimer *m_subtaskTimer = nullptr;
     bool m_pausedForBattery = false;
