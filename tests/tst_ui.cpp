@@ -7,9 +7,11 @@
 #include "ui/Dashboard.h"
 #include "ui/MainWindow.h"
 #include "ui/Views.h"
+#include "ui/WelcomePanel.h"
 
 #include <QAction>
 #include <QChartView>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QGraphicsItemGroup>
 #include <QGraphicsTextItem>
@@ -18,6 +20,7 @@
 #include <QStatusBar>
 #include <QTableWidget>
 #include <QToolBar>
+#include <QToolButton>
 #include <QValueAxis>
 #include <QtTest>
 
@@ -328,6 +331,72 @@ private Q_SLOTS:
         window.startJob();
         QVERIFY(!d->everyChartHasData());
         QCOMPARE(window.events()->table()->rowCount(), 0);
+    }
+
+    // Before anything is drawn the dashboard says what Start will do, and offers Start and
+    // New job…; once a job loads, the charts take its place.
+    void emptyDashboardSaysWhatStartDoes()
+    {
+        FakeSession session;
+        MainWindow window(&session, JobSpec::defaultJob(), QString());
+        window.resize(1400, 900);
+        window.show();
+        QVERIFY(window.showsWelcome());
+        const QString text = window.welcome()->text();
+        QVERIFY2(text.contains(QLatin1String("Start trains a small CNN on Fashion-MNIST for 20 epochs of 30 shards")),
+                 qPrintable(text));
+        QVERIFY2(text.contains(QStringLiteral("VC-ASGD (α = 0.5)")), qPrintable(text));
+        QVERIFY2(text.contains(QLatin1String("preemption about every 20 s")), qPrintable(text));
+        QVERIFY2(text.contains(QStringLiteral("New job…")), qPrintable(text));
+        QToolButton *start = nullptr;
+        QToolButton *newJob = nullptr;
+        for (QToolButton *b : window.welcome()->findChildren<QToolButton *>()) {
+            if (b->defaultAction() == toolbarAction(window, QStringLiteral("Start")))
+                start = b;
+            if (b->defaultAction() == toolbarAction(window, QStringLiteral("New job…")))
+                newJob = b;
+        }
+        QVERIFY(start && newJob);
+        QVERIFY(start->isVisible() && start->isEnabled());
+        QVERIFY(newJob->isVisible() && newJob->isEnabled());
+
+        // The sentence follows the job and this machine's settings.
+        QCheckBox *contribute = nullptr;
+        for (QCheckBox *box : window.machinePanel()->findChildren<QCheckBox *>())
+            if (box->text() == QLatin1String("Contribute this machine"))
+                contribute = box;
+        QVERIFY(contribute);
+        contribute->setChecked(false);
+        QVERIFY2(window.welcome()->text().contains(QLatin1String("not to train")), qPrintable(window.welcome()->text()));
+        contribute->setChecked(true);
+        QVERIFY2(window.welcome()->text().contains(QLatin1String("This machine trains too")),
+                 qPrintable(window.welcome()->text()));
+        JobSpec mlp = JobSpec::defaultJob();
+        mlp.model.kind = QStringLiteral("mlp");
+        mlp.training.epochs = 1;
+        mlp.aggregation.rule = QStringLiteral("sync-average");
+        mlp.fleet.preemption.meanIntervalSeconds = 0;
+        QCOMPARE(describeJob(mlp), QStringLiteral("an MLP (hidden layers 256, 128) on Fashion-MNIST for 1 epoch of 30 "
+                                                  "shards, folded into the global model with synchronous averaging "
+                                                  "per round"));
+
+        session.calls.clear();
+        start->click();
+        QCOMPARE(session.calls.value(0), QStringLiteral("start"));
+        QVERIFY(!window.showsWelcome()); // Loading: the charts, empty, with their axes
+
+        // A start that fails before anything was drawn: the welcome again, with the reason.
+        session.report(JobState::Failed, QStringLiteral("cannot read 'train-images-idx3-ubyte'"));
+        QVERIFY(window.showsWelcome());
+        QVERIFY2(window.welcome()->text().contains(QLatin1String("cannot read 'train-images-idx3-ubyte'")),
+                 qPrintable(window.welcome()->text()));
+
+        // A failure after the charts have points leaves them in view.
+        window.startJob();
+        session.report(JobState::Running);
+        Q_EMIT session.snapshot(snapshotAt(1000, 1, 100));
+        session.report(JobState::Failed, QStringLiteral("disk full"));
+        QVERIFY(!window.showsWelcome());
     }
 
     // Counts and versions: whole numbers on their axes, never "0 0 0 0 1"; every other axis

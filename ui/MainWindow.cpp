@@ -4,6 +4,7 @@
 #include "ui/JobWizard.h"
 #include "ui/TokenDialog.h"
 #include "ui/Views.h"
+#include "ui/WelcomePanel.h"
 
 #include <QAction>
 #include <QApplication>
@@ -27,6 +28,7 @@
 #include <QSettings>
 #include <QSpinBox>
 #include <QSplitter>
+#include <QStackedWidget>
 #include <QStatusBar>
 #include <QStyle>
 #include <QTabWidget>
@@ -83,13 +85,18 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
     askSavePath = [this](const QString &title, const QString &suggested, const QString &filter) {
         return QFileDialog::getSaveFileName(this, title, suggested, filter);
     };
+    buildActions();
 
     m_dashboard = new Dashboard;
+    m_welcome = new WelcomePanel({m_start, m_edit});
+    m_dashboardPages = new QStackedWidget;
+    m_dashboardPages->addWidget(m_welcome);
+    m_dashboardPages->addWidget(m_dashboard);
     m_workers = new WorkersView;
     m_subtasks = new SubtasksView;
     m_events = new EventsView;
     m_tabs = new QTabWidget;
-    m_tabs->addTab(m_dashboard, tr("Dashboard"));
+    m_tabs->addTab(m_dashboardPages, tr("Dashboard"));
     m_tabs->addTab(m_workers, tr("Workers"));
     m_tabs->addTab(m_subtasks, tr("Subtasks"));
     m_tabs->addTab(m_events, tr("Events"));
@@ -103,7 +110,6 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
     // A long status line is cut, not allowed to widen the window.
     m_status->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
     statusBar()->addWidget(m_status, 1);
-    buildActions();
 
     connect(m_session, &ControlSession::stateChanged, this, &MainWindow::onState);
     connect(m_session, &ControlSession::historyLoaded, this, [this](const History &h) {
@@ -111,6 +117,7 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
         m_events->clear();
         for (const auto &e : h.events)
             m_events->addEvent(e);
+        updateWelcome();
     });
     connect(m_session, &ControlSession::snapshot, this, &MainWindow::onSnapshot);
     connect(m_session, &ControlSession::assimilated, m_dashboard, &Dashboard::addAssimilation);
@@ -141,6 +148,8 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
     m_subtaskTimer->setInterval(3000);
     connect(m_subtaskTimer, &QTimer::timeout, this, &MainWindow::refreshSubtasksIfShown);
     m_subtaskTimer->start();
+    connect(m_contribute, &QCheckBox::toggled, this, &MainWindow::updateWelcome);
+    connect(m_threads, &QSpinBox::valueChanged, this, &MainWindow::updateWelcome);
 
     QSettings settings;
     restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
@@ -193,6 +202,33 @@ void MainWindow::buildActions()
     connect(m_export, &QAction::triggered, this, &MainWindow::exportChart);
     for (QAction *a : {m_edit, m_start, m_pause, m_stop, m_token, m_export})
         showShortcut(a);
+}
+
+bool MainWindow::showsWelcome() const
+{
+    return m_dashboardPages->currentWidget() == m_welcome;
+}
+
+void MainWindow::updateWelcome()
+{
+    const JobState state = m_session->state();
+    const bool welcome = (state == JobState::NoJob || state == JobState::Failed) && m_dashboard->isEmpty();
+    m_dashboardPages->setCurrentWidget(welcome ? static_cast<QWidget *>(m_welcome) : m_dashboard);
+    if (!welcome)
+        return;
+    QString what = tr("Start trains %1.").arg(describeJob(m_job));
+    if (!m_runDir.isEmpty())
+        what += QLatin1Char(' ') + tr("The run goes to %1; a job left unfinished there resumes where it stopped.").arg(m_runDir);
+    what += QLatin1Char(' ') + tr("New job… changes the data set, model, rule or fleet.");
+    QString note = m_contribute->isChecked()
+                       ? tr("This machine trains too, with %1 (This machine, on the right); other machines join "
+                            "with a join token once the job runs.")
+                             .arg(m_threads->value() == 1 ? tr("1 CPU thread") : tr("%1 CPU threads").arg(m_threads->value()))
+                       : tr("This machine is set not to train: once the job runs, give other machines a join token, "
+                            "or tick Contribute this machine.");
+    if (state == JobState::Failed && !m_failure.isEmpty())
+        note = tr("The last attempt failed: %1").arg(m_failure) + QStringLiteral("\n\n") + note;
+    m_welcome->setText(state == JobState::Failed ? tr("The job failed") : tr("No job is running"), what, note);
 }
 
 void MainWindow::refreshSubtasksIfShown()
@@ -355,6 +391,12 @@ void MainWindow::onState(JobState state, const QString &message)
     m_status->setToolTip(text);
     if (state == JobState::Failed)
         statusBar()->showMessage(message, 30000);
+    if (state == JobState::Failed)
+        m_failure = message;
+    else if (state == JobState::Loading || state == JobState::Running)
+        m_failure.clear();
+
+    updateWelcome();
     refreshSubtasksIfShown();
 }
 

@@ -16,6 +16,7 @@ class QAction;
 class QCheckBox;
 class QLabel;
 class QSpinBox;
+class QStackedWidget;
 class QTabWidget;
 class QTimer;
 
@@ -24,6 +25,7 @@ namespace flotilla::ui {
 class Dashboard;
 class EventsView;
 class SubtasksView;
+class WelcomePanel;
 class WorkersView;
 
 class MainWindow : public QMainWindow
@@ -40,6 +42,9 @@ public:
     SubtasksView *subtasks() const { return m_subtasks; }
     EventsView *events() const { return m_events; }
     QTabWidget *tabs() const { return m_tabs; }
+    // What the Dashboard tab shows while no job has drawn anything.
+    WelcomePanel *welcome() const { return m_welcome; }
+    bool showsWelcome() const;
     QWidget *machinePanel() const { return m_machinePanel; }
     QString statusText() const;
 
@@ -61,6 +66,7 @@ public Q_SLOTS:
 private:
     void buildActions();
     QWidget *buildMachinePanel();
+    void updateWelcome();
     void refreshSubtasksIfShown();
     void onState(JobState state, const QString &message);
     void onSnapshot(const Snapshot &s);
@@ -75,6 +81,8 @@ private:
     SubtasksView *m_subtasks = nullptr;
     EventsView *m_events = nullptr;
     QTabWidget *m_tabs = nullptr;
+    QStackedWidget *m_dashboardPages = nullptr;
+    WelcomePanel *m_welcome = nullptr;
     QWidget *m_machinePanel = nullptr;
     QLabel *m_status = nullptr;
     QLabel *m_machineStatus = nullptr;
@@ -91,6 +99,7 @@ private:
     QTimer *m_subtaskTimer = nullptr;
     bool m_pausedForBattery = false;
     QString m_lastLine;
+    QString m_failure;         // why the last start failed, for the welcome panel
 };
 
 // Whether this machine runs on battery, where the platform says (Linux: /sys/class/
