@@ -15,14 +15,18 @@
 #include <QComboBox>
 #include <QGraphicsItemGroup>
 #include <QGraphicsTextItem>
+#include <QLabel>
 #include <QLineSeries>
 #include <QStandardPaths>
 #include <QStatusBar>
+#include <QSystemTrayIcon>
 #include <QTableWidget>
 #include <QToolBar>
 #include <QToolButton>
 #include <QValueAxis>
 #include <QtTest>
+
+#include <tuple>
 
 using namespace flotilla;
 using namespace flotilla::ui;
@@ -544,6 +548,42 @@ private Q_SLOTS:
         QCOMPARE(actions, 6);
         QCOMPARE(toolbarAction(window, QStringLiteral("Start"))->shortcut(), QKeySequence(Qt::CTRL | Qt::Key_R));
         QCOMPARE(toolbarAction(window, QStringLiteral("New job…"))->shortcut(), QKeySequence(QKeySequence::New));
+    }
+
+    // A job's end is announced (a tray message where there is a tray); offscreen there is
+    // none, and nothing breaks.
+    void endOfAJobIsNotified()
+    {
+        FakeSession session;
+        MainWindow window(&session, JobSpec::defaultJob(), QString());
+        if (!QSystemTrayIcon::isSystemTrayAvailable())
+            QVERIFY(!window.findChild<QSystemTrayIcon *>());
+        session.report(JobState::Running);
+        session.report(JobState::Finished); // the default: no tray, no message, no crash
+        QList<std::tuple<QString, QString, bool>> sent;
+        window.notify = [&](const QString &title, const QString &text, bool failed) { sent.append({title, text, failed}); };
+        window.startJob();
+        session.report(JobState::Running);
+        Snapshot s = snapshotAt(1000, 1, 100);
+        s.testAccuracy = 0.9123;
+        Q_EMIT session.snapshot(s);
+        session.report(JobState::Paused);
+        QVERIFY(sent.isEmpty());
+        session.report(JobState::Finished);
+        QCOMPARE(sent.size(), 1);
+        QCOMPARE(std::get<0>(sent[0]), QStringLiteral("Job finished"));
+        QVERIFY2(std::get<1>(sent[0]).contains(QLatin1String("fashion-mnist-cnn finished with 91.23% test accuracy")),
+                 qPrintable(std::get<1>(sent[0])));
+        QVERIFY(!std::get<2>(sent[0]));
+        session.report(JobState::Finished);
+        QCOMPARE(sent.size(), 1);
+
+        window.startJob();
+        session.report(JobState::Failed, QStringLiteral("no space left on /runs"));
+        QCOMPARE(sent.size(), 2);
+        QCOMPARE(std::get<0>(sent[1]), QStringLiteral("Job failed"));
+        QVERIFY2(std::get<1>(sent[1]).contains(QLatin1String("no space left on /runs")), qPrintable(std::get<1>(sent[1])));
+        QVERIFY(std::get<2>(sent[1]));
     }
 };
 

@@ -1,5 +1,6 @@
 #include "ui/MainWindow.h"
 
+#include "ui/AppIcon.h"
 #include "ui/Dashboard.h"
 #include "ui/JobWizard.h"
 #include "ui/TokenDialog.h"
@@ -31,6 +32,7 @@
 #include <QStackedWidget>
 #include <QStatusBar>
 #include <QStyle>
+#include <QSystemTrayIcon>
 #include <QTabWidget>
 #include <QThread>
 #include <QTimer>
@@ -86,6 +88,7 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
         return QFileDialog::getSaveFileName(this, title, suggested, filter);
     };
     buildActions();
+    buildTray();
 
     m_dashboard = new Dashboard;
     m_welcome = new WelcomePanel({m_start, m_edit});
@@ -153,6 +156,7 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
 
     QSettings settings;
     restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
+    m_lastState = m_session->state();
     onState(m_session->state(), QString());
 }
 
@@ -202,6 +206,34 @@ void MainWindow::buildActions()
     connect(m_export, &QAction::triggered, this, &MainWindow::exportChart);
     for (QAction *a : {m_edit, m_start, m_pause, m_stop, m_token, m_export})
         showShortcut(a);
+}
+
+void MainWindow::buildTray()
+{
+    notify = [this](const QString &title, const QString &text, bool failed) {
+        if (m_tray)
+            m_tray->showMessage(title, text, failed ? QSystemTrayIcon::Critical : QSystemTrayIcon::Information, 15000);
+    };
+    // Offscreen and on desktops without a tray there is none, and no message.
+    if (!QSystemTrayIcon::isSystemTrayAvailable())
+        return;
+    m_tray = new QSystemTrayIcon(appIcon(), this);
+    auto *menu = new QMenu(this);
+    const auto showWindow = [this] {
+        showNormal();
+        raise();
+        activateWindow();
+    };
+    menu->addAction(tr("Show the control center"), this, showWindow);
+    menu->addAction(tr("Quit"), qApp, &QApplication::quit);
+    m_tray->setContextMenu(menu);
+    connect(m_tray, &QSystemTrayIcon::activated, this, [showWindow](QSystemTrayIcon::ActivationReason reason) {
+        if (reason == QSystemTrayIcon::Trigger)
+            showWindow();
+    });
+    connect(m_tray, &QSystemTrayIcon::messageClicked, this, showWindow);
+    m_tray->setToolTip(windowTitle());
+    m_tray->show();
 }
 
 bool MainWindow::showsWelcome() const
@@ -297,6 +329,7 @@ void MainWindow::startJob()
         m_runDir.clear(); // a new run
     m_dashboard->reset();
     m_events->clear();
+    m_lastAccuracy = -1;
     m_session->start(m_job, m_runDir);
     m_session->setContributing(m_contribute->isChecked() && !m_pausedForBattery, m_threads->value());
     m_runDir = m_session->runDir();
@@ -389,6 +422,8 @@ void MainWindow::onState(JobState state, const QString &message)
         text += QStringLiteral(": ") + message;
     m_status->setText(text);
     m_status->setToolTip(text);
+    if (m_tray)
+        m_tray->setToolTip(tr("Flotilla: %1").arg(text));
     if (state == JobState::Failed)
         statusBar()->showMessage(message, 30000);
     if (state == JobState::Failed)
@@ -396,6 +431,19 @@ void MainWindow::onState(JobState state, const QString &message)
     else if (state == JobState::Loading || state == JobState::Running)
         m_failure.clear();
 
+    // The end of a job is worth a notification: the user may be looking at something else.
+    if (state != m_lastState) {
+        const QString name = m_session->job().name;
+        if (state == JobState::Finished)
+            notify(tr("Job finished"),
+                   m_lastAccuracy >= 0 ? tr("%1 finished with %2% test accuracy.").arg(name).arg(100 * m_lastAccuracy, 0, 'f', 2)
+                                       : tr("%1 finished.").arg(name),
+                   false);
+        else if (state == JobState::Failed)
+            notify(tr("Job failed"), message.isEmpty() ? tr("%1 failed.").arg(name) : tr("%1 failed: %2").arg(name, message),
+                   true);
+    }
+    m_lastState = state;
     updateWelcome();
     refreshSubtasksIfShown();
 }
@@ -412,6 +460,8 @@ void MainWindow::onSnapshot(const Snapshot &s)
                      .arg(s.workersOnline).arg(s.staleness, 0, 'f', 1).arg(s.savingsPercent, 0, 'f', 0);
     m_status->setText(describe(m_session->state()) + QStringLiteral(" — ") + s.job + QStringLiteral(" · ") + m_lastLine);
     m_status->setToolTip(m_status->text());
+    if (s.testAccuracy >= 0)
+        m_lastAccuracy = s.testAccuracy;
     QString mine = m_contribute->isChecked() ? tr("contributing") : tr("not contributing");
     if (m_pausedForBattery)
         mine = tr("paused: on battery");

@@ -2,8 +2,8 @@
 // The control center's window: the job's controls, the dashboard, workers, subtasks and
 // events, and this machine's own worker. Everything it shows comes from a ControlSession.
 //
-// Threads: UI thread. Dialogs that ask the user something go through seams that tests
-// replace (askConfirmation, askSavePath).
+// Threads: UI thread. Dialogs that ask the user something, and the desktop notification
+// when a job ends, go through seams that tests replace (askConfirmation, askSavePath, notify).
 
 #include "ui/ControlSession.h"
 
@@ -17,6 +17,7 @@ class QCheckBox;
 class QLabel;
 class QSpinBox;
 class QStackedWidget;
+class QSystemTrayIcon;
 class QTabWidget;
 class QTimer;
 
@@ -51,6 +52,8 @@ public:
     // Seams for tests: what a dialog would answer.
     std::function<bool(const QString &question)> askConfirmation;
     std::function<QString(const QString &title, const QString &suggested, const QString &filter)> askSavePath;
+    // A job finished or failed: by default a tray message, where the desktop has a tray.
+    std::function<void(const QString &title, const QString &text, bool failed)> notify;
 
 public Q_SLOTS:
     void startJob();
@@ -66,6 +69,7 @@ public Q_SLOTS:
 private:
     void buildActions();
     QWidget *buildMachinePanel();
+    void buildTray();
     void updateWelcome();
     void refreshSubtasksIfShown();
     void onState(JobState state, const QString &message);
@@ -84,6 +88,7 @@ private:
     QStackedWidget *m_dashboardPages = nullptr;
     WelcomePanel *m_welcome = nullptr;
     QWidget *m_machinePanel = nullptr;
+    QSystemTrayIcon *m_tray = nullptr;
     QLabel *m_status = nullptr;
     QLabel *m_machineStatus = nullptr;
     QCheckBox *m_contribute = nullptr;
@@ -99,7 +104,9 @@ private:
     QTimer *m_subtaskTimer = nullptr;
     bool m_pausedForBattery = false;
     QString m_lastLine;
+    JobState m_lastState = JobState::NoJob;
     QString m_failure;         // why the last start failed, for the welcome panel
+    double m_lastAccuracy = -1; // from the latest snapshot, for the notification
 };
 
 // Whether this machine runs on battery, where the platform says (Linux: /sys/class/
