@@ -7,16 +7,26 @@
 #include "ui/Dashboard.h"
 #include "ui/MainWindow.h"
 #include "ui/Views.h"
+#include "ui/WelcomePanel.h"
 
 #include <QAction>
 #include <QChartView>
+#include <QCheckBox>
 #include <QComboBox>
+#include <QGraphicsItemGroup>
+#include <QGraphicsTextItem>
+#include <QLabel>
 #include <QLineSeries>
 #include <QStandardPaths>
 #include <QStatusBar>
+#include <QSystemTrayIcon>
 #include <QTableWidget>
 #include <QToolBar>
+#include <QToolButton>
+#include <QValueAxis>
 #include <QtTest>
+
+#include <tuple>
 
 using namespace flotilla;
 using namespace flotilla::ui;
@@ -58,7 +68,11 @@ public:
         return fail(QStringLiteral("no worker is called '%1'").arg(name));
     }
     void release(qint64 workerId) override { calls << QStringLiteral("release %1").arg(workerId); }
-    void refreshSubtasks() override { ++refreshes; }
+    void refreshSubtasks() override
+    {
+        ++refreshes;
+        Q_EMIT subtasksLoaded(subtasks);
+    }
     Result<void> exportMetrics(const QString &) override { return {}; }
     Result<void> exportModel(const QString &) override { return {}; }
 
@@ -70,6 +84,7 @@ public:
 
     QStringList calls;
     int refreshes = 0;
+    QList<SubtaskRow> subtasks; // what the store would answer
 
 private:
     JobState m_state = JobState::NoJob;
@@ -103,6 +118,61 @@ QLineSeries *seriesNamed(const Dashboard &d, const QString &name)
         }
     }
     return nullptr;
+}
+
+// The tick labels a chart view has drawn, one list per axis, read from its scene: each axis
+// keeps its labels as text items in a group of their own.
+QList<QStringList> drawnTickLabels(QChartView *view)
+{
+    QMap<QGraphicsItem *, QStringList> groups;
+    const QList<QGraphicsItem *> items = view->scene()->items(Qt::AscendingOrder);
+    for (QGraphicsItem *item : items) {
+        auto *text = qgraphicsitem_cast<QGraphicsTextItem *>(item);
+        if (!text || !text->isVisible() || !text->parentItem()
+            || text->parentItem()->type() != QGraphicsItemGroup::Type)
+            continue;
+        groups[text->parentItem()] << text->toPlainText();
+    }
+    return groups.values();
+}
+
+QString repeated(const QStringList &labels)
+{
+    QStringList seen;
+    for (const QString &l : labels) {
+        if (seen.contains(l))
+            return l;
+        seen << l;
+    }
+    return {};
+}
+
+QValueAxis *xAxis(const Dashboard &d, int chart)
+{
+    return qobject_cast<QValueAxis *>(d.chartView(chart)->chart()->axes(Qt::Horizontal).value(0));
+}
+
+QXYSeries *firstSeries(const Dashboard &d, int chart)
+{
+    return qobject_cast<QXYSeries *>(d.chartView(chart)->chart()->series().value(0));
+}
+
+Snapshot snapshotAt(qint64 atMs, int online, double samplesPerSecond, const QString &mine = {})
+{
+    Snapshot s;
+    s.job = QStringLiteral("fashion-mnist-cnn");
+    s.atMs = atMs;
+    s.workersOnline = online;
+    WorkerRow w;
+    w.id = 1;
+    w.name = QStringLiteral("local-1");
+    w.address = QStringLiteral("this machine");
+    w.online = online > 0;
+    w.samplesPerSecond = samplesPerSecond;
+    w.subtask = mine;
+    w.progress = mine.isEmpty() ? -1.0 : 0.45;
+    s.workers = {w};
+    return s;
 }
 
 } // namespace
@@ -265,6 +335,262 @@ private Q_SLOTS:
         window.startJob();
         QVERIFY(!d->everyChartHasData());
         QCOMPARE(window.events()->table()->rowCount(), 0);
+    }
+
+    // Before anything is drawn the dashboard says what Start will do, and offers Start and
+    // New job…; once a job loads, the charts take its place.
+    void emptyDashboardSaysWhatStartDoes()
+    {
+        FakeSession session;
+        MainWindow window(&session, JobSpec::defaultJob(), QString());
+        window.resize(1400, 900);
+        window.show();
+        QVERIFY(window.showsWelcome());
+        const QString text = window.welcome()->text();
+        QVERIFY2(text.contains(QLatin1String("Start trains a small CNN on Fashion-MNIST for 20 epochs of 30 shards")),
+                 qPrintable(text));
+        QVERIFY2(text.contains(QStringLiteral("VC-ASGD (α = 0.5)")), qPrintable(text));
+        QVERIFY2(text.contains(QLatin1String("preemption about every 20 s")), qPrintable(text));
+        QVERIFY2(text.contains(QStringLiteral("New job…")), qPrintable(text));
+        QToolButton *start = nullptr;
+        QToolButton *newJob = nullptr;
+        for (QToolButton *b : window.welcome()->findChildren<QToolButton *>()) {
+            if (b->defaultAction() == toolbarAction(window, QStringLiteral("Start")))
+                start = b;
+            if (b->defaultAction() == toolbarAction(window, QStringLiteral("New job…")))
+                newJob = b;
+        }
+        QVERIFY(start && newJob);
+        QVERIFY(start->isVisible() && start->isEnabled());
+        QVERIFY(newJob->isVisible() && newJob->isEnabled());
+
+        // The sentence follows the job and this machine's settings.
+        QCheckBox *contribute = nullptr;
+        for (QCheckBox *box : window.machinePanel()->findChildren<QCheckBox *>())
+            if (box->text() == QLatin1String("Contribute this machine"))
+                contribute = box;
+        QVERIFY(contribute);
+        contribute->setChecked(false);
+        QVERIFY2(window.welcome()->text().contains(QLatin1String("not to train")), qPrintable(window.welcome()->text()));
+        contribute->setChecked(true);
+        QVERIFY2(window.welcome()->text().contains(QLatin1String("This machine trains too")),
+                 qPrintable(window.welcome()->text()));
+        JobSpec mlp = JobSpec::defaultJob();
+        mlp.model.kind = QStringLiteral("mlp");
+        mlp.training.epochs = 1;
+        mlp.aggregation.rule = QStringLiteral("sync-average");
+        mlp.fleet.preemption.meanIntervalSeconds = 0;
+        QCOMPARE(describeJob(mlp), QStringLiteral("an MLP (hidden layers 256, 128) on Fashion-MNIST for 1 epoch of 30 "
+                                                  "shards, folded into the global model with synchronous averaging "
+                                                  "per round"));
+
+        session.calls.clear();
+        start->click();
+        QCOMPARE(session.calls.value(0), QStringLiteral("start"));
+        QVERIFY(!window.showsWelcome()); // Loading: the charts, empty, with their axes
+
+        // A start that fails before anything was drawn: the welcome again, with the reason.
+        session.report(JobState::Failed, QStringLiteral("cannot read 'train-images-idx3-ubyte'"));
+        QVERIFY(window.showsWelcome());
+        QVERIFY2(window.welcome()->text().contains(QLatin1String("cannot read 'train-images-idx3-ubyte'")),
+                 qPrintable(window.welcome()->text()));
+
+        // A failure after the charts have points leaves them in view.
+        window.startJob();
+        session.report(JobState::Running);
+        Q_EMIT session.snapshot(snapshotAt(1000, 1, 100));
+        session.report(JobState::Failed, QStringLiteral("disk full"));
+        QVERIFY(!window.showsWelcome());
+    }
+
+    // Counts and versions: whole numbers on their axes, never "0 0 0 0 1"; every other axis
+    // with enough decimals that no two ticks read the same.
+    void axesNeverRepeatALabel()
+    {
+        Dashboard d;
+        d.resize(1400, 800);
+        d.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&d));
+        // The first axis that draws too few labels or one label twice, or nothing.
+        const auto problem = [&](const char *when) {
+            for (int i = 0; i < d.chartNames().size(); ++i) {
+                const QList<QStringList> axes = drawnTickLabels(d.chartView(i));
+                if (axes.size() < 2)
+                    return QStringLiteral("%1, %2: %3 axes").arg(QLatin1String(when), d.chartNames()[i]).arg(axes.size());
+                for (const QStringList &labels : axes)
+                    if (labels.size() < 2 || !repeated(labels).isEmpty())
+                        return QStringLiteral("%1, %2: %3").arg(QLatin1String(when), d.chartNames()[i],
+                                                                 labels.join(QLatin1Char(' ')));
+            }
+            return QString();
+        };
+        QTRY_VERIFY(!drawnTickLabels(d.chartView(0)).isEmpty());
+        QTRY_COMPARE(problem("empty"), QString());
+
+        // One worker, one version, a trickle of samples, a sliver of a cent.
+        d.addAssimilation(AssimilationPoint{1000, 1, 1, 0, 2.3, 32, 1.0, 1});
+        d.addSnapshot(snapshotAt(1000, 1, 0.4));
+        d.addSnapshot(snapshotAt(4000, 1, 0.7));
+        d.addCost(CostPoint{4000, 0.000012, 0.00004, 0.000012, 3.0, 0.0});
+        // Each chart lays its axes out again on a later turn of the event loop: wait until the
+        // changed ones show their new tops (workers 0 to 2, cost to 0.00005, throughput 0.8).
+        const auto drawn = [&](int chart, const QString &label) {
+            for (const QStringList &labels : drawnTickLabels(d.chartView(chart)))
+                if (labels.contains(label))
+                    return true;
+            return false;
+        };
+        QTRY_VERIFY(drawn(3, QStringLiteral("2")) && drawn(4, QStringLiteral("0.00005")) && drawn(5, QStringLiteral("0.8")));
+        QTRY_COMPARE(problem("one point"), QString());
+
+        d.addSnapshot(snapshotAt(30000, 7, 1234.5));
+        QTRY_VERIFY(drawn(3, QStringLiteral("8")) && drawn(5, QStringLiteral("1500")));
+        QTRY_COMPARE(problem("more points"), QString());
+    }
+
+    // Time axes read in seconds for a short run, hours for a long one; what was drawn in a
+    // smaller unit moves with the axis.
+    void timeAxesPickTheirUnit()
+    {
+        Dashboard shortRun;
+        shortRun.addSnapshot(snapshotAt(1000, 1, 10));
+        shortRun.addSnapshot(snapshotAt(6000, 1, 10));
+        for (int chart : {0, 3, 4, 5})
+            QVERIFY2(xAxis(shortRun, chart)->titleText().startsWith(QLatin1String("seconds")),
+                     qPrintable(xAxis(shortRun, chart)->titleText()));
+        QCOMPARE(firstSeries(shortRun, 3)->at(1).x(), 5.0);
+        QVERIFY(xAxis(shortRun, 3)->max() >= 5.0 && xAxis(shortRun, 3)->max() <= 10.0);
+
+        Dashboard longRun;
+        longRun.addSnapshot(snapshotAt(1000, 1, 10));
+        longRun.addSnapshot(snapshotAt(1000 + 600 * 1000, 2, 10));
+        QVERIFY(xAxis(longRun, 3)->titleText().startsWith(QLatin1String("minutes")));
+        QCOMPARE(firstSeries(longRun, 3)->at(1).x(), 10.0);
+        longRun.addSnapshot(snapshotAt(1000 + 3 * 3600 * 1000, 2, 10));
+        for (int chart : {0, 3, 4, 5})
+            QVERIFY2(xAxis(longRun, chart)->titleText().startsWith(QLatin1String("hours")),
+                     qPrintable(xAxis(longRun, chart)->titleText()));
+        QLineSeries *online = seriesNamed(longRun, QStringLiteral("online"));
+        QCOMPARE(online->at(1).x(), 600.0 / 3600.0);
+        QCOMPARE(online->at(2).x(), 3.0);
+        QVERIFY(xAxis(longRun, 3)->max() >= 3.0 && xAxis(longRun, 3)->max() <= 4.0);
+
+        // Against version the loss chart counts versions; back against time it takes the unit.
+        auto *against = longRun.findChild<QComboBox *>();
+        against->setCurrentIndex(1);
+        QCOMPARE(xAxis(longRun, 0)->titleText(), QStringLiteral("global model version"));
+        against->setCurrentIndex(0);
+        QVERIFY(xAxis(longRun, 0)->titleText().startsWith(QLatin1String("hours")));
+
+        longRun.reset();
+        QVERIFY(xAxis(longRun, 3)->titleText().startsWith(QLatin1String("seconds")));
+        QVERIFY(longRun.isEmpty());
+    }
+
+    // The subtasks table fills when it comes into view and keeps up while it is in view,
+    // without the Refresh button.
+    void subtasksFillWithoutRefresh()
+    {
+        FakeSession session;
+        MainWindow window(&session, JobSpec::defaultJob(), QString());
+        session.subtasks = {SubtaskRow{1, 0, 0, 0, 2000, QStringLiteral("leased"), 1, 0, {}},
+                            SubtaskRow{2, 0, 1, 2000, 4000, QStringLiteral("queued"), 0, 0, {}}};
+        window.tabs()->setCurrentWidget(window.subtasks());
+        QCOMPARE(session.refreshes, 0); // no job: nothing to read
+        window.tabs()->setCurrentIndex(0);
+        session.report(JobState::Running);
+        window.tabs()->setCurrentWidget(window.subtasks());
+        QCOMPARE(window.subtasks()->table()->rowCount(), 2);
+        session.subtasks << SubtaskRow{3, 0, 2, 4000, 6000, QStringLiteral("queued"), 0, 0, {}};
+        QTRY_COMPARE_WITH_TIMEOUT(window.subtasks()->table()->rowCount(), 3, 5000);
+        session.subtasks[0].state = QStringLiteral("done");
+        session.report(JobState::Finished); // the final states, at once
+        QCOMPARE(window.subtasks()->table()->item(0, 4)->text(), QStringLiteral("done"));
+    }
+
+    // The "This machine" panel, the dashboard beside it and the window keep their width as
+    // the panel's status line changes.
+    void panelsKeepTheirWidth()
+    {
+        FakeSession session;
+        MainWindow window(&session, JobSpec::defaultJob(), QString());
+        window.resize(1700, 900); // room for the panel to be as wide as it asks
+        window.show();
+        QVERIFY(QTest::qWaitForWindowExposed(&window));
+        const int panel = window.machinePanel()->width();
+        const int charts = window.tabs()->width();
+        const int whole = window.width();
+        session.report(JobState::Running);
+        const QStringList subtasks{QString(), QStringLiteral("epoch 1, shard 2, 0–2000"),
+                                   QStringLiteral("epoch 12, shard 27, positions 54000–56000 of a long shard name")};
+        for (const QString &subtask : subtasks) {
+            for (const int online : {0, 1}) {
+                Q_EMIT session.snapshot(snapshotAt(1000, online, 100, subtask));
+                QTest::qWait(20); // the layout settles on the next turn of the event loop
+                const QString when = QStringLiteral("online %1, '%2'").arg(online).arg(subtask);
+                QVERIFY2(window.machinePanel()->width() == panel, qPrintable(when));
+                QVERIFY2(window.tabs()->width() == charts, qPrintable(when));
+                QVERIFY2(window.width() == whole, qPrintable(when));
+            }
+        }
+    }
+
+    void toolbarActionsHaveIconsAndShortcuts()
+    {
+        FakeSession session;
+        MainWindow window(&session, JobSpec::defaultJob(), QString());
+        QStringList shortcuts;
+        int actions = 0;
+        for (QAction *a : window.findChild<QToolBar *>()->actions()) {
+            if (a->isSeparator())
+                continue;
+            ++actions;
+            QVERIFY2(!a->icon().isNull(), qPrintable(a->text()));
+            QVERIFY2(!a->shortcut().isEmpty(), qPrintable(a->text()));
+            const QString key = a->shortcut().toString(QKeySequence::NativeText);
+            QVERIFY2(a->toolTip().contains(key), qPrintable(a->toolTip()));
+            QVERIFY2(!shortcuts.contains(key), qPrintable(key));
+            shortcuts << key;
+        }
+        QCOMPARE(actions, 6);
+        QCOMPARE(toolbarAction(window, QStringLiteral("Start"))->shortcut(), QKeySequence(Qt::CTRL | Qt::Key_R));
+        QCOMPARE(toolbarAction(window, QStringLiteral("New job…"))->shortcut(), QKeySequence(QKeySequence::New));
+    }
+
+    // A job's end is announced (a tray message where there is a tray); offscreen there is
+    // none, and nothing breaks.
+    void endOfAJobIsNotified()
+    {
+        FakeSession session;
+        MainWindow window(&session, JobSpec::defaultJob(), QString());
+        if (!QSystemTrayIcon::isSystemTrayAvailable())
+            QVERIFY(!window.findChild<QSystemTrayIcon *>());
+        session.report(JobState::Running);
+        session.report(JobState::Finished); // the default: no tray, no message, no crash
+        QList<std::tuple<QString, QString, bool>> sent;
+        window.notify = [&](const QString &title, const QString &text, bool failed) { sent.append({title, text, failed}); };
+        window.startJob();
+        session.report(JobState::Running);
+        Snapshot s = snapshotAt(1000, 1, 100);
+        s.testAccuracy = 0.9123;
+        Q_EMIT session.snapshot(s);
+        session.report(JobState::Paused);
+        QVERIFY(sent.isEmpty());
+        session.report(JobState::Finished);
+        QCOMPARE(sent.size(), 1);
+        QCOMPARE(std::get<0>(sent[0]), QStringLiteral("Job finished"));
+        QVERIFY2(std::get<1>(sent[0]).contains(QLatin1String("fashion-mnist-cnn finished with 91.23% test accuracy")),
+                 qPrintable(std::get<1>(sent[0])));
+        QVERIFY(!std::get<2>(sent[0]));
+        session.report(JobState::Finished);
+        QCOMPARE(sent.size(), 1);
+
+        window.startJob();
+        session.report(JobState::Failed, QStringLiteral("no space left on /runs"));
+        QCOMPARE(sent.size(), 2);
+        QCOMPARE(std::get<0>(sent[1]), QStringLiteral("Job failed"));
+        QVERIFY2(std::get<1>(sent[1]).contains(QLatin1String("no space left on /runs")), qPrintable(std::get<1>(sent[1])));
+        QVERIFY(std::get<2>(sent[1]));
     }
 };
 

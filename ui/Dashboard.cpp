@@ -14,6 +14,8 @@
 #include <QVBoxLayout>
 #include <QValueAxis>
 
+#include <cmath>
+
 namespace flotilla::ui {
 
 namespace {
@@ -21,12 +23,44 @@ namespace {
 constexpr int kHistogramBuckets = 9; // 0..7 and 8+
 constexpr int kMaxWorkerLines = 6;
 
-QValueAxis *axis(QChart *chart, Qt::Alignment where, const QString &title, const QString &format = QStringLiteral("%g"))
+// Whole-number ticks only (counts, versions), about five of them, from 0 to at least top:
+// a count of 0 or 1 must not read "0 0 0 0 1".
+void integerRange(QValueAxis *a, double top)
+{
+    const int ceiling = std::max(1, int(std::ceil(top)));
+    const int step = std::max(1, (ceiling + 4) / 5);
+    a->setTickType(QValueAxis::TicksDynamic);
+    a->setTickAnchor(0);
+    a->setTickInterval(step);
+    a->setLabelFormat(QStringLiteral("%d"));
+    a->setRange(0, ((ceiling + step - 1) / step) * step);
+}
+
+// From 0 to just above top in round steps, with as many decimals as a step needs: enough
+// that neighbouring ticks never read the same, and no more.
+void realRange(QValueAxis *a, double top)
+{
+    a->setTickType(QValueAxis::TicksFixed);
+    a->setTickCount(5); // what the nice numbers aim for; they set their own count each time
+    a->setRange(0, top > 0 ? top * 1.05 : 1.0);
+    a->applyNiceNumbers();
+    const double step = (a->max() - a->min()) / std::max(1, a->tickCount() - 1);
+    int decimals = 0;
+    for (double scaled = step; decimals < 9 && std::abs(scaled - std::round(scaled)) > 1e-6 * scaled; scaled *= 10)
+        ++decimals;
+    a->setLabelFormat(QStringLiteral("%.%1f").arg(decimals));
+}
+
+enum class Scale { Integer, Real };
+
+QValueAxis *axis(QChart *chart, Qt::Alignment where, const QString &title, Scale scale = Scale::Real)
 {
     auto *a = new QValueAxis;
     a->setTitleText(title);
-    a->setLabelFormat(format);
-    a->setRange(0, 1);
+    if (scale == Scale::Integer)
+        integerRange(a, 1);
+    else
+        realRange(a, 0);
     chart->addAxis(a, where);
     return a;
 }
@@ -73,10 +107,11 @@ Dashboard::Dashboard(QWidget *parent) : QWidget(parent)
 
     // Loss and test accuracy.
     QChart *loss = chart(tr("Training loss and test accuracy"));
-    m_lossX = axis(loss, Qt::AlignBottom, tr("minutes since the job started"));
-    m_lossY = axis(loss, Qt::AlignLeft, tr("training loss"), QStringLiteral("%.2f"));
-    m_accuracyY = axis(loss, Qt::AlignRight, tr("test accuracy (%)"), QStringLiteral("%.0f"));
+    m_lossX = axis(loss, Qt::AlignBottom, timeTitle());
+    m_lossY = axis(loss, Qt::AlignLeft, tr("training loss"));
+    m_accuracyY = axis(loss, Qt::AlignRight, tr("test accuracy (%)"));
     m_accuracyY->setRange(0, 100);
+    m_accuracyY->setLabelFormat(QStringLiteral("%.0f"));
     m_loss = series<QLineSeries>(loss, tr("training loss (average)"), m_lossX, m_lossY);
     m_accuracy = series<QLineSeries>(loss, tr("test accuracy"), m_lossX, m_accuracyY);
     m_accuracy->setPointsVisible(true);
@@ -96,8 +131,8 @@ Dashboard::Dashboard(QWidget *parent) : QWidget(parent)
 
     // Staleness of every assimilation.
     QChart *stale = chart(tr("Staleness of each assimilation"));
-    m_stalenessX = axis(stale, Qt::AlignBottom, tr("global model version"), QStringLiteral("%d"));
-    m_stalenessY = axis(stale, Qt::AlignLeft, tr("staleness (versions)"), QStringLiteral("%d"));
+    m_stalenessX = axis(stale, Qt::AlignBottom, tr("global model version"), Scale::Integer);
+    m_stalenessY = axis(stale, Qt::AlignLeft, tr("staleness (versions)"), Scale::Integer);
     m_staleness = series<QScatterSeries>(stale, tr("assimilation"), m_stalenessX, m_stalenessY);
     m_staleness->setMarkerSize(6);
     grid->addWidget(makeView(stale), 0, 1);
@@ -119,14 +154,14 @@ Dashboard::Dashboard(QWidget *parent) : QWidget(parent)
     categoryAxis->setTitleText(tr("staleness (versions)"));
     histogram->addAxis(categoryAxis, Qt::AlignBottom);
     bars->attachAxis(categoryAxis);
-    m_histogramY = axis(histogram, Qt::AlignLeft, tr("assimilations"), QStringLiteral("%d"));
+    m_histogramY = axis(histogram, Qt::AlignLeft, tr("assimilations"), Scale::Integer);
     bars->attachAxis(m_histogramY);
     grid->addWidget(makeView(histogram), 0, 2);
 
     // Node churn.
     QChart *churn = chart(tr("Workers online"));
-    m_churnX = axis(churn, Qt::AlignBottom, tr("minutes since the job started"));
-    m_churnY = axis(churn, Qt::AlignLeft, tr("workers"), QStringLiteral("%d"));
+    m_churnX = axis(churn, Qt::AlignBottom, timeTitle());
+    m_churnY = axis(churn, Qt::AlignLeft, tr("workers"), Scale::Integer);
     m_online = series<QLineSeries>(churn, tr("online"), m_churnX, m_churnY);
     m_joins = series<QScatterSeries>(churn, tr("join"), m_churnX, m_churnY);
     m_joins->setColor(QColor(0x2e, 0x9d, 0x3a));
@@ -142,8 +177,8 @@ Dashboard::Dashboard(QWidget *parent) : QWidget(parent)
 
     // Spot savings.
     m_costChart = chart(tr("Cost"));
-    m_costX = axis(m_costChart, Qt::AlignBottom, tr("minutes since the job started"));
-    m_costY = axis(m_costChart, Qt::AlignLeft, tr("cumulative cost (USD)"), QStringLiteral("%.4f"));
+    m_costX = axis(m_costChart, Qt::AlignBottom, timeTitle());
+    m_costY = axis(m_costChart, Qt::AlignLeft, tr("cumulative cost (USD)"));
     m_onDemand = series<QLineSeries>(m_costChart, tr("on-demand"), m_costX, m_costY);
     m_spot = series<QLineSeries>(m_costChart, tr("spot"), m_costX, m_costY);
     m_paid = series<QLineSeries>(m_costChart, tr("paid"), m_costX, m_costY);
@@ -155,8 +190,8 @@ Dashboard::Dashboard(QWidget *parent) : QWidget(parent)
 
     // Throughput.
     m_throughputChart = chart(tr("Throughput"));
-    m_throughputX = axis(m_throughputChart, Qt::AlignBottom, tr("minutes since the job started"));
-    m_throughputY = axis(m_throughputChart, Qt::AlignLeft, tr("samples per second"), QStringLiteral("%.0f"));
+    m_throughputX = axis(m_throughputChart, Qt::AlignBottom, timeTitle());
+    m_throughputY = axis(m_throughputChart, Qt::AlignLeft, tr("samples per second"));
     m_fleetThroughput = series<QLineSeries>(m_throughputChart, tr("fleet"), m_throughputX, m_throughputY);
     grid->addWidget(makeView(m_throughputChart), 1, 2);
 }
@@ -181,6 +216,18 @@ QStringList Dashboard::chartNames() const
 QChartView *Dashboard::chartView(int index) const
 {
     return m_views.value(index);
+}
+
+bool Dashboard::isEmpty() const
+{
+    for (const int n : m_histogramCounts)
+        if (n > 0)
+            return false;
+    for (const QChartView *view : m_views)
+        for (const QAbstractSeries *s : view->chart()->series())
+            if (const auto *xy = qobject_cast<const QXYSeries *>(s); xy && xy->count() > 0)
+                return false;
+    return true;
 }
 
 bool Dashboard::everyChartHasData() const
@@ -233,16 +280,68 @@ void Dashboard::reset()
     m_workerThroughput.clear();
     m_axisMax.clear();
     for (QValueAxis *a : {m_lossX, m_lossY, m_stalenessX, m_stalenessY, m_histogramY, m_churnX, m_churnY, m_costX,
-                          m_costY, m_throughputX, m_throughputY})
-        a->setRange(0, 1);
+                          m_costY, m_throughputX, m_throughputY}) {
+        if (a->tickType() == QValueAxis::TicksDynamic)
+            integerRange(a, 1);
+        else
+            realRange(a, 0);
+    }
+    m_msPerUnit = 1000.0;
+    for (QValueAxis *a : timeAxes())
+        a->setTitleText(timeTitle());
     m_costChart->setTitle(tr("Cost"));
 }
 
-double Dashboard::minutes(qint64 atMs)
+double Dashboard::timeX(qint64 atMs)
 {
     if (m_originMs == 0 || atMs < m_originMs)
         m_originMs = atMs;
-    return double(atMs - m_originMs) / 60000.0;
+    const double ms = double(atMs - m_originMs);
+    fitTimeUnit(ms / 1000.0);
+    return ms / m_msPerUnit;
+}
+
+void Dashboard::fitTimeUnit(double seconds)
+{
+    // Seconds for the first two minutes, minutes for the first two hours, hours after.
+    const double unit = seconds <= 120 ? 1000.0 : seconds <= 7200 ? 60000.0 : 3600000.0;
+    if (unit <= m_msPerUnit)
+        return;
+    const double factor = m_msPerUnit / unit;
+    m_msPerUnit = unit;
+    for (QValueAxis *a : timeAxes()) {
+        a->setTitleText(timeTitle());
+        for (const QChartView *view : std::as_const(m_views)) {
+            for (QAbstractSeries *s : view->chart()->series()) {
+                auto *xy = qobject_cast<QXYSeries *>(s);
+                if (!xy || !s->attachedAxes().contains(a))
+                    continue;
+                QList<QPointF> points = xy->points();
+                for (QPointF &p : points)
+                    p.rx() *= factor;
+                xy->replace(points);
+            }
+        }
+        if (const auto top = m_axisMax.find(a); top != m_axisMax.end()) {
+            *top *= factor;
+            realRange(a, *top);
+        }
+    }
+}
+
+QString Dashboard::timeTitle() const
+{
+    return m_msPerUnit >= 3600000.0 ? tr("hours since the job started")
+           : m_msPerUnit >= 60000.0 ? tr("minutes since the job started")
+                                    : tr("seconds since the job started");
+}
+
+QList<QValueAxis *> Dashboard::timeAxes() const
+{
+    QList<QValueAxis *> axes{m_churnX, m_costX, m_throughputX};
+    if (m_lossAxis && m_lossAxis->currentIndex() == 0)
+        axes << m_lossX;
+    return axes;
 }
 
 void Dashboard::extend(QValueAxis *a, double value, bool integer)
@@ -252,17 +351,10 @@ void Dashboard::extend(QValueAxis *a, double value, bool integer)
     if (value <= top && top > 0)
         return;
     top = std::max(top, value);
-    if (integer) {
-        const int ceiling = std::max(1, int(std::ceil(top)));
-        const int step = std::max(1, (ceiling + 4) / 5);
-        a->setTickType(QValueAxis::TicksDynamic);
-        a->setTickAnchor(0);
-        a->setTickInterval(step);
-        a->setRange(0, ((ceiling + step - 1) / step) * step);
-        return;
-    }
-    a->setRange(0, top > 0 ? top * 1.05 : 1.0);
-    a->applyNiceNumbers();
+    if (integer)
+        integerRange(a, top);
+    else
+        realRange(a, top);
 }
 
 void Dashboard::loadHistory(const History &history)
@@ -288,9 +380,13 @@ void Dashboard::rebuildLossChart()
 {
     m_loss->clear();
     m_accuracy->clear();
-    m_lossX->setRange(0, 1);
-    m_lossX->setTitleText(m_lossAxis->currentIndex() == 0 ? tr("minutes since the job started")
-                                                           : tr("global model version"));
+    const bool byTime = m_lossAxis->currentIndex() == 0;
+    m_axisMax.remove(m_lossX);
+    if (byTime)
+        realRange(m_lossX, 0);
+    else
+        integerRange(m_lossX, 1);
+    m_lossX->setTitleText(byTime ? timeTitle() : tr("global model version"));
     const QList<AssimilationPoint> assimilations = m_assimilations;
     const QList<EvaluationPoint> evaluations = m_evaluations;
     m_assimilations.clear();
@@ -306,9 +402,9 @@ void Dashboard::addAssimilation(const AssimilationPoint &p)
 {
     m_assimilations << p;
     const bool byTime = m_lossAxis->currentIndex() == 0;
-    const double x = byTime ? minutes(p.atMs) : double(p.version);
+    const double x = byTime ? timeX(p.atMs) : double(p.version);
     if (!byTime)
-        minutes(p.atMs);
+        timeX(p.atMs);
     m_lossEma = m_lossEma < 0 ? p.loss : 0.9 * m_lossEma + 0.1 * p.loss;
     m_loss->append(x, m_lossEma);
     extend(m_lossX, x, !byTime);
@@ -326,23 +422,20 @@ void Dashboard::addEvaluation(const EvaluationPoint &p)
 {
     m_evaluations << p;
     const bool byTime = m_lossAxis->currentIndex() == 0;
-    const double x = byTime ? minutes(p.atMs) : double(p.version);
+    const double x = byTime ? timeX(p.atMs) : double(p.version);
     m_accuracy->append(x, 100.0 * p.accuracy);
     extend(m_lossX, x, !byTime);
 }
 
 void Dashboard::addCost(const CostPoint &p)
 {
-    const double x = minutes(p.atMs);
+    const double x = timeX(p.atMs);
     m_spot->append(x, p.spot);
     m_onDemand->append(x, p.onDemand);
     m_paid->append(x, p.actual);
     extend(m_costX, x);
     const double top = std::max({p.spot, p.onDemand, p.actual});
     extend(m_costY, top);
-    // Enough decimals that neighbouring ticks never read the same.
-    m_costY->setLabelFormat(top < 0.001 ? QStringLiteral("%.6f") : top < 0.1 ? QStringLiteral("%.4f")
-                                                                              : QStringLiteral("%.2f"));
     const double total = p.usefulSeconds + p.wastedSeconds;
     m_costChart->setTitle(tr("Cost: %1% saved vs on-demand, %2% of time wasted")
                               .arg(p.onDemand > 0 ? 100.0 * (1.0 - p.actual / p.onDemand) : 0.0, 0, 'f', 0)
@@ -351,7 +444,7 @@ void Dashboard::addCost(const CostPoint &p)
 
 void Dashboard::addEvent(const EventRow &e)
 {
-    const double x = minutes(e.atMs);
+    const double x = timeX(e.atMs);
     // Live, the line follows the coordinator's count (snapshots); from history, or before
     // the first snapshot, the events.
     const bool counting = m_replaying || !m_haveSnapshot;
@@ -376,7 +469,7 @@ void Dashboard::addEvent(const EventRow &e)
 
 void Dashboard::addSnapshot(const Snapshot &s)
 {
-    const double x = minutes(s.atMs);
+    const double x = timeX(s.atMs);
     // The coordinator's own count corrects the one drawn from events.
     m_haveSnapshot = true;
     m_lastOnline = s.workersOnline;

@@ -39,6 +39,8 @@ public:
     void addEvent(const EventRow &e);
     void addSnapshot(const Snapshot &s);
 
+    // Whether nothing has been drawn yet (no point on any chart).
+    bool isEmpty() const;
     QStringList chartNames() const;
     QChartView *chartView(int index) const;
     // Whether every chart has at least one point (for tests and screenshots).
@@ -49,7 +51,16 @@ private:
     QChartView *makeView(QChart *chart);
     void rebuildLossChart();
     void extend(QValueAxis *axis, double value, bool integer = false);
-    double minutes(qint64 atMs);
+    // Where a moment goes on the time axes, in their unit (seconds, minutes or hours since
+    // the job started, whichever reads best for the time the job has run so far).
+    double timeX(qint64 atMs);
+    void fitTimeUnit(double seconds);
+    QString timeTitle() const;
+    QList<QValueAxis *> timeAxes() const;
+
+    // Milliseconds per unit of the time axes: 1000 (seconds), 60000 (minutes) or 3600000
+    // (hours); it only grows during a job, and the points drawn so far are rescaled with it.
+    double m_msPerUnit = 1000.0;
 
     qint64 m_originMs = 0;
     bool m_replaying = false;

@@ -1,9 +1,11 @@
 #include "ui/MainWindow.h"
 
+#include "ui/AppIcon.h"
 #include "ui/Dashboard.h"
 #include "ui/JobWizard.h"
 #include "ui/TokenDialog.h"
 #include "ui/Views.h"
+#include "ui/WelcomePanel.h"
 
 #include <QAction>
 #include <QApplication>
@@ -27,7 +29,10 @@
 #include <QSettings>
 #include <QSpinBox>
 #include <QSplitter>
+#include <QStackedWidget>
 #include <QStatusBar>
+#include <QStyle>
+#include <QSystemTrayIcon>
 #include <QTabWidget>
 #include <QThread>
 #include <QTimer>
@@ -35,6 +40,24 @@
 #include <QVBoxLayout>
 
 namespace flotilla::ui {
+
+namespace {
+
+// The desktop theme's icon where it has one, else the style's own.
+QIcon themedIcon(const QWidget *w, const char *name, QStyle::StandardPixmap fallback)
+{
+    return QIcon::fromTheme(QString::fromLatin1(name), w->style()->standardIcon(fallback));
+}
+
+// A toolbar button's tooltip names its shortcut, so the keyboard is discoverable.
+void showShortcut(QAction *action)
+{
+    QString text = action->text();
+    text.remove(QStringLiteral("…"));
+    action->setToolTip(QStringLiteral("%1 (%2)").arg(text, action->shortcut().toString(QKeySequence::NativeText)));
+}
+
+} // namespace
 
 std::optional<bool> onBattery()
 {
@@ -64,13 +87,19 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
     askSavePath = [this](const QString &title, const QString &suggested, const QString &filter) {
         return QFileDialog::getSaveFileName(this, title, suggested, filter);
     };
+    buildActions();
+    buildTray();
 
     m_dashboard = new Dashboard;
+    m_welcome = new WelcomePanel({m_start, m_edit});
+    m_dashboardPages = new QStackedWidget;
+    m_dashboardPages->addWidget(m_welcome);
+    m_dashboardPages->addWidget(m_dashboard);
     m_workers = new WorkersView;
     m_subtasks = new SubtasksView;
     m_events = new EventsView;
     m_tabs = new QTabWidget;
-    m_tabs->addTab(m_dashboard, tr("Dashboard"));
+    m_tabs->addTab(m_dashboardPages, tr("Dashboard"));
     m_tabs->addTab(m_workers, tr("Workers"));
     m_tabs->addTab(m_subtasks, tr("Subtasks"));
     m_tabs->addTab(m_events, tr("Events"));
@@ -81,8 +110,9 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
     layout->addWidget(buildMachinePanel());
     setCentralWidget(central);
     m_status = new QLabel;
+    // A long status line is cut, not allowed to widen the window.
+    m_status->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
     statusBar()->addWidget(m_status, 1);
-    buildActions();
 
     connect(m_session, &ControlSession::stateChanged, this, &MainWindow::onState);
     connect(m_session, &ControlSession::historyLoaded, this, [this](const History &h) {
@@ -90,6 +120,7 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
         m_events->clear();
         for (const auto &e : h.events)
             m_events->addEvent(e);
+        updateWelcome();
     });
     connect(m_session, &ControlSession::snapshot, this, &MainWindow::onSnapshot);
     connect(m_session, &ControlSession::assimilated, m_dashboard, &Dashboard::addAssimilation);
@@ -113,16 +144,19 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
     connect(m_workers, &WorkersView::releaseRequested, m_session, &ControlSession::release);
     connect(m_workers, &WorkersView::tokenRequested, this, &MainWindow::showTokenDialog);
     connect(m_subtasks, &SubtasksView::refreshRequested, m_session, &ControlSession::refreshSubtasks);
+    // The subtasks table is read from the store: at once when it comes into view, then every
+    // few seconds while it is in view.
+    connect(m_tabs, &QTabWidget::currentChanged, this, &MainWindow::refreshSubtasksIfShown);
     m_subtaskTimer = new QTimer(this);
     m_subtaskTimer->setInterval(3000);
-    connect(m_subtaskTimer, &QTimer::timeout, this, [this] {
-        if (m_tabs->currentWidget() == m_subtasks && m_session->state() != JobState::NoJob)
-            m_session->refreshSubtasks();
-    });
+    connect(m_subtaskTimer, &QTimer::timeout, this, &MainWindow::refreshSubtasksIfShown);
     m_subtaskTimer->start();
+    connect(m_contribute, &QCheckBox::toggled, this, &MainWindow::updateWelcome);
+    connect(m_threads, &QSpinBox::valueChanged, this, &MainWindow::updateWelcome);
 
     QSettings settings;
     restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
+    m_lastState = m_session->state();
     onState(m_session->state(), QString());
 }
 
@@ -145,26 +179,99 @@ void MainWindow::buildActions()
 {
     QToolBar *bar = addToolBar(tr("Job"));
     bar->setObjectName(QStringLiteral("jobToolBar"));
-    bar->setToolButtonStyle(Qt::ToolButtonTextOnly);
-    m_edit = bar->addAction(tr("New job…"), this, &MainWindow::editJob);
-    m_start = bar->addAction(tr("Start"), this, &MainWindow::startJob);
-    m_pause = bar->addAction(tr("Pause"), this, &MainWindow::togglePause);
-    m_stop = bar->addAction(tr("Stop"), this, &MainWindow::stopJob);
+    bar->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+    m_edit = bar->addAction(themedIcon(this, "document-new", QStyle::SP_FileIcon), tr("New job…"), this,
+                            &MainWindow::editJob);
+    m_edit->setShortcut(QKeySequence::New);
+    m_start = bar->addAction(themedIcon(this, "media-playback-start", QStyle::SP_MediaPlay), tr("Start"), this,
+                             &MainWindow::startJob);
+    m_start->setShortcut(Qt::CTRL | Qt::Key_R);
+    m_pause = bar->addAction(themedIcon(this, "media-playback-pause", QStyle::SP_MediaPause), tr("Pause"), this,
+                             &MainWindow::togglePause);
+    m_pause->setShortcut(Qt::CTRL | Qt::Key_P);
+    m_stop = bar->addAction(themedIcon(this, "media-playback-stop", QStyle::SP_MediaStop), tr("Stop"), this,
+                            &MainWindow::stopJob);
+    m_stop->setShortcut(Qt::CTRL | Qt::Key_Period);
     bar->addSeparator();
-    bar->addAction(tr("Join token…"), this, &MainWindow::showTokenDialog);
+    m_token = bar->addAction(themedIcon(this, "network-workgroup", QStyle::SP_DriveNetIcon), tr("Join token…"), this,
+                             &MainWindow::showTokenDialog);
+    m_token->setShortcut(Qt::CTRL | Qt::Key_T);
     auto *exportMenu = new QMenu(this);
     exportMenu->addAction(tr("Chart as PNG…"), this, &MainWindow::exportChart);
     exportMenu->addAction(tr("Metrics as CSV…"), this, &MainWindow::exportMetrics);
     exportMenu->addAction(tr("Trained model…"), this, &MainWindow::exportModel);
-    QAction *exportAction = bar->addAction(tr("Export"));
-    exportAction->setMenu(exportMenu);
-    connect(exportAction, &QAction::triggered, this, &MainWindow::exportChart);
+    m_export = bar->addAction(themedIcon(this, "document-save-as", QStyle::SP_DialogSaveButton), tr("Export"));
+    m_export->setMenu(exportMenu);
+    m_export->setShortcut(Qt::CTRL | Qt::Key_E);
+    connect(m_export, &QAction::triggered, this, &MainWindow::exportChart);
+    for (QAction *a : {m_edit, m_start, m_pause, m_stop, m_token, m_export})
+        showShortcut(a);
+}
+
+void MainWindow::buildTray()
+{
+    notify = [this](const QString &title, const QString &text, bool failed) {
+        if (m_tray)
+            m_tray->showMessage(title, text, failed ? QSystemTrayIcon::Critical : QSystemTrayIcon::Information, 15000);
+    };
+    // Offscreen and on desktops without a tray there is none, and no message.
+    if (!QSystemTrayIcon::isSystemTrayAvailable())
+        return;
+    m_tray = new QSystemTrayIcon(appIcon(), this);
+    auto *menu = new QMenu(this);
+    const auto showWindow = [this] {
+        showNormal();
+        raise();
+        activateWindow();
+    };
+    menu->addAction(tr("Show the control center"), this, showWindow);
+    menu->addAction(tr("Quit"), qApp, &QApplication::quit);
+    m_tray->setContextMenu(menu);
+    connect(m_tray, &QSystemTrayIcon::activated, this, [showWindow](QSystemTrayIcon::ActivationReason reason) {
+        if (reason == QSystemTrayIcon::Trigger)
+            showWindow();
+    });
+    connect(m_tray, &QSystemTrayIcon::messageClicked, this, showWindow);
+    m_tray->setToolTip(windowTitle());
+    m_tray->show();
+}
+
+bool MainWindow::showsWelcome() const
+{
+    return m_dashboardPages->currentWidget() == m_welcome;
+}
+
+void MainWindow::updateWelcome()
+{
+    const JobState state = m_session->state();
+    const bool welcome = (state == JobState::NoJob || state == JobState::Failed) && m_dashboard->isEmpty();
+    m_dashboardPages->setCurrentWidget(welcome ? static_cast<QWidget *>(m_welcome) : m_dashboard);
+    if (!welcome)
+        return;
+    QString what = tr("Start trains %1.").arg(describeJob(m_job));
+    if (!m_runDir.isEmpty())
+        what += QLatin1Char(' ') + tr("The run goes to %1; a job left unfinished there resumes where it stopped.").arg(m_runDir);
+    what += QLatin1Char(' ') + tr("New job… changes the data set, model, rule or fleet.");
+    QString note = m_contribute->isChecked()
+                       ? tr("This machine trains too, with %1 (This machine, on the right); other machines join "
+                            "with a join token once the job runs.")
+                             .arg(m_threads->value() == 1 ? tr("1 CPU thread") : tr("%1 CPU threads").arg(m_threads->value()))
+                       : tr("This machine is set not to train: once the job runs, give other machines a join token, "
+                            "or tick Contribute this machine.");
+    if (state == JobState::Failed && !m_failure.isEmpty())
+        note = tr("The last attempt failed: %1").arg(m_failure) + QStringLiteral("\n\n") + note;
+    m_welcome->setText(state == JobState::Failed ? tr("The job failed") : tr("No job is running"), what, note);
+}
+
+void MainWindow::refreshSubtasksIfShown()
+{
+    if (m_tabs->currentWidget() == m_subtasks && m_session->state() != JobState::NoJob)
+        m_session->refreshSubtasks();
 }
 
 QWidget *MainWindow::buildMachinePanel()
 {
     auto *box = new QGroupBox(tr("This machine"));
-    box->setMaximumWidth(260);
     auto *form = new QVBoxLayout(box);
     QSettings settings;
     m_contribute = new QCheckBox(tr("Contribute this machine"));
@@ -187,6 +294,10 @@ QWidget *MainWindow::buildMachinePanel()
     form->addWidget(m_pauseOnBattery);
     form->addWidget(m_machineStatus);
     form->addStretch();
+    // A fixed width: the status line below changes with every snapshot, and the panel
+    // (with the dashboard beside it) must not move each time.
+    box->setFixedWidth(std::max(box->minimumSizeHint().width(), box->fontMetrics().averageCharWidth() * 36));
+    m_machinePanel = box;
     auto apply = [this] {
         const bool on = m_contribute->isChecked() && !m_pausedForBattery;
         m_session->setContributing(on, m_threads->value());
@@ -218,6 +329,7 @@ void MainWindow::startJob()
         m_runDir.clear(); // a new run
     m_dashboard->reset();
     m_events->clear();
+    m_lastAccuracy = -1;
     m_session->start(m_job, m_runDir);
     m_session->setContributing(m_contribute->isChecked() && !m_pausedForBattery, m_threads->value());
     m_runDir = m_session->runDir();
@@ -299,14 +411,41 @@ void MainWindow::onState(JobState state, const QString &message)
     m_start->setText(state == JobState::Stopped ? tr("Resume job") : tr("Start"));
     m_pause->setEnabled(active);
     m_pause->setText(state == JobState::Paused ? tr("Resume") : tr("Pause"));
+    m_pause->setIcon(state == JobState::Paused ? themedIcon(this, "media-playback-start", QStyle::SP_MediaPlay)
+                                               : themedIcon(this, "media-playback-pause", QStyle::SP_MediaPause));
+    showShortcut(m_start);
+    showShortcut(m_pause);
     m_stop->setEnabled(active);
     m_edit->setEnabled(state != JobState::Loading && !active);
     QString text = describe(state) + (m_session->job().name.isEmpty() ? QString() : QStringLiteral(" — ") + m_session->job().name);
     if (!message.isEmpty())
         text += QStringLiteral(": ") + message;
     m_status->setText(text);
+    m_status->setToolTip(text);
+    if (m_tray)
+        m_tray->setToolTip(tr("Flotilla: %1").arg(text));
     if (state == JobState::Failed)
         statusBar()->showMessage(message, 30000);
+    if (state == JobState::Failed)
+        m_failure = message;
+    else if (state == JobState::Loading || state == JobState::Running)
+        m_failure.clear();
+
+    // The end of a job is worth a notification: the user may be looking at something else.
+    if (state != m_lastState) {
+        const QString name = m_session->job().name;
+        if (state == JobState::Finished)
+            notify(tr("Job finished"),
+                   m_lastAccuracy >= 0 ? tr("%1 finished with %2% test accuracy.").arg(name).arg(100 * m_lastAccuracy, 0, 'f', 2)
+                                       : tr("%1 finished.").arg(name),
+                   false);
+        else if (state == JobState::Failed)
+            notify(tr("Job failed"), message.isEmpty() ? tr("%1 failed.").arg(name) : tr("%1 failed: %2").arg(name, message),
+                   true);
+    }
+    m_lastState = state;
+    updateWelcome();
+    refreshSubtasksIfShown();
 }
 
 void MainWindow::onSnapshot(const Snapshot &s)
@@ -320,6 +459,9 @@ void MainWindow::onSnapshot(const Snapshot &s)
                      .arg(s.testAccuracy < 0 ? QStringLiteral("–") : QStringLiteral("%1%").arg(100 * s.testAccuracy, 0, 'f', 2))
                      .arg(s.workersOnline).arg(s.staleness, 0, 'f', 1).arg(s.savingsPercent, 0, 'f', 0);
     m_status->setText(describe(m_session->state()) + QStringLiteral(" — ") + s.job + QStringLiteral(" · ") + m_lastLine);
+    m_status->setToolTip(m_status->text());
+    if (s.testAccuracy >= 0)
+        m_lastAccuracy = s.testAccuracy;
     QString mine = m_contribute->isChecked() ? tr("contributing") : tr("not contributing");
     if (m_pausedForBattery)
         mine = tr("paused: on battery");

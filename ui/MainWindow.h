@@ -2,8 +2,8 @@
 // The control center's window: the job's controls, the dashboard, workers, subtasks and
 // events, and this machine's own worker. Everything it shows comes from a ControlSession.
 //
-// Threads: UI thread. Dialogs that ask the user something go through seams that tests
-// replace (askConfirmation, askSavePath).
+// Threads: UI thread. Dialogs that ask the user something, and the desktop notification
+// when a job ends, go through seams that tests replace (askConfirmation, askSavePath, notify).
 
 #include "ui/ControlSession.h"
 
@@ -16,6 +16,8 @@ class QAction;
 class QCheckBox;
 class QLabel;
 class QSpinBox;
+class QStackedWidget;
+class QSystemTrayIcon;
 class QTabWidget;
 class QTimer;
 
@@ -24,6 +26,7 @@ namespace flotilla::ui {
 class Dashboard;
 class EventsView;
 class SubtasksView;
+class WelcomePanel;
 class WorkersView;
 
 class MainWindow : public QMainWindow
@@ -40,11 +43,17 @@ public:
     SubtasksView *subtasks() const { return m_subtasks; }
     EventsView *events() const { return m_events; }
     QTabWidget *tabs() const { return m_tabs; }
+    // What the Dashboard tab shows while no job has drawn anything.
+    WelcomePanel *welcome() const { return m_welcome; }
+    bool showsWelcome() const;
+    QWidget *machinePanel() const { return m_machinePanel; }
     QString statusText() const;
 
     // Seams for tests: what a dialog would answer.
     std::function<bool(const QString &question)> askConfirmation;
     std::function<QString(const QString &title, const QString &suggested, const QString &filter)> askSavePath;
+    // A job finished or failed: by default a tray message, where the desktop has a tray.
+    std::function<void(const QString &title, const QString &text, bool failed)> notify;
 
 public Q_SLOTS:
     void startJob();
@@ -60,6 +69,9 @@ public Q_SLOTS:
 private:
     void buildActions();
     QWidget *buildMachinePanel();
+    void buildTray();
+    void updateWelcome();
+    void refreshSubtasksIfShown();
     void onState(JobState state, const QString &message);
     void onSnapshot(const Snapshot &s);
     void checkPower();
@@ -73,6 +85,10 @@ private:
     SubtasksView *m_subtasks = nullptr;
     EventsView *m_events = nullptr;
     QTabWidget *m_tabs = nullptr;
+    QStackedWidget *m_dashboardPages = nullptr;
+    WelcomePanel *m_welcome = nullptr;
+    QWidget *m_machinePanel = nullptr;
+    QSystemTrayIcon *m_tray = nullptr;
     QLabel *m_status = nullptr;
     QLabel *m_machineStatus = nullptr;
     QCheckBox *m_contribute = nullptr;
@@ -82,10 +98,15 @@ private:
     QAction *m_pause = nullptr;
     QAction *m_stop = nullptr;
     QAction *m_edit = nullptr;
+    QAction *m_token = nullptr;
+    QAction *m_export = nullptr;
     QTimer *m_powerTimer = nullptr;
     QTimer *m_subtaskTimer = nullptr;
     bool m_pausedForBattery = false;
     QString m_lastLine;
+    JobState m_lastState = JobState::NoJob;
+    QString m_failure;         // why the last start failed, for the welcome panel
+    double m_lastAccuracy = -1; // from the latest snapshot, for the notification
 };
 
 // Whether this machine runs on battery, where the platform says (Linux: /sys/class/
