@@ -466,6 +466,10 @@ void Coordinator::workerLeft(qint64 workerId, const QString &reason)
 
 void Coordinator::recordEvent(EventKind kind, qint64 workerId, const QString &detail)
 {
+    // A preemption reported after the job ended (a local fleet's timer racing the end) costs
+    // the job nothing; its figures were final when it finished.
+    if (kind == EventKind::WorkerPreempted && m_finished)
+        return;
     if (kind == EventKind::WorkerPreempted) {
         ++m_preemptions;
         if (const auto it = m_workers.find(workerId); it != m_workers.end())

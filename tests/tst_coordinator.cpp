@@ -1114,6 +1114,22 @@ private Q_SLOTS:
         }
     }
 
+    void preemptionAfterTheEndIsNotCounted()
+    {
+        // A local fleet's preemption timer can fire after the job's last assimilation: the
+        // job's figures, final when it finished, must agree with its events.
+        Fixture f;
+        auto c = f.open();
+        QVERIFY(c);
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        c->recordEvent(EventKind::WorkerPreempted, w, QStringLiteral("during the job"));
+        runToEnd(*c, {w});
+        QVERIFY(c->finished());
+        c->recordEvent(EventKind::WorkerPreempted, w, QStringLiteral("after the end"));
+        QCOMPARE(c->progress().preemptions, qint64(1));
+        QCOMPARE(countEvents(*c, QStringLiteral("worker-preempted")), 1);
+    }
+
     void absurdNormIsRejected()
     {
         Fixture f;

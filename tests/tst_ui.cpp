@@ -383,6 +383,10 @@ private Q_SLOTS:
         QCOMPARE(describeJob(mlp), QStringLiteral("an MLP (hidden layers 256, 128) on Fashion-MNIST for 1 epoch of 30 "
                                                   "shards, folded into the global model with synchronous averaging "
                                                   "per round"));
+        JobSpec buffered = JobSpec::defaultJob();
+        buffered.aggregation.buffer = 4;
+        QVERIFY2(describeJob(buffered).contains(QStringLiteral("VC-ASGD (α = 0.5), 4 results at a time")),
+                 qPrintable(describeJob(buffered)));
 
         session.calls.clear();
         start->click();

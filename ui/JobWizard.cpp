@@ -206,6 +206,11 @@ void JobWizard::build()
     add(aggregation, QStringLiteral("aggregation.outer_momentum"), tr("Outer momentum"), m_outerMomentum);
     m_nesterov = new QCheckBox(tr("Nesterov"));
     add(aggregation, QStringLiteral("aggregation.nesterov"), QString(), m_nesterov);
+    m_buffer = spin(0, 100000);
+    m_buffer->setSpecialValueText(tr("√ workers online"));
+    add(aggregation, QStringLiteral("aggregation.buffer"), tr("Results per version"), m_buffer,
+        tr("Asynchronous rules: fold the mean of this many results as one version (1: each result is its own); for "
+           "large fleets, whose results would otherwise be hundreds of versions stale"));
 
     QFormLayout *fleet = page(tr("Fleet"));
     m_localWorkers = spin(0, 64);
@@ -218,6 +223,13 @@ void JobWizard::build()
     m_targetSubtask->setSuffix(tr(" s"));
     m_targetSubtask->setSpecialValueText(tr("whole shards"));
     add(fleet, QStringLiteral("fleet.target_subtask_s"), tr("Target subtask duration"), m_targetSubtask);
+    m_epochsAhead = spin(0, 64);
+    add(fleet, QStringLiteral("fleet.epochs_ahead"), tr("Epochs open at once"), m_epochsAhead,
+        tr("Asynchronous rules: how many epochs past the oldest unfinished one may be handed out"));
+    m_shareTail = new QCheckBox(tr("Smaller subtasks near an epoch's end"));
+    add(fleet, QStringLiteral("fleet.share_tail"), QString(), m_shareTail);
+    m_speculate = new QCheckBox(tr("Copies of overdue subtasks at the job's end"));
+    add(fleet, QStringLiteral("fleet.speculate"), QString(), m_speculate);
     m_heartbeatTimeout = dspin(0, 24 * 3600, 0, 5);
     m_heartbeatTimeout->setSuffix(tr(" s"));
     add(fleet, QStringLiteral("fleet.heartbeat_timeout_s"), tr("Worker gone after silence of"), m_heartbeatTimeout);
@@ -327,6 +339,10 @@ void JobWizard::setJob(const JobSpec &j)
     m_outerLearningRate->setValue(j.aggregation.outerLearningRate);
     m_outerMomentum->setValue(j.aggregation.outerMomentum);
     m_nesterov->setChecked(j.aggregation.nesterov);
+    m_buffer->setValue(j.aggregation.buffer);
+    m_epochsAhead->setValue(j.fleet.epochsAhead);
+    m_shareTail->setChecked(j.fleet.shareTail);
+    m_speculate->setChecked(j.fleet.speculate);
     m_leaseTimeout->setValue(j.fleet.leaseTimeoutSeconds);
     m_targetSubtask->setValue(j.fleet.targetSubtaskSeconds);
     m_heartbeatTimeout->setValue(j.fleet.heartbeatTimeoutSeconds);
@@ -385,6 +401,10 @@ JobSpec JobWizard::job() const
     j.aggregation.outerLearningRate = m_outerLearningRate->value();
     j.aggregation.outerMomentum = m_outerMomentum->value();
     j.aggregation.nesterov = m_nesterov->isChecked();
+    j.aggregation.buffer = m_buffer->value();
+    j.fleet.epochsAhead = m_epochsAhead->value();
+    j.fleet.shareTail = m_shareTail->isChecked();
+    j.fleet.speculate = m_speculate->isChecked();
     j.fleet.workers = m_localWorkers->value();
     j.fleet.leaseTimeoutSeconds = m_leaseTimeout->value();
     j.fleet.targetSubtaskSeconds = m_targetSubtask->value();

@@ -91,6 +91,10 @@ private:
     QDoubleSpinBox *m_outerLearningRate = nullptr;
     QDoubleSpinBox *m_outerMomentum = nullptr;
     QCheckBox *m_nesterov = nullptr;
+    QSpinBox *m_buffer = nullptr;
+    QSpinBox *m_epochsAhead = nullptr;
+    QCheckBox *m_shareTail = nullptr;
+    QCheckBox *m_speculate = nullptr;
     QSpinBox *m_localWorkers = nullptr;
     QDoubleSpinBox *m_leaseTimeout = nullptr;
     QDoubleSpinBox *m_targetSubtask = nullptr;

@@ -67,6 +67,10 @@ QString describeJob(const JobSpec &job)
                        .arg(modelPhrase(job.model), datasetPhrase(job.dataset), epochs)
                        .arg(job.training.shards)
                        .arg(rulePhrase(job.aggregation));
+    if (job.aggregation.buffer == 0)
+        text += QObject::tr(", as many results at a time as the square root of the workers online");
+    else if (job.aggregation.buffer > 1)
+        text += QObject::tr(", %1 results at a time").arg(job.aggregation.buffer);
     const double preempt = job.fleet.preemption.meanIntervalSeconds;
     if (preempt > 0)
         text += QObject::tr(", with a simulated preemption about every %1 s").arg(preempt, 0, 'g', 3);
