@@ -620,7 +620,7 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
         m_baseSamples.emplace(seq, m_screen->sample(snapshot));
 
     const Subtask &s = grant->subtask;
-    if (replicate(s)) {
+    if (copyOf.isEmpty() && replicate(s)) {
         Quorum &q = m_quorums[s.id];
         q.baseSeq = seq;
         q.baseVersion = m_core->version();

@@ -308,6 +308,30 @@ private Q_SLOTS:
         expectText(r.err, {QStringLiteral("--seed is out of range")});
         QVERIFY(!QFile::exists(saved));
     }
+
+    void bufferFlagsAreCheckedAndSaved()
+    {
+        const QString saved = path("buffer.json");
+        Run r = expectExit({QStringLiteral("train"), QStringLiteral("--buffer"), QStringLiteral("lots"),
+                            QStringLiteral("--save-job"), saved},
+                           2);
+        expectText(r.err, {QStringLiteral("--buffer needs an integer, got 'lots'")});
+        r = expectExit({QStringLiteral("train"), QStringLiteral("--rule"), QStringLiteral("sync-average"),
+                        QStringLiteral("--buffer"), QStringLiteral("4"), QStringLiteral("--save-job"), saved},
+                       2);
+        expectText(r.err, {QStringLiteral("'aggregation.buffer' is 4, but sync-average already folds whole rounds")});
+        QVERIFY(!QFile::exists(saved));
+        expectExit({QStringLiteral("train"), QStringLiteral("--buffer"), QStringLiteral("auto"),
+                    QStringLiteral("--epochs-ahead"), QStringLiteral("3"), QStringLiteral("--share-tail"),
+                    QStringLiteral("--speculate"), QStringLiteral("--save-job"), saved},
+                   0);
+        auto loaded = JobSpec::load(saved);
+        QVERIFY2(loaded, qPrintable(loaded.error()));
+        QCOMPARE(loaded->aggregation.buffer, 0);
+        QCOMPARE(loaded->fleet.epochsAhead, 3);
+        QVERIFY(loaded->fleet.shareTail);
+        QVERIFY(loaded->fleet.speculate);
+    }
 };
 
 QTEST_GUILESS_MAIN(TestCli)

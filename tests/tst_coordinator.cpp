@@ -983,6 +983,26 @@ private Q_SLOTS:
         QCOMPARE(countEvents(*c, QStringLiteral("evaluation")), 2);
     }
 
+    void aBufferedResultSentAgainIsADuplicate()
+    {
+        // A worker that resends its result (a reconnect, a hostile replay) while the first copy
+        // waits in the buffer: the second is dropped, and the buffer holds one.
+        Fixture f;
+        f.spec.aggregation.buffer = 3;
+        auto c = f.open();
+        QVERIFY(c);
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        auto a = c->requestSubtask(w);
+        QVERIFY(a);
+        QCOMPARE(c->submitResult(w, fakeResult(*a)).status, SubmitStatus::Held);
+        QCOMPARE(c->submitResult(w, fakeResult(*a)).status, SubmitStatus::Duplicate);
+        QCOMPARE(c->progress().bufferedResults, 1);
+        // Nor may another worker hand in that lease.
+        const qint64 other = c->workerJoined(test::spotWorker(QStringLiteral("b"))).value();
+        QCOMPARE(c->submitResult(other, fakeResult(*a)).status, SubmitStatus::Rejected);
+        QCOMPARE(c->progress().bufferedResults, 1);
+    }
+
     void bufferedResultsLostInARestartAreTrainedAgain()
     {
         Fixture f;
