@@ -4,12 +4,15 @@
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
 #include "bridge/DesktopSession.h"
+#include "bridge/RunLibrary.h"
 #include "bridge/WorkerAgent.h"
 
 #include "ui/AppIcon.h"
+#include "ui/Comparison.h"
 #include "ui/Dashboard.h"
 #include "ui/JobWizard.h"
 #include "ui/MainWindow.h"
+#include "ui/RunsView.h"
 #include "ui/Views.h"
 #include "ui/WorkerDesk.h"
 
@@ -138,6 +141,45 @@ bool grab(QWidget *w, const QString &path)
     return ok;
 }
 
+// The pictures of docs/screenshots that show runs: the list, one run's window and a
+// comparison of the first three, then quits.
+void tourRuns(ui::MainWindow &window, const QDir &dir)
+{
+    QDir().mkpath(dir.path());
+    window.showRuns();
+    auto *once = new QObject(&window);
+    QObject::connect(window.runs(), &ui::RunsView::listed, once, [&window, dir, once] {
+        once->deleteLater();
+        ui::RunsView *view = window.runs();
+        QStringList dirs;
+        for (const QString &d : view->shownDirs())
+            for (const ui::RunSummary &r : view->runs())
+                if (r.dir == d && r.error.isEmpty() && dirs.size() < 3)
+                    dirs << r.dir;
+        view->select(dirs);
+        grab(&window, dir.filePath(QStringLiteral("runs.png")));
+        if (dirs.size() < 2) {
+            std::fprintf(stderr, "flotilla gui: the runs tour needs two readable runs, found %d\n", int(dirs.size()));
+            QApplication::exit(1);
+            return;
+        }
+        ui::RunWindow *run = view->open(dirs.first());
+        ui::ComparisonWindow *comparison = view->compare(dirs);
+        auto *check = new QTimer(comparison);
+        check->setInterval(200);
+        QObject::connect(check, &QTimer::timeout, comparison, [run, comparison, dir, check] {
+            if (!comparison->loaded() || (run && !run->loaded()))
+                return;
+            check->stop();
+            if (run)
+                grab(run, dir.filePath(QStringLiteral("run-window.png")));
+            grab(comparison, dir.filePath(QStringLiteral("comparison.png")));
+            QApplication::quit();
+        });
+        check->start();
+    });
+}
+
 } // namespace
 
 bool displayAvailable()
@@ -187,7 +229,16 @@ int runControlCenter(const QStringList &arguments)
         {QStringLiteral("host"), QStringLiteral("Name remote workers reach this machine by (repeatable)."),
          QStringLiteral("name")},
         {QStringLiteral("start"), QStringLiteral("Start the job at once.")},
+        {QStringLiteral("runs"),
+         QStringLiteral("Folder whose run folders the Runs tab lists (default: the data location's runs folder)."),
+         QStringLiteral("dir")},
         {QStringLiteral("exit-after-paint"), QStringLiteral("Print the start-up time to the first painted window and quit.")},
+        {QStringLiteral("runs-screenshots"),
+         QStringLiteral("Save pictures of the Runs tab, of the first run's window and of a comparison of the first "
+                        "three runs into this folder, and quit."),
+         QStringLiteral("dir")},
+        {QStringLiteral("exit-after-runs-listed"),
+         QStringLiteral("Print how long after main() the Runs tab had listed every run, and quit.")},
         {QStringLiteral("measure-ui-stalls"),
          QStringLiteral("Start the job, measure the UI thread's longest stall for this many seconds, print it and quit."),
          QStringLiteral("seconds")},
@@ -236,7 +287,21 @@ int runControlCenter(const QStringList &arguments)
     if (screenshots)
         options.identityDir = QDir(parser.value(QStringLiteral("screenshots"))).filePath(QStringLiteral(".identity"));
     DesktopSession session(options);
-    ui::MainWindow window(&session, job, runDir);
+    RunLibrary runs(parser.isSet(QStringLiteral("runs"))
+                        ? parser.value(QStringLiteral("runs"))
+                        : QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/runs"));
+    ui::MainWindow window(&session, job, runDir, &runs);
+    if (parser.isSet(QStringLiteral("exit-after-runs-listed"))) {
+        window.showRuns();
+        QObject::connect(window.runs(), &ui::RunsView::listed, qApp, [](int count) {
+            std::printf("runs view listed %d runs %.0f ms after main() started\n", count,
+                        double(g_sinceMain.nsecsElapsed()) / 1e6);
+            std::fflush(stdout);
+            QTimer::singleShot(0, qApp, &QApplication::quit);
+        });
+    }
+    if (parser.isSet(QStringLiteral("runs-screenshots")))
+        tourRuns(window, QDir(parser.value(QStringLiteral("runs-screenshots"))));
     FirstPaint firstPaint(parser.isSet(QStringLiteral("exit-after-paint")));
     window.installEventFilter(&firstPaint);
     window.resize(1500, 900);

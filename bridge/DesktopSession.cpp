@@ -1,6 +1,7 @@
 #include "bridge/DesktopSession.h"
 
 #include "bridge/BridgeLog.h"
+#include "bridge/RunLibrary.h"
 #include "common/AtomicFile.h"
 #include "common/LogSink.h"
 #include "engine/Store.h"
@@ -15,53 +16,12 @@ namespace flotilla {
 
 namespace {
 
-ui::EventRow toRow(const EventRecord &e)
-{
-    return ui::EventRow{e.atMs, e.kind, e.workerId, e.subtaskId, e.leaseId, e.detail};
-}
-
-ui::AssimilationPoint toPoint(const AssimilationRecord &a)
-{
-    return ui::AssimilationPoint{a.atMs, a.seq, a.version, a.staleness, a.loss, a.samples, a.trainSeconds, a.workerId};
-}
-
-ui::EvaluationPoint toPoint(const EvaluationRecord &e)
-{
-    return ui::EvaluationPoint{e.atMs, e.epoch, e.version, e.accuracy, e.loss};
-}
-
-// What the store holds of a job, read on a pool thread with its own connection.
+// What the store holds of a job, read on a pool thread with its own connection; a store
+// that cannot be read yet (a job still loading) has no history.
 ui::History readHistory(const QString &db)
 {
-    ui::History h;
-    auto store = Store::open(db);
-    if (!store)
-        return h;
-    auto job = (*store)->latestJob();
-    if (!job || !job->has_value())
-        return h;
-    const qint64 id = (*job)->id;
-    if (auto rows = (*store)->assimilations(id))
-        for (const auto &a : *rows)
-            h.assimilations << toPoint(a);
-    if (auto rows = (*store)->evaluations(id))
-        for (const auto &e : *rows)
-            h.evaluations << toPoint(e);
-    if (auto rows = (*store)->events(id))
-        for (const auto &e : *rows)
-            h.events << toRow(e);
-    if (auto rows = (*store)->ledger(id)) {
-        ui::CostPoint sum;
-        for (const auto &l : *rows) {
-            sum.atMs = l.atMs;
-            sum.spot += l.costSpot;
-            sum.onDemand += l.costOnDemand;
-            sum.actual += l.costActual;
-            (l.kind == QLatin1String("wasted") ? sum.wastedSeconds : sum.usefulSeconds) += l.seconds;
-            h.costs << sum;
-        }
-    }
-    return h;
+    auto h = readRunHistory(db);
+    return h ? *h : ui::History{};
 }
 
 QList<ui::SubtaskRow> readSubtasks(const QString &db)

@@ -6,6 +6,8 @@
 #include "ui/ControlSession.h"
 #include "ui/Dashboard.h"
 #include "ui/MainWindow.h"
+#include "ui/RunCatalog.h"
+#include "ui/RunsView.h"
 #include "ui/Views.h"
 #include "ui/WelcomePanel.h"
 
@@ -17,6 +19,8 @@
 #include <QGraphicsTextItem>
 #include <QLabel>
 #include <QLineSeries>
+#include <QMenuBar>
+#include <QSignalSpy>
 #include <QStandardPaths>
 #include <QStatusBar>
 #include <QSystemTrayIcon>
@@ -177,6 +181,41 @@ Snapshot snapshotAt(qint64 atMs, int online, double samplesPerSecond, const QStr
 
 } // namespace
 
+// Two runs in memory; the current one is whichever the window says it runs.
+class FakeCatalog : public RunCatalog
+{
+public:
+    void refresh() override
+    {
+        ++refreshes;
+        QList<RunSummary> runs;
+        for (const QString &dir : {QStringLiteral("/runs/new"), QStringLiteral("/runs/old")}) {
+            RunSummary r;
+            r.dir = dir;
+            r.name = dir.section(u'/', -1);
+            r.state = dir == current ? QStringLiteral("running") : QStringLiteral("finished");
+            r.current = dir == current;
+            r.createdMs = dir == current ? 2000 : 1000;
+            r.bestAccuracy = 0.9;
+            runs << r;
+        }
+        Q_EMIT runsListed(runs);
+    }
+    void loadHistory(const QString &dir) override
+    {
+        History h;
+        h.evaluations << EvaluationPoint{1000, 0, 10, 0.8, 0.5};
+        Q_EMIT historyLoaded(dir, h);
+    }
+    Result<void> addFolder(const QString &) override { return {}; }
+    Result<QString> rename(const QString &dir, const QString &) override { return dir; }
+    Result<void> remove(const QString &) override { return {}; }
+    void setCurrentRun(const QString &dir) override { current = dir; }
+
+    QString current;
+    int refreshes = 0;
+};
+
 class TestUi : public QObject
 {
     Q_OBJECT
@@ -226,6 +265,37 @@ private Q_SLOTS:
         const qsizetype before = session.calls.size();
         window.startJob();
         QCOMPARE(session.calls.size(), before);
+    }
+
+    void runsTabFollowsTheJobThisWindowRuns()
+    {
+        FakeSession session;
+        FakeCatalog catalog;
+        MainWindow window(&session, JobSpec::defaultJob(), QString(), &catalog);
+        QVERIFY(window.runs());
+        QCOMPARE(catalog.refreshes, 1); // listed at once, for the cold start
+        QStringList menus;
+        for (QAction *a : window.menuBar()->actions())
+            menus << a->text();
+        QCOMPARE(menus, (QStringList{QStringLiteral("&File"), QStringLiteral("&Job"), QStringLiteral("&Runs"), QStringLiteral("&Help")}));
+
+        window.startJob(); // the fake session runs it in /runs/new
+        QCOMPARE(catalog.current, QStringLiteral("/runs/new"));
+        window.showRuns();
+        QCOMPARE(window.tabs()->currentWidget(), window.runs());
+        QVERIFY(catalog.refreshes >= 2); // listed again when the tab came into view
+        QCOMPARE(window.runs()->table()->rowCount(), 2);
+        QVERIFY(window.runs()->table()->item(0, 0)->font().bold()); // the newest first: this window's job
+        // Opening the job this window runs shows its live dashboard, not a copy from the store.
+        QCOMPARE(window.runs()->open(QStringLiteral("/runs/new")), nullptr);
+        QCOMPARE(window.tabs()->currentIndex(), 0);
+        // Another run opens in a window of its own, drawn from its history.
+        RunWindow *other = window.runs()->open(QStringLiteral("/runs/old"));
+        QVERIFY(other && other->loaded());
+        QVERIFY(!other->dashboard()->isEmpty());
+
+        session.report(JobState::Finished);
+        QVERIFY(catalog.current.isEmpty());
     }
 
     void failureAndRefusalsAreShown()

@@ -3,6 +3,7 @@
 #include "ui/AppIcon.h"
 #include "ui/Dashboard.h"
 #include "ui/JobWizard.h"
+#include "ui/RunsView.h"
 #include "ui/TokenDialog.h"
 #include "ui/Views.h"
 #include "ui/WelcomePanel.h"
@@ -17,12 +18,14 @@
 #include <QDir>
 #include <QFile>
 #include <QFileDialog>
+#include <QFileInfo>
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QInputDialog>
 #include <QLabel>
 #include <QMenu>
+#include <QMenuBar>
 #include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QPushButton>
@@ -77,8 +80,9 @@ std::optional<bool> onBattery()
     return sawBattery ? std::optional<bool>(false) : std::nullopt;
 }
 
-MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QString &runDir, QWidget *parent)
-    : QMainWindow(parent), m_session(session), m_job(job), m_runDir(runDir)
+MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QString &runDir, RunCatalog *runs,
+                       QWidget *parent)
+    : QMainWindow(parent), m_session(session), m_job(job), m_runDir(runDir), m_catalog(runs)
 {
     setWindowTitle(tr("Flotilla — control center"));
     askConfirmation = [this](const QString &question) {
@@ -103,6 +107,18 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
     m_tabs->addTab(m_workers, tr("Workers"));
     m_tabs->addTab(m_subtasks, tr("Subtasks"));
     m_tabs->addTab(m_events, tr("Events"));
+    if (m_catalog) {
+        m_runs = new RunsView(m_catalog);
+        m_tabs->addTab(m_runs, tr("Runs"));
+        connect(m_runs, &RunsView::currentRunRequested, this, [this] { m_tabs->setCurrentWidget(m_dashboardPages); });
+        // Listed at once (the stores are read on pool threads), and again whenever the tab
+        // comes into view.
+        connect(m_tabs, &QTabWidget::currentChanged, this, [this] {
+            if (m_tabs->currentWidget() == m_runs)
+                m_runs->refresh();
+        });
+        m_runs->refresh();
+    }
 
     auto *central = new QWidget;
     auto *layout = new QHBoxLayout(central);
@@ -206,6 +222,74 @@ void MainWindow::buildActions()
     connect(m_export, &QAction::triggered, this, &MainWindow::exportChart);
     for (QAction *a : {m_edit, m_start, m_pause, m_stop, m_token, m_export})
         showShortcut(a);
+    buildMenus(exportMenu);
+}
+
+void MainWindow::buildMenus(QMenu *exportMenu)
+{
+    QMenu *file = menuBar()->addMenu(tr("&File"));
+    file->addAction(m_edit);
+    QAction *openRun = file->addAction(themedIcon(this, "document-open", QStyle::SP_DirOpenIcon), tr("Open run folder…"),
+                                       this, &MainWindow::openRunFolder);
+    openRun->setShortcut(QKeySequence::Open);
+    openRun->setEnabled(m_catalog != nullptr);
+    QMenu *exports = file->addMenu(tr("Export"));
+    exports->addActions(exportMenu->actions());
+    file->addSeparator();
+    QAction *quit = file->addAction(tr("Quit"), qApp, &QApplication::quit);
+    quit->setShortcut(QKeySequence::Quit);
+
+    QMenu *jobMenu = menuBar()->addMenu(tr("&Job"));
+    jobMenu->addActions({m_start, m_pause, m_stop});
+    jobMenu->addSeparator();
+    jobMenu->addAction(m_token);
+
+    QMenu *runs = menuBar()->addMenu(tr("&Runs"));
+    QAction *show = runs->addAction(tr("Show runs"), this, &MainWindow::showRuns);
+    show->setShortcut(Qt::CTRL | Qt::SHIFT | Qt::Key_R);
+    QAction *compare = runs->addAction(tr("Compare selected runs"), this, [this] {
+        showRuns();
+        m_runs->compare(m_runs->selectedDirs());
+    });
+    compare->setShortcut(Qt::CTRL | Qt::SHIFT | Qt::Key_C);
+    for (QAction *a : {show, compare})
+        a->setEnabled(m_catalog != nullptr);
+
+    QMenu *help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("About Flotilla"), this, [this] {
+        QMessageBox::about(this, tr("About Flotilla"),
+                           tr("<b>Flotilla %1</b><p>Trains deep-learning models on fleets of machines that can vanish "
+                              "at any moment, with VC-ASGD and the rules beside it.</p>")
+                               .arg(QApplication::applicationVersion()));
+    });
+}
+
+void MainWindow::showRuns()
+{
+    if (m_runs)
+        m_tabs->setCurrentWidget(m_runs);
+}
+
+void MainWindow::openRunFolder()
+{
+    if (!m_runs)
+        return;
+    const QString dir = m_runs->askFolder();
+    if (dir.isEmpty())
+        return;
+    showRuns();
+    if (auto added = m_runs->addFolder(dir); !added) {
+        statusBar()->showMessage(added.error(), 15000);
+        return;
+    }
+    // Opened once the listing that includes it arrives.
+    const QString wanted = QFileInfo(dir).canonicalFilePath();
+    auto *once = new QObject(this);
+    connect(m_runs, &RunsView::listed, once, [this, once, wanted] {
+        once->deleteLater();
+        m_runs->select({wanted});
+        m_runs->open(wanted);
+    });
 }
 
 void MainWindow::buildTray()
@@ -442,6 +526,12 @@ void MainWindow::onState(JobState state, const QString &message)
         else if (state == JobState::Failed)
             notify(tr("Job failed"), message.isEmpty() ? tr("%1 failed.").arg(name) : tr("%1 failed: %2").arg(name, message),
                    true);
+    }
+    if (m_catalog && state != m_lastState) {
+        const bool current = state == JobState::Loading || active;
+        m_catalog->setCurrentRun(current ? m_session->runDir() : QString());
+        if (m_tabs && m_tabs->currentWidget() == m_runs)
+            m_runs->refresh();
     }
     m_lastState = state;
     updateWelcome();

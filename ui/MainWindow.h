@@ -13,6 +13,7 @@
 #include <optional>
 
 class QAction;
+class QMenu;
 class QCheckBox;
 class QLabel;
 class QSpinBox;
@@ -25,6 +26,8 @@ namespace flotilla::ui {
 
 class Dashboard;
 class EventsView;
+class RunCatalog;
+class RunsView;
 class SubtasksView;
 class WelcomePanel;
 class WorkersView;
@@ -34,14 +37,17 @@ class MainWindow : public QMainWindow
     Q_OBJECT
 
 public:
-    // job: the job the Start button starts; runDir: where (an unfinished job there resumes).
-    MainWindow(ControlSession *session, const JobSpec &job, const QString &runDir, QWidget *parent = nullptr);
+    // job: the job the Start button starts; runDir: where (an unfinished job there resumes);
+    // runs: the runs this control center knows (no Runs tab without one).
+    MainWindow(ControlSession *session, const JobSpec &job, const QString &runDir, RunCatalog *runs = nullptr,
+               QWidget *parent = nullptr);
     ~MainWindow() override;
 
     Dashboard *dashboard() const { return m_dashboard; }
     WorkersView *workers() const { return m_workers; }
     SubtasksView *subtasks() const { return m_subtasks; }
     EventsView *events() const { return m_events; }
+    RunsView *runs() const { return m_runs; }
     QTabWidget *tabs() const { return m_tabs; }
     // What the Dashboard tab shows while no job has drawn anything.
     WelcomePanel *welcome() const { return m_welcome; }
@@ -65,9 +71,13 @@ public Q_SLOTS:
     void exportChart();
     void exportMetrics();
     void exportModel();
+    // Lists a run folder from elsewhere in the Runs tab and opens it.
+    void openRunFolder();
+    void showRuns();
 
 private:
     void buildActions();
+    void buildMenus(QMenu *exportMenu);
     QWidget *buildMachinePanel();
     void buildTray();
     void updateWelcome();
@@ -84,6 +94,8 @@ private:
     WorkersView *m_workers = nullptr;
     SubtasksView *m_subtasks = nullptr;
     EventsView *m_events = nullptr;
+    RunCatalog *m_catalog = nullptr;
+    RunsView *m_runs = nullptr;
     QTabWidget *m_tabs = nullptr;
     QStackedWidget *m_dashboardPages = nullptr;
     WelcomePanel *m_welcome = nullptr;

@@ -205,20 +205,26 @@ ProcessRun runPython(const QString &script, const QStringList &args, int timeout
     return runProcess(python(), QStringList{file.fileName()} + args, timeoutMs);
 }
 
-double finalTestAccuracy(const QString &runDir)
+QList<double> testAccuracies(const QString &runDir)
 {
+    QList<double> out;
     QFile file(runDir + QStringLiteral("/metrics.csv"));
     if (!file.open(QIODevice::ReadOnly))
-        return -1;
+        return out;
     const QList<QByteArray> header = file.readLine().trimmed().split(',');
     const qsizetype column = header.indexOf("test_accuracy");
-    double last = -1;
     while (!file.atEnd()) {
         const QList<QByteArray> fields = file.readLine().trimmed().split(',');
         if (column >= 0 && column < fields.size() && !fields[column].isEmpty())
-            last = fields[column].toDouble();
+            out << fields[column].toDouble();
     }
-    return last;
+    return out;
+}
+
+double finalTestAccuracy(const QString &runDir)
+{
+    const QList<double> all = testAccuracies(runDir);
+    return all.isEmpty() ? -1 : all.last();
 }
 
 } // namespace flotilla::test

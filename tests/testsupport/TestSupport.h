@@ -59,6 +59,8 @@ ProcessRun runFlotilla(const QStringList &args, int timeoutMs, const QString &wo
 // torch.jit.script reads the source of the classes it scripts.
 ProcessRun runPython(const QString &script, const QStringList &args, int timeoutMs = 120000);
 
+// Every test accuracy in a run's metrics.csv, in order.
+QList<double> testAccuracies(const QString &runDir);
 // The last test accuracy in a finished run's metrics.csv, or -1 when it has none.
 double finalTestAccuracy(const QString &runDir);
 
