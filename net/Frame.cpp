@@ -58,19 +58,40 @@ QByteArray encodeMessage(MessageType type, QCborMap header, const QByteArray &pa
     return out;
 }
 
-void FrameParser::feed(const QByteArray &bytes)
+void FrameParser::compact()
 {
-    if (failed())
-        return;
-    // Drop what was consumed before growing the buffer.
+    // Drop what was consumed before growing the buffer; the allocation is kept for the
+    // bytes that follow.
     if (m_offset > 0 && m_offset == m_buffer.size()) {
-        m_buffer.clear();
+        m_buffer.resize(0);
         m_offset = 0;
     } else if (m_offset > (1 << 20)) {
         m_buffer.remove(0, m_offset);
         m_offset = 0;
     }
+}
+
+void FrameParser::feed(const QByteArray &bytes)
+{
+    if (failed())
+        return;
+    compact();
     m_buffer.append(bytes);
+}
+
+qint64 FrameParser::readFrom(QIODevice &device)
+{
+    if (failed())
+        return 0;
+    compact();
+    const qint64 available = device.bytesAvailable();
+    if (available <= 0)
+        return 0;
+    const qsizetype before = m_buffer.size();
+    m_buffer.resize(before + qsizetype(available));
+    const qint64 read = device.read(m_buffer.data() + before, available);
+    m_buffer.resize(before + qsizetype(std::max<qint64>(0, read)));
+    return read;
 }
 
 std::optional<Frame> FrameParser::next(Payload payload)

@@ -15,6 +15,7 @@
 #include "common/Sha256.h"
 #include <QByteArray>
 #include <QCborMap>
+#include <QIODevice>
 
 #include <map>
 #include <optional>
@@ -51,6 +52,9 @@ class FrameParser
 {
 public:
     void feed(const QByteArray &bytes);
+    // Reads what the device has straight into the parser's buffer (no intermediate array);
+    // returns the bytes read, or -1 if the device failed.
+    qint64 readFrom(QIODevice &device);
     // Copied: the frame owns its payload. Borrowed: the payload refers to the parser's
     // buffer, valid only until the next feed() or next() (saves a copy of every byte).
     enum class Payload { Copied, Borrowed };
@@ -62,6 +66,8 @@ public:
     qint64 pending() const { return m_buffer.size() - m_offset; }
 
 private:
+    void compact();
+
     QByteArray m_buffer;
     qsizetype m_offset = 0;
     QString m_error;
@@ -93,6 +99,7 @@ class MessageReader
 {
 public:
     void feed(const QByteArray &bytes) { m_frames.feed(bytes); }
+    qint64 readFrom(QIODevice &device) { return m_frames.readFrom(device); }
     Result<std::optional<Message>> next();
     MessageAssembler &assembler() { return m_assembler; }
     qint64 pending() const { return m_frames.pending(); }

@@ -452,7 +452,7 @@ void TlsListener::onReadyRead(qint64 id)
     }
     if (c.stage == Stage::Handshake)
         return; // the TLS layer reads the handshake itself
-    c.reader.feed(c.socket->readAll());
+    c.reader.readFrom(*c.socket);
     c.stallTimer->start();
     for (;;) {
         auto message = c.reader.next();

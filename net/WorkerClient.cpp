@@ -268,7 +268,7 @@ void WorkerClient::onReadyRead()
 {
     if (!m_socket)
         return;
-    m_reader->feed(m_socket->readAll());
+    m_reader->readFrom(*m_socket);
     m_stall.start();
     for (;;) {
         auto message = m_reader->next();
