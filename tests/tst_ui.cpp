@@ -556,7 +556,7 @@ private Q_SLOTS:
             QVERIFY2(!shortcuts.contains(key), qPrintable(key));
             shortcuts << key;
         }
-        QCOMPARE(actions, 6);
+        QCOMPARE(actions, 7);
         QCOMPARE(toolbarAction(window, QStringLiteral("Start"))->shortcut(), QKeySequence(Qt::CTRL | Qt::Key_R));
         QCOMPARE(toolbarAction(window, QStringLiteral("New job…"))->shortcut(), QKeySequence(QKeySequence::New));
     }
