@@ -559,6 +559,11 @@ private Q_SLOTS:
         QCOMPARE(actions, 7);
         QCOMPARE(toolbarAction(window, QStringLiteral("Start"))->shortcut(), QKeySequence(Qt::CTRL | Qt::Key_R));
         QCOMPARE(toolbarAction(window, QStringLiteral("New job…"))->shortcut(), QKeySequence(QKeySequence::New));
+        // Join a fleet… is the application's to answer (a dialog, then a worker window).
+        QSignalSpy join(&window, &MainWindow::joinFleetRequested);
+        toolbarAction(window, QStringLiteral("Join a fleet…"))->trigger();
+        QCOMPARE(join.size(), 1);
+        QCOMPARE(window.joinFleetAction(), toolbarAction(window, QStringLiteral("Join a fleet…")));
     }
 
     // A job's end is announced (a tray message where there is a tray); offscreen there is
