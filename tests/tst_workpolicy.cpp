@@ -4,14 +4,17 @@
 // suspend for an hour), its decisions reaching a real WorkerAgent through the worker
 // window's desk without undoing the owner's own suspension; the Join a fleet dialog with
 // real tokens from a trust store; remembered fleets; the login entry under a temporary
-// XDG_CONFIG_HOME.
+// XDG_CONFIG_HOME; and a policy pause in the middle of a subtask from a real `flotilla serve`,
+// which hands in the part trained.
 #include "FakeClock.h"
 #include "TestFiles.h"
+#include "TestSupport.h"
 
 #include "bridge/AgentDesk.h"
 #include "bridge/WorkPolicy.h"
 #include "bridge/WorkerAgent.h"
 #include "common/Autostart.h"
+#include "engine/Store.h"
 #include "net/TrustStore.h"
 #include "ui/JoinDialog.h"
 #include "ui/WorkerDesk.h"
@@ -22,6 +25,7 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QFile>
+#include <QFileInfo>
 #include <QLabel>
 #include <QListWidget>
 #include <QPlainTextEdit>
@@ -257,6 +261,81 @@ private Q_SLOTS:
         clock.advance(3600'000 + 1);
         policy.evaluate();
         QVERIFY(!agent.suspended());
+    }
+
+    // A real coordinator, a real agent: the user comes back while a subtask trains, and the
+    // policy's pause hands in what was trained (a result, not a lease left to expire), takes
+    // no new subtask, and training goes on when the user leaves again.
+    void policyPauseHandsInThePartialResult()
+    {
+        QTemporaryDir dir;
+        QProcess serve;
+        serve.setProcessChannelMode(QProcess::MergedChannels);
+        serve.setStandardOutputFile(dir.filePath(QStringLiteral("serve.out")));
+        const QString tokenFile = dir.filePath(QStringLiteral("token"));
+        // Few, large shards trained for several local epochs: a subtask lasts seconds.
+        serve.start(test::flotillaBinary(),
+                    {QStringLiteral("serve"), QStringLiteral("--run-dir"), dir.filePath(QStringLiteral("run")),
+                     QStringLiteral("--identity-dir"), dir.filePath(QStringLiteral("identity")),
+                     QStringLiteral("--listen"), QStringLiteral("127.0.0.1"), QStringLiteral("--host"),
+                     QStringLiteral("127.0.0.1"), QStringLiteral("--port"), QStringLiteral("0"),
+                     QStringLiteral("--token-file"), tokenFile, QStringLiteral("--quiet"),
+                     QStringLiteral("--train-limit"), QStringLiteral("8000"), QStringLiteral("--test-limit"),
+                     QStringLiteral("200"), QStringLiteral("--shards"), QStringLiteral("2"),
+                     QStringLiteral("--local-epochs"), QStringLiteral("4"), QStringLiteral("--epochs"),
+                     QStringLiteral("20"), QStringLiteral("--preempt-mean"), QStringLiteral("0")});
+        QTRY_VERIFY_WITH_TIMEOUT(QFile::exists(tokenFile) && QFileInfo(tokenFile).size() > 0, 120000);
+        QFile file(tokenFile);
+        QVERIFY(file.open(QIODevice::ReadOnly));
+        auto token = net::JoinToken::decode(QString::fromUtf8(file.readAll()));
+        QVERIFY2(token, qPrintable(token.error()));
+
+        WorkerAgent::Options options;
+        options.stateDir = dir.filePath(QStringLiteral("worker"));
+        options.name = QStringLiteral("desk");
+        options.device = QStringLiteral("cpu");
+        WorkerAgent agent(options);
+        FakeIdle idle;
+        idle.value = 3600'000; // away
+        test::FakeClock clock(localTime(12));
+        WorkPolicy policy(ui::WorkerSettings(), &idle, &clock);
+        AgentDesk desk(&agent, &policy, options.stateDir);
+        QSignalSpy started(&agent, &WorkerAgent::trainingStarted);
+        QVERIFY(agent.start(*token));
+        QTRY_VERIFY_WITH_TIMEOUT(!started.isEmpty(), 60000);
+        QTRY_VERIFY_WITH_TIMEOUT(agent.status().progress > 0.05, 60000);
+        const double progress = agent.status().progress;
+        QVERIFY2(progress < 0.9, qPrintable(QString::number(progress))); // caught in the middle
+        QCOMPARE(agent.status().subtasksDone, 0);
+
+        idle.value = 1000; // the user is back
+        policy.evaluate();
+        QVERIFY(agent.suspended());
+        // The part trained is handed in as a result of its own...
+        QTRY_COMPARE_WITH_TIMEOUT(agent.status().subtasksDone, 1, 30000);
+        QCOMPARE(agent.status().state, QStringLiteral("suspended"));
+        QVERIFY(agent.status().subtask.isEmpty());
+        // ...and nothing new is taken while the user works.
+        const qsizetype before = started.size();
+        QTest::qWait(1500);
+        QCOMPARE(started.size(), before);
+
+        idle.value = 3600'000; // away again
+        policy.evaluate();
+        QVERIFY(!agent.suspended());
+        QTRY_VERIFY_WITH_TIMEOUT(started.size() > before, 30000);
+
+        agent.preemptionNotice();
+        serve.terminate();
+        QVERIFY(serve.waitForFinished(30000));
+        // The coordinator took the first result as part of a subtask, not the whole of it.
+        auto store = Store::open(dir.filePath(QStringLiteral("run/flotilla.db")));
+        QVERIFY2(store, qPrintable(store.error()));
+        auto job = (*store)->latestJob();
+        QVERIFY(job && job->has_value());
+        auto partial = (*store)->events((*job)->id, EventKind::ResultPartial);
+        QVERIFY(partial);
+        QVERIFY2(!partial->empty(), "no partial result was folded in");
     }
 
     void joinDialogNamesWhatIsWrongWithAToken()
