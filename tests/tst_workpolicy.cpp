@@ -315,6 +315,15 @@ private Q_SLOTS:
         QTRY_COMPARE_WITH_TIMEOUT(agent.status().subtasksDone, 1, 30000);
         QCOMPARE(agent.status().state, QStringLiteral("suspended"));
         QVERIFY(agent.status().subtask.isEmpty());
+        // The window: which job, which coordinator, what was given today and in all, why it waits.
+        ui::WorkerWindow window(&desk);
+        const ui::WorkerDeskStatus shown = desk.status();
+        QCOMPARE(shown.job, QStringLiteral("fashion-mnist-cnn"));
+        QVERIFY2(shown.coordinator.startsWith(QLatin1String("127.0.0.1:")), qPrintable(shown.coordinator));
+        QVERIFY(shown.hoursToday > 0);
+        QCOMPARE(shown.hoursContributed, shown.hoursToday); // the first hours this machine gave
+        QVERIFY2(window.contributionText().contains(QLatin1String("h today")), qPrintable(window.contributionText()));
+        QVERIFY(window.policyText().contains(QLatin1String("in use")));
         // ...and nothing new is taken while the user works.
         const qsizetype before = started.size();
         QTest::qWait(1500);
