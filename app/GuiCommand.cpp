@@ -3,18 +3,22 @@
 #include "app/AppLog.h"
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
+#include "bridge/AgentDesk.h"
 #include "bridge/DesktopSession.h"
 #include "bridge/RunLibrary.h"
+#include "bridge/WorkPolicy.h"
 #include "bridge/WorkerAgent.h"
 
 #include "ui/AppIcon.h"
 #include "ui/Comparison.h"
 #include "ui/Dashboard.h"
 #include "ui/JobWizard.h"
+#include "ui/JoinDialog.h"
 #include "ui/MainWindow.h"
 #include "ui/RunsView.h"
 #include "ui/Views.h"
 #include "ui/WorkerDesk.h"
+#include "ui/WorkerSettingsDialog.h"
 
 #include <QApplication>
 #include <QChartView>
@@ -22,12 +26,14 @@
 #include <QDir>
 #include <QElapsedTimer>
 #include <QHostInfo>
+#include <QMessageBox>
 #include <QScreen>
 #include <QSettings>
 #include <QSpinBox>
 #include <QStandardPaths>
 #include <QTabWidget>
 #include <QTableWidget>
+#include <QThread>
 #include <QTimer>
 
 #include <cstdio>
@@ -40,33 +46,67 @@ namespace {
 // Milliseconds since main() began, for the start-up measurement.
 QElapsedTimer g_sinceMain;
 
-// The worker window's view of a WorkerAgent, with hours contributed kept across runs.
-class AgentDesk : public ui::WorkerDesk
+// A worker started from the desktop: the agent, the policy that says when it may run, and
+// its window. Members are destroyed bottom up: the window before the desk before the agent.
+struct DesktopWorker
 {
-public:
-    explicit AgentDesk(WorkerAgent *agent) : m_agent(agent)
-    {
-        QSettings settings;
-        m_hoursBefore = settings.value(QStringLiteral("worker/hoursContributed"), 0.0).toDouble();
-        connect(agent, &WorkerAgent::statusChanged, this, [this] {
-            QSettings().setValue(QStringLiteral("worker/hoursContributed"),
-                                 m_hoursBefore + m_agent->status().secondsTrained / 3600.0);
-            Q_EMIT statusChanged();
-        });
-    }
-    ui::WorkerDeskStatus status() const override
-    {
-        const WorkerAgent::Status s = m_agent->status();
-        return ui::WorkerDeskStatus{s.state, s.coordinator, s.subtask, s.progress,
-                                    m_hoursBefore + s.secondsTrained / 3600.0, s.subtasksDone, s.message};
-    }
-    void setSuspended(bool suspended) override { m_agent->setSuspended(suspended); }
-    bool suspended() const override { return m_agent->suspended(); }
-
-private:
-    WorkerAgent *m_agent;
-    double m_hoursBefore = 0.0;
+    SystemClock clock;
+    std::unique_ptr<IdleSource> idle = systemIdleSource();
+    std::unique_ptr<WorkerAgent> agent;
+    std::unique_ptr<WorkPolicy> policy;
+    std::unique_ptr<AgentDesk> desk;
+    std::unique_ptr<ui::WorkerWindow> window;
 };
+
+// Each fleet's worker keeps its identity and shard cache in a folder of its own, named after
+// the fleet's CA, so that joining a second fleet does not end the first one's enrollment.
+QString fleetStateDir(const net::JoinToken &token)
+{
+    return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/fleets/")
+           + QString::fromLatin1(token.caFingerprint.left(8).toHex());
+}
+
+// Starts this machine's worker in stateDir: joining with the token, or, without one, for
+// the fleet it joined before. threads/device: from the worker settings unless given.
+Result<std::unique_ptr<DesktopWorker>> startDesktopWorker(const std::optional<net::JoinToken> &token,
+                                                          const QString &stateDir, int threads = 0)
+{
+    const ui::WorkerSettings settings = ui::WorkerSettings::load();
+    auto w = std::make_unique<DesktopWorker>();
+    WorkerAgent::Options options;
+    options.stateDir = stateDir;
+    options.name = QHostInfo::localHostName();
+    options.threads = threads > 0 ? threads : std::max(1, settings.threads);
+    options.device = settings.device;
+    w->agent = std::make_unique<WorkerAgent>(options);
+    w->policy = std::make_unique<WorkPolicy>(settings, w->idle.get(), &w->clock);
+    if (auto started = w->agent->start(token); !started)
+        return started.takeError();
+    if (token)
+        ui::rememberFleet({QStringLiteral("%1:%2").arg(token->host).arg(token->port), stateDir,
+                           QDateTime::currentDateTime()});
+    w->desk = std::make_unique<AgentDesk>(w->agent.get(), w->policy.get(), stateDir);
+    w->policy->start();
+    w->window = std::make_unique<ui::WorkerWindow>(w->desk.get());
+    w->window->show();
+    return w;
+}
+
+// Asks for a join token or a fleet joined before and starts the worker for it; nothing when
+// the user cancels.
+Result<std::unique_ptr<DesktopWorker>> joinFromDialog(QWidget *parent)
+{
+    ui::JoinDialog dialog([](const QString &text) { return describeJoinToken(text, QDateTime::currentMSecsSinceEpoch()); },
+                          ui::rememberedFleets(), parent);
+    if (dialog.exec() != QDialog::Accepted)
+        return std::unique_ptr<DesktopWorker>();
+    if (const auto fleet = dialog.fleet())
+        return startDesktopWorker(std::nullopt, fleet->stateDir);
+    auto token = net::JoinToken::decode(dialog.token());
+    if (!token)
+        return token.takeError();
+    return startDesktopWorker(*token, fleetStateDir(*token));
+}
 
 // Tells, once, how long it took from main() to the first painted frame of a window.
 class FirstPaint : public QObject
@@ -320,7 +360,25 @@ int runControlCenter(const QStringList &arguments)
         window.startJob();
     }
 
+    // Join a fleet…: this machine's worker for someone else's coordinator, in its own window.
+    std::unique_ptr<DesktopWorker> joined;
+    QObject::connect(&window, &ui::MainWindow::joinFleetRequested, &window, [&] {
+        const QString state = joined ? joined->agent->status().state : QString();
+        if (joined && state != QLatin1String("finished") && state != QLatin1String("failed")) {
+            joined->window->show();
+            joined->window->raise();
+            return;
+        }
+        auto started = joinFromDialog(&window);
+        if (!started)
+            QMessageBox::warning(&window, QObject::tr("Join a fleet"), started.error());
+        else if (*started)
+            joined = std::move(started).value();
+    });
+
     std::unique_ptr<WorkerAgent> remote;
+    SystemClock clock;
+    std::unique_ptr<WorkPolicy> policy;
     std::unique_ptr<AgentDesk> desk;
     std::unique_ptr<ui::WorkerWindow> workerWindow;
     if (screenshots) {
@@ -342,7 +400,10 @@ int runControlCenter(const QStringList &arguments)
                 remote = std::make_unique<WorkerAgent>(w);
                 if (token)
                     (void)remote->start(net::JoinToken::decode(*token).value());
-                desk = std::make_unique<AgentDesk>(remote.get());
+                ui::WorkerSettings always; // the tour's worker runs whatever the machine is doing
+                always.pauseWhenActive = false;
+                policy = std::make_unique<WorkPolicy>(always, nullptr, &clock);
+                desk = std::make_unique<AgentDesk>(remote.get(), policy.get(), w.stateDir);
                 workerWindow = std::make_unique<ui::WorkerWindow>(desk.get());
                 workerWindow->resize(480, 300);
                 workerWindow->show();
@@ -367,8 +428,19 @@ int runControlCenter(const QStringList &arguments)
                 grab(&window, dir.filePath(QStringLiteral("subtasks.png")));
                 window.tabs()->setCurrentWidget(window.events());
                 grab(&window, dir.filePath(QStringLiteral("events.png")));
-                if (workerWindow)
+                if (workerWindow) {
                     grab(workerWindow.get(), dir.filePath(QStringLiteral("worker-window.png")));
+                    // The settings of a lab desktop that gives its nights and its idle minutes.
+                    ui::WorkerSettings example;
+                    example.idleMinutes = 10;
+                    example.useWindow = true;
+                    example.exclusivePrograms = {QStringLiteral("blender"), QStringLiteral("steam")};
+                    example.threads = std::min(4, QThread::idealThreadCount());
+                    example.startAtLogin = true;
+                    ui::WorkerSettingsDialog settingsDialog(example, desk->deviceChoices(), workerWindow.get());
+                    settingsDialog.show();
+                    grab(&settingsDialog, dir.filePath(QStringLiteral("worker-settings.png")));
+                }
                 ui::JobWizard wizard(JobSpec::defaultJob(), 1, &window);
                 wizard.show();
                 qobject_cast<QSpinBox *>(wizard.field(QStringLiteral("training.epochs")))->setValue(0);
@@ -387,6 +459,8 @@ int runControlCenter(const QStringList &arguments)
     const int code = QApplication::exec();
     if (remote)
         remote->preemptionNotice();
+    if (joined)
+        joined->agent->preemptionNotice();
     return code;
 }
 
@@ -396,40 +470,51 @@ int runWorkerWindow(const QStringList &arguments)
     QApplication::setOrganizationName(QStringLiteral("Flotilla"));
     QApplication::setWindowIcon(appIcon());
     QCommandLineParser parser;
-    parser.setApplicationDescription(QStringLiteral("Contribute this machine to a coordinator, in a window."));
+    parser.setApplicationDescription(QStringLiteral(
+        "Contribute this machine to a coordinator, in a window. --join without a token asks for one (or for a fleet "
+        "joined before); with --state-dir and no token, the worker starts again for the fleet it joined there."));
     parser.addHelpOption();
     parser.addOptions({
         {QStringLiteral("join"), QStringLiteral("Join token."), QStringLiteral("token")},
-        {QStringLiteral("state-dir"), QStringLiteral("This worker's identity and shard cache."), QStringLiteral("dir"),
-         QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/worker")},
-        {QStringLiteral("threads"), QStringLiteral("CPU threads to give."), QStringLiteral("n"), QStringLiteral("1")},
+        {QStringLiteral("state-dir"),
+         QStringLiteral("This worker's identity and shard cache (default: a folder per fleet)."), QStringLiteral("dir")},
+        {QStringLiteral("threads"), QStringLiteral("CPU threads to give (default: as the worker settings say)."),
+         QStringLiteral("n")},
     });
-    if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("--join")))
+    // `flotilla --join` alone (the desktop entry's action, the login entry): no token to parse.
+    QStringList args = arguments;
+    for (int i = 1; i < args.size(); ++i) {
+        if (args[i] == QLatin1String("--join") && (i + 1 == args.size() || args[i + 1].startsWith(QLatin1String("--")))) {
+            args.removeAt(i);
+            break;
+        }
+    }
+    if (const auto stop = parseOrExit(parser, args, QStringLiteral("--join")))
         return *stop;
     installLogSink(false);
-    std::optional<net::JoinToken> token;
+    const int threads = parser.isSet(QStringLiteral("threads")) ? std::max(1, parser.value(QStringLiteral("threads")).toInt()) : 0;
+    QString stateDir = parser.value(QStringLiteral("state-dir"));
+    Result<std::unique_ptr<DesktopWorker>> worker = std::unique_ptr<DesktopWorker>();
     if (parser.isSet(QStringLiteral("join"))) {
         auto decoded = net::JoinToken::decode(parser.value(QStringLiteral("join")));
         if (!decoded) {
             std::fprintf(stderr, "flotilla: %s\n", decoded.error().toUtf8().constData());
             return ExitUsage;
         }
-        token = *decoded;
+        worker = startDesktopWorker(*decoded, stateDir.isEmpty() ? fleetStateDir(*decoded) : stateDir, threads);
+    } else if (!stateDir.isEmpty()) {
+        worker = startDesktopWorker(std::nullopt, stateDir, threads);
+    } else {
+        worker = joinFromDialog(nullptr);
+        if (worker && !*worker)
+            return 0; // cancelled
     }
-    WorkerAgent::Options options;
-    options.stateDir = parser.value(QStringLiteral("state-dir"));
-    options.name = QHostInfo::localHostName();
-    options.threads = std::max(1, parser.value(QStringLiteral("threads")).toInt());
-    WorkerAgent agent(options);
-    AgentDesk desk(&agent);
-    ui::WorkerWindow window(&desk);
-    window.show();
-    if (auto started = agent.start(token); !started) {
-        std::fprintf(stderr, "flotilla: %s\n", started.error().toUtf8().constData());
+    if (!worker) {
+        std::fprintf(stderr, "flotilla: %s\n", worker.error().toUtf8().constData());
         return ExitUsage;
     }
     const int code = QApplication::exec();
-    agent.preemptionNotice();
+    (*worker)->agent->preemptionNotice();
     return code;
 }
 

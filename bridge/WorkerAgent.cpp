@@ -99,6 +99,7 @@ void WorkerAgent::onWelcomed(const QCborMap &header)
     qCInfo(lcBridge).noquote() << "connected to" << m_client->coordinatorAddress() << "for job" << welcome->job
                                << "as worker" << welcome->workerId;
     const QString layout = welcome->layout;
+    m_job = welcome->job;
     m_jobSeed = welcome->seed;
     // The coordinator says how often to beat; a value that would miss its own timeout (or an
     // older coordinator that says nothing) falls back to a safe one.
@@ -167,6 +168,7 @@ WorkerAgent::Status WorkerAgent::status() const
 {
     Status s;
     s.coordinator = m_client->coordinatorAddress();
+    s.job = m_job;
     s.subtasksDone = m_subtasksDone;
     s.secondsTrained = m_secondsTrained;
     s.message = m_message;

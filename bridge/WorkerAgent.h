@@ -64,6 +64,7 @@ public:
     {
         QString state; // connecting, training, idle, suspended, finished, failed
         QString coordinator;
+        QString job; // as the coordinator's welcome names it
         QString subtask;
         double progress = -1.0;
         int subtasksDone = 0;
@@ -110,6 +111,7 @@ private:
     std::unique_ptr<net::WorkerClient> m_client;
     std::unique_ptr<WorkerJob> m_session;
     QString m_layout;
+    QString m_job;
     double m_speed = 0.0;
     quint64 m_jobSeed = 0;
     Compression m_compression = Compression::None; // as the coordinator's Welcome asked

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the control center under Xvfb on a short Fashion-MNIST job (with simulated
 # preemptions and a worker that joins over TLS) and saves screenshots of the dashboard, the
-# workers, subtasks and events views, the job wizard and the worker-only window, then of the
-# Runs tab, a run's window and a comparison of three short runs, into docs/screenshots/.
+# workers, subtasks and events views, the job wizard, the worker-only window and its
+# settings, then of the Runs tab, a run's window and a comparison of three short runs, into
+# docs/screenshots/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

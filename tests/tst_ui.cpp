@@ -626,9 +626,14 @@ private Q_SLOTS:
             QVERIFY2(!shortcuts.contains(key), qPrintable(key));
             shortcuts << key;
         }
-        QCOMPARE(actions, 6);
+        QCOMPARE(actions, 7);
         QCOMPARE(toolbarAction(window, QStringLiteral("Start"))->shortcut(), QKeySequence(Qt::CTRL | Qt::Key_R));
         QCOMPARE(toolbarAction(window, QStringLiteral("New job…"))->shortcut(), QKeySequence(QKeySequence::New));
+        // Join a fleet… is the application's to answer (a dialog, then a worker window).
+        QSignalSpy join(&window, &MainWindow::joinFleetRequested);
+        toolbarAction(window, QStringLiteral("Join a fleet…"))->trigger();
+        QCOMPARE(join.size(), 1);
+        QCOMPARE(window.joinFleetAction(), toolbarAction(window, QStringLiteral("Join a fleet…")));
     }
 
     // A job's end is announced (a tray message where there is a tray); offscreen there is

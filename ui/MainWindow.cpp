@@ -212,6 +212,9 @@ void MainWindow::buildActions()
     m_token = bar->addAction(themedIcon(this, "network-workgroup", QStyle::SP_DriveNetIcon), tr("Join token…"), this,
                              &MainWindow::showTokenDialog);
     m_token->setShortcut(Qt::CTRL | Qt::Key_T);
+    m_joinFleet = bar->addAction(themedIcon(this, "network-connect", QStyle::SP_ArrowRight), tr("Join a fleet…"), this,
+                                 &MainWindow::joinFleetRequested);
+    m_joinFleet->setShortcut(Qt::CTRL | Qt::Key_J);
     auto *exportMenu = new QMenu(this);
     exportMenu->addAction(tr("Chart as PNG…"), this, &MainWindow::exportChart);
     exportMenu->addAction(tr("Metrics as CSV…"), this, &MainWindow::exportMetrics);
@@ -220,7 +223,7 @@ void MainWindow::buildActions()
     m_export->setMenu(exportMenu);
     m_export->setShortcut(Qt::CTRL | Qt::Key_E);
     connect(m_export, &QAction::triggered, this, &MainWindow::exportChart);
-    for (QAction *a : {m_edit, m_start, m_pause, m_stop, m_token, m_export})
+    for (QAction *a : {m_edit, m_start, m_pause, m_stop, m_token, m_joinFleet, m_export})
         showShortcut(a);
     buildMenus(exportMenu);
 }
@@ -233,6 +236,7 @@ void MainWindow::buildMenus(QMenu *exportMenu)
                                        this, &MainWindow::openRunFolder);
     openRun->setShortcut(QKeySequence::Open);
     openRun->setEnabled(m_catalog != nullptr);
+    file->addAction(m_joinFleet);
     QMenu *exports = file->addMenu(tr("Export"));
     exports->addActions(exportMenu->actions());
     file->addSeparator();

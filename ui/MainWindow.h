@@ -54,12 +54,18 @@ public:
     bool showsWelcome() const;
     QWidget *machinePanel() const { return m_machinePanel; }
     QString statusText() const;
+    // Join a fleet…: emitted for the application to ask for a token and start a worker.
+    QAction *joinFleetAction() const { return m_joinFleet; }
 
     // Seams for tests: what a dialog would answer.
     std::function<bool(const QString &question)> askConfirmation;
     std::function<QString(const QString &title, const QString &suggested, const QString &filter)> askSavePath;
     // A job finished or failed: by default a tray message, where the desktop has a tray.
     std::function<void(const QString &title, const QString &text, bool failed)> notify;
+
+Q_SIGNALS:
+    // Join a fleet… was chosen: contribute this machine to someone else's coordinator.
+    void joinFleetRequested();
 
 public Q_SLOTS:
     void startJob();
@@ -112,6 +118,7 @@ private:
     QAction *m_edit = nullptr;
     QAction *m_token = nullptr;
     QAction *m_export = nullptr;
+    QAction *m_joinFleet = nullptr;
     QTimer *m_powerTimer = nullptr;
     QTimer *m_subtaskTimer = nullptr;
     bool m_pausedForBattery = false;
