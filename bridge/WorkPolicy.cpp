@@ -7,6 +7,7 @@
 #if defined(FLOTILLA_HAVE_DBUS)
 #include <QDBusConnection>
 #include <QDBusMessage>
+#include <QDBusPendingCallWatcher>
 #endif
 
 #if defined(Q_OS_WIN)
@@ -52,8 +53,10 @@ public:
         CFRelease(value);
         return ok ? std::optional<qint64>(ns / 1000000) : std::nullopt;
 #elif defined(FLOTILLA_HAVE_DBUS)
-        // GNOME answers the first, KDE and most others the second; each is asked until one
-        // answers, and the one that did is asked first from then on.
+        // GNOME answers the first, KDE and most others the second. The question is asked
+        // without waiting (a hung desktop service must not stall the window): this call returns
+        // the last answer, at most one polling interval old, and sends the next question; an
+        // interface that fails is left for the other one at the next call.
         struct Interface
         {
             const char *service, *path, *interface, *method;
@@ -67,22 +70,32 @@ public:
         QDBusConnection bus = QDBusConnection::sessionBus();
         if (!bus.isConnected())
             return std::nullopt;
-        for (int k = 0; k < 2; ++k) {
-            const int i = (m_working + k) % 2;
-            const Interface &f = interfaces[i];
+        if (!m_asking) {
+            const Interface &f = interfaces[m_working];
             const QDBusMessage call = QDBusMessage::createMethodCall(
                 QLatin1String(f.service), QLatin1String(f.path), QLatin1String(f.interface), QLatin1String(f.method));
-            const QDBusMessage reply = bus.call(call, QDBus::Block, 300);
-            if (reply.type() == QDBusMessage::ReplyMessage && !reply.arguments().isEmpty()) {
+            auto *watcher = new QDBusPendingCallWatcher(bus.asyncCall(call, 2000), &m_context);
+            m_asking = true;
+            QObject::connect(watcher, &QDBusPendingCallWatcher::finished, &m_context, [this, watcher] {
+                watcher->deleteLater();
+                m_asking = false;
+                const QDBusMessage reply = watcher->reply();
                 bool ok = false;
-                const qint64 ms = reply.arguments().constFirst().toLongLong(&ok);
+                const qint64 ms = reply.type() == QDBusMessage::ReplyMessage && !reply.arguments().isEmpty()
+                                      ? reply.arguments().constFirst().toLongLong(&ok)
+                                      : 0;
                 if (ok) {
-                    m_working = i;
-                    return ms;
+                    m_last = ms;
+                } else {
+                    m_working = (m_working + 1) % 2;
+                    if (++m_failures >= 2)
+                        m_last.reset(); // neither interface answers: this desktop does not say
+                    return;
                 }
-            }
+                m_failures = 0;
+            });
         }
-        return std::nullopt;
+        return m_last;
 #else
         return std::nullopt;
 #endif
@@ -90,6 +103,12 @@ public:
 
 private:
     int m_working = 0;
+#if defined(FLOTILLA_HAVE_DBUS) && !defined(Q_OS_WIN) && !defined(Q_OS_MACOS)
+    QObject m_context; // owns the questions in flight: none is answered after the source is gone
+    bool m_asking = false;
+    int m_failures = 0;
+    std::optional<qint64> m_last;
+#endif
 };
 
 QString normalized(QString name)

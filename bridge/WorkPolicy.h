@@ -7,7 +7,8 @@
 // The owner's own suspension is one of the policy's inputs, so a policy that would let the
 // worker run never undoes it.
 //
-// Threads: UI thread (the idle source may make a short D-Bus call from there).
+// Threads: UI thread; the desktop's idle time is asked over D-Bus without waiting for the
+// answer (the policy uses the previous one).
 
 #include "engine/Clock.h"
 #include "ui/WorkerSettings.h"
@@ -25,7 +26,8 @@ class IdleSource
 {
 public:
     virtual ~IdleSource() = default;
-    // Nothing when this desktop does not say.
+    // Nothing when this desktop does not say. Never blocks: a source that has to ask someone
+    // answers with what it last heard.
     virtual std::optional<qint64> idleMs() = 0;
 };
 
