@@ -8,6 +8,7 @@
 #include <QFileInfo>
 #include <QFutureWatcher>
 #include <QJsonDocument>
+#include <QLockFile>
 #include <QSettings>
 #include <QtConcurrent>
 
@@ -18,8 +19,24 @@ namespace {
 const QString kStoreFile = QStringLiteral("flotilla.db");
 const QString kOpenedKey = QStringLiteral("runs/opened");
 // A store that says "running" but has recorded nothing for this long belongs to a
-// coordinator that was stopped or killed: the run is resumable, not running.
+// coordinator that was stopped or killed: the run is resumable, not running. Only where the
+// run folder's lock cannot tell (a folder this user cannot write).
 constexpr qint64 kSilentMs = 90 * 1000;
+
+// Whether a live coordinator holds the run folder's lock (engine/Coordinator.cpp); nullopt
+// where that cannot be told.
+std::optional<bool> lockedByCoordinator(const QString &dir)
+{
+    QLockFile lock(QDir(dir).filePath(QStringLiteral("flotilla.lock")));
+    lock.setStaleLockTime(0);
+    if (lock.tryLock(0)) {
+        lock.unlock();
+        return false;
+    }
+    if (lock.error() == QLockFile::LockFailedError)
+        return true;
+    return std::nullopt;
+}
 
 QString storeOf(const QString &dir)
 {
@@ -129,10 +146,13 @@ ui::RunSummary readRunSummary(const QString &dir, qint64 nowMs)
     const qint64 last = lastEvent ? *lastEvent : 0;
     const qint64 end = record.finishedMs > 0 ? record.finishedMs : std::max(last, record.createdMs);
     s.wallMs = std::max<qint64>(0, end - record.createdMs);
-    if (record.state == QLatin1String("running"))
-        s.state = nowMs - std::max(last, record.createdMs) < kSilentMs ? QStringLiteral("running") : QStringLiteral("stopped");
-    else
+    if (record.state == QLatin1String("running")) {
+        const std::optional<bool> locked = lockedByCoordinator(dir);
+        const bool running = locked ? *locked : nowMs - std::max(last, record.createdMs) < kSilentMs;
+        s.state = running ? QStringLiteral("running") : QStringLiteral("stopped");
+    } else {
         s.state = record.state;
+    }
     return s;
 }
 
@@ -237,9 +257,7 @@ Result<void> RunLibrary::refuseBusy(const QString &dir, const QString &what) con
         return fail(tr("cannot %1 '%2': it is the job this control center runs; stop it first").arg(what, QFileInfo(c).fileName()));
     const ui::RunSummary s = readRunSummary(c, QDateTime::currentMSecsSinceEpoch());
     if (s.state == QLatin1String("running"))
-        return fail(tr("cannot %1 '%2': another process is training it (it recorded something in the last %3 s)")
-                        .arg(what, s.name)
-                        .arg(kSilentMs / 1000));
+        return fail(tr("cannot %1 '%2': another Flotilla process is training it").arg(what, s.name));
     return {};
 }
 

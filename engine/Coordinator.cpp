@@ -11,6 +11,7 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QLockFile>
 #include <QTextStream>
 
 #include <torch/torch.h>
@@ -31,6 +32,7 @@ constexpr int kCosineWindow = 10; // a worker's recent accepted updates the dire
 constexpr qint64 kOperatorPollMs = 2000;
 constexpr double kNormFactor = 1000.0;
 const QString kStoreFile = QStringLiteral("flotilla.db");
+const QString kLockFile = QStringLiteral("flotilla.lock");
 
 } // namespace
 
@@ -90,6 +92,23 @@ Result<std::unique_ptr<Coordinator>> Coordinator::open(const JobSpec &spec, cons
         c->m_spec = *stored;
     } else {
         c->m_spec = spec;
+    }
+    // Two coordinators in one run folder would both write its store and checkpoints (a
+    // finished job is refused above, whoever holds it). The lock of a process that died (a
+    // SIGKILL, a power loss) is stale and taken over.
+    c->m_lock = std::make_unique<QLockFile>(c->m_runDir + u'/' + kLockFile);
+    c->m_lock->setStaleLockTime(0);
+    if (!c->m_lock->tryLock(2000)) {
+        qint64 pid = 0;
+        QString host, app;
+        c->m_lock->getLockInfo(&pid, &host, &app);
+        return c->m_lock->error() == QLockFile::LockFailedError
+                   ? fail(QStringLiteral("the run folder '%1' is in use by another Flotilla process (pid %2 on %3); "
+                                         "stop it first, or choose another run folder")
+                              .arg(c->m_runDir)
+                              .arg(pid)
+                              .arg(host.isEmpty() ? QStringLiteral("this machine") : host))
+                   : fail(QStringLiteral("cannot lock the run folder '%1' (check that it is writable)").arg(c->m_runDir));
     }
     if (auto valid = c->m_spec.validate(); !valid)
         return valid.takeError();

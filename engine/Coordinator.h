@@ -38,6 +38,7 @@
 #include "job/PriceTable.h"
 
 #include <QHash>
+#include <QLockFile>
 #include <QString>
 
 #include <deque>
@@ -371,6 +372,7 @@ private:
     QString m_runDir;
     const Clock *m_clock = nullptr;
     std::shared_ptr<const JobData> m_data;
+    std::unique_ptr<QLockFile> m_lock; // the run folder is this coordinator's alone; released last
     std::unique_ptr<Store> m_store;
     std::unique_ptr<Assimilator> m_core;
     Scheduler *m_scheduler = nullptr; // the core's

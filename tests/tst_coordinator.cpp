@@ -457,6 +457,22 @@ private Q_SLOTS:
         QVERIFY(reopened.error().contains(QStringLiteral("already finished")));
     }
 
+    void aSecondCoordinatorInTheSameRunFolderIsRefused()
+    {
+        Fixture f;
+        auto first = f.open();
+        QVERIFY(first);
+        auto second = Coordinator::open(f.spec, f.dir.path(), &f.clock, f.data);
+        QVERIFY(!second);
+        QVERIFY2(second.error().contains(QStringLiteral("in use by another Flotilla process (pid %1").arg(QCoreApplication::applicationPid())),
+                 qPrintable(second.error()));
+        // The first one is untouched and keeps working.
+        const qint64 w = first->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        QVERIFY(first->requestSubtask(w).has_value());
+        first.reset();
+        QVERIFY(f.open()); // the folder is free again
+    }
+
     void corruptCheckpointIsRefusedOnResume()
     {
         Fixture f;

@@ -14,11 +14,14 @@
 #include <QImage>
 #include <QLegendMarker>
 #include <QLineSeries>
+#include <QProcess>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QTableWidget>
 #include <QTemporaryDir>
 #include <QtTest>
+
+#include <csignal>
 
 using namespace flotilla;
 
@@ -290,6 +293,51 @@ private Q_SLOTS:
         RunLibrary again(root); // the app restarted
         ui::RunsView reopened(&again);
         QCOMPARE(list(reopened).size(), 2);
+    }
+
+    void aRunAnotherProcessTrainsIsRunningUntilItIsKilled()
+    {
+        // A real `flotilla train` in its own process, long enough to be caught mid-job.
+        QSettings().remove(QStringLiteral("runs/opened")); // the folder another test opened from elsewhere
+        const QString root = m_dir.filePath(QStringLiteral("live"));
+        const QString dir = QDir(root).filePath(QStringLiteral("training"));
+        QProcess train;
+        train.start(test::flotillaBinary(),
+                    {QStringLiteral("train"), QStringLiteral("--train-limit"), QStringLiteral("1200"), QStringLiteral("--test-limit"),
+                     QStringLiteral("300"), QStringLiteral("--epochs"), QStringLiteral("500"), QStringLiteral("--shards"),
+                     QStringLiteral("4"), QStringLiteral("--workers"), QStringLiteral("1"), QStringLiteral("--preempt-mean"),
+                     QStringLiteral("0"), QStringLiteral("--quiet"), QStringLiteral("--run-dir"), dir});
+        QVERIFY(train.waitForStarted());
+        const auto stopTraining = qScopeGuard([&train] {
+            train.kill();
+            train.waitForFinished(10000);
+        });
+        QTRY_VERIFY_WITH_TIMEOUT(test::assimilations(QDir(dir).filePath(QStringLiteral("flotilla.db"))) > 0, 60000);
+        RunLibrary library(root);
+        ui::RunsView view(&library);
+        QList<ui::RunSummary> runs = list(view);
+        QCOMPARE(runs.size(), 1);
+        QCOMPARE(runs[0].state, QStringLiteral("running"));
+        view.askText = [](const QString &, const QString &, const QString &) { return QStringLiteral("renamed"); };
+        view.askConfirmation = [](const QString &) { return true; };
+        auto r = view.renameRun(runs[0].dir);
+        QVERIFY(!r);
+        QVERIFY2(r.error().contains(QStringLiteral("another Flotilla process is training it")), qPrintable(r.error()));
+        QVERIFY(!view.deleteRun(runs[0].dir));
+        QVERIFY(QFileInfo::exists(QDir(dir).filePath(QStringLiteral("flotilla.db"))));
+        // A second coordinator in the same folder is refused, naming the first one's process.
+        const test::ProcessRun second = test::runFlotilla({QStringLiteral("train"), QStringLiteral("--quiet"), QStringLiteral("--run-dir"), dir}, 60000);
+        QVERIFY(second.finished && second.exitCode != 0);
+        QVERIFY2(second.err.contains(QStringLiteral("in use by another Flotilla process (pid %1").arg(train.processId())),
+                 qPrintable(second.err));
+
+        // Killed: the run is stopped (resumable), and may be renamed.
+        ::kill(pid_t(train.processId()), SIGKILL);
+        QVERIFY(train.waitForFinished(10000));
+        runs = list(view);
+        QCOMPARE(runs[0].state, QStringLiteral("stopped"));
+        QVERIFY(view.renameRun(runs[0].dir));
+        QVERIFY(QFileInfo::exists(QDir(root).filePath(QStringLiteral("renamed/flotilla.db"))));
     }
 
     void listsFiftyRuns()
