@@ -5,6 +5,7 @@
 #include "app/JobOptions.h"
 #include "bridge/AgentDesk.h"
 #include "bridge/DesktopSession.h"
+#include "bridge/RemoteSession.h"
 #include "bridge/RunLibrary.h"
 #include "bridge/WorkPolicy.h"
 #include "bridge/WorkerAgent.h"
@@ -25,7 +26,9 @@
 #include <QCommandLineParser>
 #include <QDir>
 #include <QElapsedTimer>
+#include <QFile>
 #include <QHostInfo>
+#include <QInputDialog>
 #include <QMessageBox>
 #include <QScreen>
 #include <QSettings>
@@ -106,6 +109,77 @@ Result<std::unique_ptr<DesktopWorker>> joinFromDialog(QWidget *parent)
     if (!token)
         return token.takeError();
     return startDesktopWorker(*token, fleetStateDir(*token));
+}
+
+// An operator's identity for each coordinator it attached to, in a folder of its own named
+// after the coordinator's CA; the settings remember which folder belongs to which address.
+QString operatorStateDir(const net::JoinToken &token)
+{
+    return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/coordinators/")
+           + QString::fromLatin1(token.caFingerprint.left(8).toHex());
+}
+
+const QString kCoordinatorsKey = QStringLiteral("operator/coordinators"); // "address\tstate folder" each
+
+QStringList rememberedCoordinators()
+{
+    return QSettings().value(kCoordinatorsKey).toStringList();
+}
+
+void rememberCoordinator(const QString &address, const QString &stateDir)
+{
+    QStringList list = rememberedCoordinators();
+    const QString entry = address + QLatin1Char('\t') + stateDir;
+    list.removeAll(entry);
+    list.prepend(entry);
+    QSettings().setValue(kCoordinatorsKey, list.mid(0, 20));
+}
+
+// Opens a control-center window attached to a coordinator elsewhere: with an operator token
+// the first time, then from the state folder alone. The window owns its session.
+Result<ui::MainWindow *> openRemoteWindow(const std::optional<net::JoinToken> &token, const QString &stateDir)
+{
+    auto session = std::make_unique<RemoteSession>(
+        RemoteSession::Options{stateDir, QHostInfo::localHostName() + QStringLiteral("-operator")});
+    if (auto attached = session->attach(token); !attached)
+        return attached.takeError();
+    rememberCoordinator(session->endpoint(), stateDir);
+    auto *window = new ui::MainWindow(session.get(), JobSpec::defaultJob(), QString());
+    window->setAttribute(Qt::WA_DeleteOnClose);
+    QObject::connect(window, &QObject::destroyed, session.release(), &QObject::deleteLater);
+    window->resize(1500, 900);
+    window->show();
+    return window;
+}
+
+// Connect to coordinator…: a coordinator attached to before, or a new operator token.
+Result<ui::MainWindow *> connectFromDialog(QWidget *parent)
+{
+    const QStringList remembered = rememberedCoordinators();
+    const QString pasteNew = QObject::tr("A new operator token…");
+    QStringList items;
+    for (const QString &entry : remembered)
+        items << entry.section(QLatin1Char('\t'), 0, 0);
+    items << pasteNew;
+    bool ok = true;
+    const QString choice = remembered.isEmpty()
+                               ? pasteNew
+                               : QInputDialog::getItem(parent, QObject::tr("Connect to coordinator"),
+                                                       QObject::tr("Coordinator"), items, 0, false, &ok);
+    if (!ok)
+        return static_cast<ui::MainWindow *>(nullptr);
+    if (const qsizetype i = items.indexOf(choice); choice != pasteNew && i >= 0)
+        return openRemoteWindow(std::nullopt, remembered.at(i).section(QLatin1Char('\t'), 1));
+    const QString text = QInputDialog::getMultiLineText(
+        parent, QObject::tr("Connect to coordinator"),
+        QObject::tr("Paste an operator token. On the coordinator's machine, flotilla token --operator prints one."),
+        QString(), &ok);
+    if (!ok || text.trimmed().isEmpty())
+        return static_cast<ui::MainWindow *>(nullptr);
+    auto token = net::JoinToken::decode(text);
+    if (!token)
+        return token.takeError();
+    return openRemoteWindow(*token, operatorStateDir(*token));
 }
 
 // Tells, once, how long it took from main() to the first painted frame of a window.
@@ -284,6 +358,17 @@ int runControlCenter(const QStringList &arguments)
          QStringLiteral("seconds")},
         {QStringLiteral("screenshots"), QStringLiteral("Run a short job and save screenshots of every view into this folder."),
          QStringLiteral("dir")},
+        {QStringLiteral("connect"),
+         QStringLiteral("Watch and command a coordinator that runs elsewhere: an operator token (flotilla token "
+                        "--operator), or a file holding one."),
+         QStringLiteral("token")},
+        {QStringLiteral("operator-state"),
+         QStringLiteral("With --connect: the operator's identity folder (default: one per coordinator); without a "
+                        "token, attach again from it."),
+         QStringLiteral("dir")},
+        {QStringLiteral("connect-screenshot"),
+         QStringLiteral("With --connect: once the job's charts are drawn, save a picture of the window here and quit."),
+         QStringLiteral("file")},
     });
     if (const auto stop = parseOrExit(parser, arguments.mid(1).isEmpty() ? QStringList{QStringLiteral("gui")}
                                                                           : arguments.mid(arguments.value(1) == QLatin1String("gui") ? 1 : 0),
@@ -345,10 +430,66 @@ int runControlCenter(const QStringList &arguments)
     FirstPaint firstPaint(parser.isSet(QStringLiteral("exit-after-paint")));
     window.installEventFilter(&firstPaint);
     window.resize(1500, 900);
-    window.show();
+    QObject::connect(&window, &ui::MainWindow::connectRequested, &window, [&window] {
+        if (auto opened = connectFromDialog(&window); !opened)
+            QMessageBox::warning(&window, QObject::tr("Connect to coordinator"), opened.error());
+    });
+
+    const bool attach = parser.isSet(QStringLiteral("connect")) || parser.isSet(QStringLiteral("operator-state"));
+    ui::MainWindow *attached = nullptr;
+    if (attach) {
+        // Only the attached window: the local control center stays closed.
+        std::optional<net::JoinToken> token;
+        if (parser.isSet(QStringLiteral("connect"))) {
+            QString text = parser.value(QStringLiteral("connect"));
+            if (!text.startsWith(QLatin1String("flt1.")) && QFile::exists(text)) {
+                QFile file(text);
+                text = file.open(QIODevice::ReadOnly) ? QString::fromUtf8(file.read(4096)) : QString();
+            }
+            auto decoded = net::JoinToken::decode(text);
+            if (!decoded) {
+                std::fprintf(stderr, "flotilla gui: --connect: %s\n", decoded.error().toUtf8().constData());
+                return ExitUsage;
+            }
+            token = *decoded;
+        }
+        const QString stateDir = parser.isSet(QStringLiteral("operator-state"))
+                                     ? parser.value(QStringLiteral("operator-state"))
+                                     : operatorStateDir(*token);
+        auto opened = openRemoteWindow(token, stateDir);
+        if (!opened) {
+            std::fprintf(stderr, "flotilla gui: %s\n", opened.error().toUtf8().constData());
+            return ExitFailure;
+        }
+        attached = *opened;
+        if (parser.isSet(QStringLiteral("connect-screenshot"))) {
+            const QString path = parser.value(QStringLiteral("connect-screenshot"));
+            auto *check = new QTimer(attached);
+            check->setInterval(500);
+            QObject::connect(check, &QTimer::timeout, attached, [attached, path, check] {
+                if (!attached->dashboard()->everyChartHasData())
+                    return;
+                check->stop();
+                attached->tabs()->setCurrentIndex(0);
+                grab(attached, path);
+                QApplication::quit();
+            });
+            check->start();
+        }
+    } else {
+        window.show();
+    }
 
     std::unique_ptr<StallMeter> stalls;
-    if (parser.isSet(QStringLiteral("measure-ui-stalls"))) {
+    if (attach && parser.isSet(QStringLiteral("measure-ui-stalls"))) {
+        // Attached to a coordinator elsewhere: how long the stream and the charts hold the UI.
+        const int seconds = std::max(5, parser.value(QStringLiteral("measure-ui-stalls")).toInt());
+        stalls = std::make_unique<StallMeter>();
+        QTimer::singleShot(seconds * 1000, qApp, [&] {
+            stalls->report();
+            QApplication::quit();
+        });
+    } else if (parser.isSet(QStringLiteral("measure-ui-stalls"))) {
         const int seconds = std::max(5, parser.value(QStringLiteral("measure-ui-stalls")).toInt());
         window.startJob();
         stalls = std::make_unique<StallMeter>();
@@ -391,7 +532,7 @@ int runControlCenter(const QStringList &arguments)
         QObject::connect(tour, &QTimer::timeout, &window, [&, tour, dir, step]() mutable {
             // A remote worker joins once the endpoint is up, as a lab machine would.
             if (!remote && !session.endpoint().isEmpty()) {
-                auto token = session.issueToken(1, 3600);
+                auto token = session.issueTokenNow(1, 3600);
                 WorkerAgent::Options w;
                 w.stateDir = dir.filePath(QStringLiteral(".worker"));
                 w.name = QStringLiteral("lab-desktop-7");

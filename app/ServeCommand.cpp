@@ -265,6 +265,15 @@ int runServeCommand(const QStringList &arguments)
         QCoreApplication::quit();
     });
     signalPoll.start(100);
+    // An operator's Stop (a control center attached with an operator token): as a SIGTERM,
+    // once its answer has had a moment to leave.
+    QObject::connect(network.server(), &FleetServer::stopRequested, &f, [&](const QString &by) {
+        std::fprintf(stderr, "\nStopping the coordinator: operator %s asked to. Resume with the same command; workers "
+                             "reconnect.\n",
+                     by.toUtf8().constData());
+        exitCode = ExitInterrupted;
+        QTimer::singleShot(500, qApp, &QCoreApplication::quit);
+    });
     f.start();
     QCoreApplication::exec();
     signalPoll.stop();

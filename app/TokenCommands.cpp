@@ -51,10 +51,10 @@ int listTokens(const QString &dir, bool all)
         if (!all && !t.live(now))
             continue;
         if (shown++ == 0)
-            std::printf("%-16s  %-8s  %-9s  %-16s  %-16s  %s\n", "ID", "STATE", "USES LEFT", "CREATED (UTC)",
-                        "EXPIRES (UTC)", "NOTE");
-        std::printf("%-16s  %-8s  %-9s  %-16s  %-16s  %s\n", t.idHex().toUtf8().constData(),
-                    net::describe(t.state(now)).toUtf8().constData(),
+            std::printf("%-16s  %-8s  %-8s  %-9s  %-16s  %-16s  %s\n", "ID", "ROLE", "STATE", "USES LEFT",
+                        "CREATED (UTC)", "EXPIRES (UTC)", "NOTE");
+        std::printf("%-16s  %-8s  %-8s  %-9s  %-16s  %-16s  %s\n", t.idHex().toUtf8().constData(),
+                    net::describe(t.role).toUtf8().constData(), net::describe(t.state(now)).toUtf8().constData(),
                     QStringLiteral("%1/%2").arg(t.usesLeft).arg(t.usesTotal).toUtf8().constData(),
                     utc(t.createdMs).toUtf8().constData(), utc(t.expiresMs).toUtf8().constData(),
                     t.note.toUtf8().constData());
@@ -62,6 +62,23 @@ int listTokens(const QString &dir, bool all)
     if (shown == 0)
         std::printf(all ? "No join tokens have been issued.\n"
                         : "No live join tokens (--all lists expired, used up and revoked ones too).\n");
+    // Operators: control centers attached from elsewhere, revoked by name like workers.
+    auto certificates = trust.certificates();
+    if (!certificates) {
+        std::fprintf(stderr, "flotilla token: %s\n", certificates.error().toUtf8().constData());
+        return ExitFailure;
+    }
+    bool heading = false;
+    for (const net::CertificateRecord &c : *certificates) {
+        if (c.role != net::Role::Operator || (c.revoked() && !all))
+            continue;
+        if (!heading)
+            std::printf("\nOperators (flotilla revoke NAME bars one):\n%-32s  %-16s  %s\n", "NAME", "ENROLLED (UTC)",
+                        "STATE");
+        heading = true;
+        std::printf("%-32s  %-16s  %s\n", c.workerName.toUtf8().constData(), utc(c.issuedMs).toUtf8().constData(),
+                    c.revoked() ? qPrintable(QStringLiteral("revoked %1").arg(utc(c.revokedMs))) : "active");
+    }
     return ExitOk;
 }
 
@@ -102,6 +119,10 @@ int runTokenCommand(const QStringList &arguments)
          QStringLiteral("port")},
         {QStringLiteral("note"), QStringLiteral("What the token is for, shown by --list."), QStringLiteral("text"),
          QStringLiteral("flotilla token")},
+        {QStringLiteral("operator"),
+         QStringLiteral("An operator token: for a control center that attaches from elsewhere (File > Connect to "
+                        "coordinator..., or flotilla gui --connect TOKEN) to watch the job, pause, resume or stop it, "
+                        "and hand out join tokens. An operator never trains; a worker's certificate cannot watch.")},
         {QStringLiteral("list"), QStringLiteral("List the live join tokens instead of issuing one.")},
         {QStringLiteral("all"), QStringLiteral("With --list: expired, used up and revoked tokens too.")},
         {QStringLiteral("revoke"),
@@ -139,13 +160,18 @@ int runTokenCommand(const QStringList &arguments)
         return ExitUsage;
     }
     net::TrustStore trust(dir);
+    const net::Role role = parser.isSet(QStringLiteral("operator")) ? net::Role::Operator : net::Role::Worker;
+    QString note = parser.value(QStringLiteral("note"));
+    if (role == net::Role::Operator && !parser.isSet(QStringLiteral("note")))
+        note = QStringLiteral("flotilla token --operator");
     auto token = trust.issueToken(host, static_cast<quint16>(port), fingerprint, valid, uses,
-                                  QDateTime::currentMSecsSinceEpoch(), parser.value(QStringLiteral("note")));
+                                  QDateTime::currentMSecsSinceEpoch(), note, role);
     if (!token) {
         std::fprintf(stderr, "flotilla token: %s\n", token.error().toUtf8().constData());
         return ExitFailure;
     }
-    std::fprintf(stderr, "Token %s for %s:%d, %d use%s, valid until %s:\n", token->id.toHex().constData(),
+    std::fprintf(stderr, "%s token %s for %s:%d, %d use%s, valid until %s:\n",
+                 role == net::Role::Operator ? "Operator" : "Join", token->id.toHex().constData(),
                  host.toUtf8().constData(), port, uses, uses == 1 ? "" : "s",
                  QDateTime::fromMSecsSinceEpoch(token->expiresMs).toString(Qt::ISODate).toUtf8().constData());
     std::printf("%s\n", token->encode().toUtf8().constData());

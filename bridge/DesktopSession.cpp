@@ -2,6 +2,7 @@
 
 #include "bridge/BridgeLog.h"
 #include "bridge/RunLibrary.h"
+#include "bridge/WatchStream.h"
 #include "common/AtomicFile.h"
 #include "common/LogSink.h"
 #include "engine/Store.h"
@@ -22,35 +23,6 @@ ui::History readHistory(const QString &db)
 {
     auto h = readRunHistory(db);
     return h ? *h : ui::History{};
-}
-
-QList<ui::SubtaskRow> readSubtasks(const QString &db)
-{
-    QList<ui::SubtaskRow> out;
-    auto store = Store::open(db);
-    if (!store)
-        return out;
-    auto job = (*store)->latestJob();
-    if (!job || !job->has_value())
-        return out;
-    auto subtasks = (*store)->subtasks((*job)->id);
-    auto leases = (*store)->leases((*job)->id);
-    if (!subtasks || !leases)
-        return out;
-    std::map<qint64, QString> names;
-    if (auto workers = (*store)->workers((*job)->id))
-        for (const auto &w : *workers)
-            names[w.id] = w.name;
-    std::map<qint64, QStringList> history;
-    std::map<qint64, int> attempts;
-    for (const auto &l : *leases) {
-        history[l.subtaskId] << QStringLiteral("lease %1 (%2): %3").arg(l.id).arg(names[l.workerId]).arg(toString(l.state));
-        ++attempts[l.subtaskId];
-    }
-    for (const auto &s : *subtasks)
-        out << ui::SubtaskRow{s.id, s.epoch, s.shard, s.begin, s.end, toString(s.state), attempts[s.id],
-                              s.assimilatedSeq, history[s.id].join(QStringLiteral("; "))};
-    return out;
 }
 
 } // namespace
@@ -119,48 +91,10 @@ void DesktopSession::started(std::shared_ptr<Result<std::unique_ptr<LocalFleet>>
     CoordinatorThread *coordinator = m_fleet->coordinator();
     connect(coordinator, &CoordinatorThread::snapshot, this,
             [this](const JobProgress &p, const std::vector<WorkerStatus> &workers) {
-                ui::Snapshot s;
-                s.job = p.name;
-                s.epochsDone = p.epochsDone;
-                s.epochs = p.epochs;
-                s.version = p.version;
-                s.lossEma = p.lossEma;
-                s.testAccuracy = p.testAccuracy;
-                s.workersOnline = p.workersOnline;
-                s.staleness = p.recentStaleness;
-                s.savingsPercent = p.cost.savingsPercent();
-                s.elapsedMs = p.elapsedMs;
-                s.paused = p.paused;
-                s.finished = p.finished;
-                s.atMs = QDateTime::currentMSecsSinceEpoch();
-                for (const auto &w : workers) {
-                    ui::WorkerRow r;
-                    r.id = w.id;
-                    r.name = w.name;
-                    r.address = w.name.startsWith(QStringLiteral("local-"))
-                                    ? QStringLiteral("this machine")
-                                    : m_network.addressOf(w.id);
-                    r.device = w.device;
-                    r.threads = w.threads;
-                    r.online = w.online;
-                    r.samplesPerSecond = w.samplesPerSecond;
-                    if (w.leaseId != 0) {
-                        r.subtask = tr("epoch %1, shard %2, %3–%4").arg(w.epoch + 1).arg(w.shard).arg(w.begin).arg(w.end);
-                        r.progress = w.planned > 0 ? double(w.done) / double(w.planned) : 0.0;
-                    }
-                    r.leasesCompleted = w.leasesCompleted;
-                    r.leasesLost = w.leasesLost;
-                    r.preemptions = w.preemptions;
-                    r.instanceType = w.instanceType;
-                    r.priceClass = w.priceClass;
-                    r.cost = w.costActual;
-                    r.costOnDemand = w.costOnDemand;
-                    r.trust = w.trust;
-                    r.rejected = w.rejected;
-                    r.quarantined = w.quarantined;
-                    r.quarantineReason = w.quarantineReason;
-                    s.workers << r;
-                }
+                const ui::Snapshot s = toSnapshot(p, workers, [this](const WorkerStatus &w) {
+                    return w.name.startsWith(QStringLiteral("local-")) ? QStringLiteral("this machine")
+                                                                       : m_network.addressOf(w.id);
+                });
                 Q_EMIT snapshot(s);
                 Q_EMIT costUpdated(ui::CostPoint{s.atMs, p.cost.costSpot, p.cost.costOnDemand, p.cost.costActual,
                                                  p.cost.usefulSeconds, p.cost.wastedSeconds});
@@ -206,6 +140,13 @@ void DesktopSession::startNetwork()
         return;
     }
     m_endpoint = QStringLiteral("%1:%2").arg(m_options.hostNames.value(0, QStringLiteral("127.0.0.1"))).arg(m_network.port());
+    // An operator attached from elsewhere may stop the job, as the Stop button does.
+    connect(m_network.server(), &FleetServer::stopRequested, this, [this](const QString &by) {
+        if (!m_fleet)
+            return;
+        stop();
+        setState(ui::JobState::Stopped, tr("stopped by operator %1; start it again to resume").arg(by));
+    });
 }
 
 void DesktopSession::stopNetwork()
@@ -241,7 +182,15 @@ void DesktopSession::setContributing(bool on, int threads)
         m_fleet->setLocalWorkers(on ? 1 : 0, m_threads);
 }
 
-Result<QString> DesktopSession::issueToken(int uses, qint64 validSeconds)
+void DesktopSession::issueToken(int uses, qint64 validSeconds)
+{
+    auto token = issueTokenNow(uses, validSeconds);
+    Q_EMIT tokenIssued(token ? *token : QString(), token ? QString() : token.error());
+    if (token)
+        Q_EMIT tokensChanged();
+}
+
+Result<QString> DesktopSession::issueTokenNow(int uses, qint64 validSeconds)
 {
     if (!m_network.serving())
         return fail(tr("start a job first: tokens name the coordinator's address"));
@@ -259,29 +208,29 @@ Result<QList<ui::JoinTokenRow>> DesktopSession::joinTokens(bool includeSpent)
     auto tokens = net::TrustStore(m_options.identityDir).tokens();
     if (!tokens)
         return tokens.takeError();
-    const qint64 now = QDateTime::currentMSecsSinceEpoch();
-    QList<ui::JoinTokenRow> rows;
-    for (const net::TokenRecord &t : *tokens)
-        if (includeSpent || t.live(now))
-            rows << ui::JoinTokenRow{t.idHex(),   net::describe(t.state(now)), t.live(now), t.usesLeft, t.usesTotal,
-                                     t.createdMs, t.expiresMs,                 t.note};
-    return rows;
+    return tokenRows(*tokens, QDateTime::currentMSecsSinceEpoch(), includeSpent);
 }
 
-Result<void> DesktopSession::revokeToken(const QString &id)
+void DesktopSession::revokeToken(const QString &id)
 {
     auto revoked = net::TrustStore(m_options.identityDir).revokeToken(id, QDateTime::currentMSecsSinceEpoch());
-    if (!revoked)
-        return revoked.takeError();
-    return {};
+    Q_EMIT commandAnswered(revoked ? tr("Revoked token %1.").arg(revoked->idHex()) : QString(),
+                           revoked ? QString() : revoked.error());
+    if (revoked)
+        Q_EMIT tokensChanged();
 }
 
-Result<int> DesktopSession::revoke(const QString &workerName)
+void DesktopSession::revoke(const QString &workerName)
 {
-    if (workerName.startsWith(QStringLiteral("local-")))
-        return fail(tr("'%1' is this app's own worker: switch off \"Contribute this machine\" instead").arg(workerName));
-    net::TrustStore trust(m_options.identityDir);
-    return trust.revoke(workerName, tr("revoked from the control center"), QDateTime::currentMSecsSinceEpoch());
+    if (workerName.startsWith(QStringLiteral("local-"))) {
+        Q_EMIT commandAnswered({}, tr("'%1' is this app's own worker: switch off \"Contribute this machine\" instead")
+                                       .arg(workerName));
+        return;
+    }
+    auto revoked = net::TrustStore(m_options.identityDir)
+                       .revoke(workerName, tr("revoked from the control center"), QDateTime::currentMSecsSinceEpoch());
+    Q_EMIT commandAnswered(revoked ? tr("Revoked worker '%1'").arg(workerName) : QString(),
+                           revoked ? QString() : revoked.error());
 }
 
 void DesktopSession::release(qint64 workerId)
@@ -308,16 +257,7 @@ Result<void> DesktopSession::exportMetrics(const QString &path)
     if (m_runDir.isEmpty())
         return fail(tr("there is no job to export the metrics of"));
     const ui::History h = readHistory(QDir(m_runDir).filePath(QStringLiteral("flotilla.db")));
-    QByteArray csv = "seq,version,at_ms,staleness,train_loss,samples,train_seconds,worker\n";
-    for (const auto &a : h.assimilations)
-        csv += QStringLiteral("%1,%2,%3,%4,%5,%6,%7,%8\n")
-                   .arg(a.seq).arg(a.version).arg(a.atMs).arg(a.staleness).arg(a.loss, 0, 'f', 5).arg(a.samples)
-                   .arg(a.seconds, 0, 'f', 3).arg(a.workerId)
-                   .toUtf8();
-    csv += "\nepoch,version,at_ms,test_accuracy,test_loss\n";
-    for (const auto &e : h.evaluations)
-        csv += QStringLiteral("%1,%2,%3,%4,%5\n").arg(e.epoch + 1).arg(e.version).arg(e.atMs)
-                   .arg(e.accuracy, 0, 'f', 5).arg(e.loss, 0, 'f', 5).toUtf8();
+    const QByteArray csv = metricsCsv(h);
     return writeFileAtomically(path, csv);
 }
 

@@ -41,10 +41,12 @@ public:
     void stop() override;
     void setContributing(bool on, int threads) override;
     bool contributing() const override { return m_contributing; }
-    Result<QString> issueToken(int uses, qint64 validSeconds) override;
+    void issueToken(int uses, qint64 validSeconds) override;
+    // The same, answered here and now (the session's own coordinator: a small file write).
+    Result<QString> issueTokenNow(int uses, qint64 validSeconds);
     Result<QList<ui::JoinTokenRow>> joinTokens(bool includeSpent) override;
-    Result<void> revokeToken(const QString &id) override;
-    Result<int> revoke(const QString &workerName) override;
+    void revokeToken(const QString &id) override;
+    void revoke(const QString &workerName) override;
     void release(qint64 workerId) override;
     void refreshSubtasks() override;
     Result<void> exportMetrics(const QString &path) override;

@@ -55,6 +55,15 @@ Result<std::unique_ptr<FleetServer>> FleetServer::create(CoordinatorThread *coor
     s->m_listener->setPayloadLimit(MessageType::Result, std::uint64_t(s->m_layout.totalNumel) * 4);
 
     FleetServer *self = s.get();
+    OperatorService::Options operatorOptions;
+    coordinator->withCoordinator([&](Coordinator &c) { operatorOptions.runDir = c.runDir(); });
+    operatorOptions.hostName = options.hostNames.value(0, QStringLiteral("127.0.0.1"));
+    operatorOptions.addressOf = [self](const WorkerStatus &w) {
+        return w.name.startsWith(QStringLiteral("local-")) ? QStringLiteral("the coordinator's machine")
+                                                           : self->addressOf(w.id);
+    };
+    self->m_operators = new OperatorService(coordinator, *self->m_listener, std::move(operatorOptions), self);
+    connect(self->m_operators, &OperatorService::stopRequested, self, &FleetServer::stopRequested);
     connect(self->m_listener.get(), &net::TlsListener::helloReceived, self, &FleetServer::onHello);
     connect(self->m_listener.get(), &net::TlsListener::messageReceived, self, &FleetServer::onMessage);
     connect(self->m_listener.get(), &net::TlsListener::connectionClosed, self,
@@ -87,6 +96,10 @@ Result<void> FleetServer::listen()
 
 void FleetServer::onHello(const net::PeerInfo &peer, const net::HelloMsg &hello)
 {
+    if (peer.role == net::Role::Operator) {
+        m_operators->attach(peer);
+        return;
+    }
     WorkerInfo info;
     info.name = peer.workerName;
     info.instanceType = hello.instanceType;
@@ -104,6 +117,7 @@ void FleetServer::onHello(const net::PeerInfo &peer, const net::HelloMsg &hello)
 
 void FleetServer::onClosed(qint64 connectionId)
 {
+    m_operators->onClosed(connectionId);
     m_connected.erase(connectionId);
     for (auto *pending : {&m_joins, &m_requests, &m_results})
         for (auto &[ticket, p] : *pending)
@@ -167,11 +181,24 @@ void FleetServer::onJoined(qint64 ticket, qint64 workerId, const QString &error)
 
 void FleetServer::onMessage(qint64 connectionId, const net::Message &message)
 {
+    if (m_operators->serves(connectionId)) {
+        m_operators->onMessage(connectionId, message);
+        return;
+    }
     const auto it = m_connected.find(connectionId);
     if (it == m_connected.end())
         return;
     const ConnectedWorker worker = it->second;
     switch (message.type) {
+    case MessageType::Watch:
+    case MessageType::Command:
+        m_listener->close(connectionId,
+                          QStringLiteral("worker '%1' sent %2, which only an operator may send: its certificate was "
+                                         "issued to a worker (an operator attaches with a token from flotilla token "
+                                         "--operator)")
+                              .arg(worker.name, net::describe(message.type)),
+                          true);
+        return;
     case MessageType::Request: {
         const auto request = decoded<net::RequestMsg>(*m_listener, connectionId, message);
         if (!request)

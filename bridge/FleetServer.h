@@ -7,6 +7,7 @@
 // thread and is reached only through the CoordinatorThread's asynchronous calls, whose answers come
 // back as signals: the network thread never waits for the coordinator (nor for its disk).
 
+#include "bridge/OperatorService.h"
 #include "engine/CoordinatorThread.h"
 #include "net/TlsListener.h"
 
@@ -34,6 +35,12 @@ public:
     net::TlsListener &listener() { return *m_listener; }
     // Where a worker last connected from; any thread may ask.
     QString addressOf(qint64 workerId) const;
+    // Control centers attached with an operator's certificate.
+    OperatorService &operators() { return *m_operators; }
+
+Q_SIGNALS:
+    // An operator asked to stop the job: the process that serves it stops it.
+    void stopRequested(const QString &byOperator);
 
 private:
     struct ConnectedWorker
@@ -68,6 +75,7 @@ private:
 
     CoordinatorThread *m_coordinator = nullptr;
     std::unique_ptr<net::TlsListener> m_listener;
+    OperatorService *m_operators = nullptr; // a child
     JobSpec m_spec;
     std::shared_ptr<const JobData> m_data;
     WeightLayout m_layout;

@@ -490,12 +490,12 @@ Result<void> Store::addAssimilation(qint64 jobId, const AssimilationRecord &a)
         .bind(a.loss).bind(a.trainSeconds).bind(a.atMs).run();
 }
 
-Result<std::vector<AssimilationRecord>> Store::assimilations(qint64 jobId)
+Result<std::vector<AssimilationRecord>> Store::assimilations(qint64 jobId, qint64 afterSeq, int limit)
 {
     Statement q(m_db, "SELECT seq, version, epoch, shard, subtask_id, lease_id, worker_id, staleness, credit, samples, "
                       "begin_pos, covered_end, loss, train_seconds, at_ms FROM assimilations WHERE job_id = ? "
-                      "ORDER BY seq");
-    q.bind(jobId);
+                      "AND seq > ? ORDER BY seq LIMIT ?");
+    q.bind(jobId).bind(afterSeq).bind(qint64(limit));
     return collect<AssimilationRecord>(q, [](Statement &s) {
         return AssimilationRecord{s.i64(0), s.i64(1), s.i32(2), s.i32(3), s.i64(4), s.i64(5), s.i64(6), s.i64(7),
                                   s.f64(8), s.i64(9), s.i64(10), s.i64(11), s.f64(12), s.f64(13), s.i64(14)};
@@ -545,6 +545,16 @@ Result<std::vector<EventRecord>> Store::events(qint64 jobId, const QString &kind
     });
 }
 
+Result<std::vector<EventRecord>> Store::eventsAfter(qint64 jobId, qint64 afterId, int limit)
+{
+    Statement q(m_db, "SELECT id, at_ms, kind, worker_id, subtask_id, lease_id, detail FROM events "
+                      "WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?");
+    q.bind(jobId).bind(afterId).bind(qint64(limit));
+    return collect<EventRecord>(q, [](Statement &s) {
+        return EventRecord{s.i64(0), s.i64(1), s.text(2), s.i64(3), s.i64(4), s.i64(5), s.text(6)};
+    });
+}
+
 Result<qint64> Store::lastEventMs(qint64 jobId)
 {
     Statement q(m_db, "SELECT COALESCE(MAX(at_ms), 0) FROM events WHERE job_id = ?");
@@ -580,13 +590,13 @@ Result<std::map<qint64, LedgerTotals>> Store::ledgerByWorker(qint64 jobId)
     return out;
 }
 
-Result<std::vector<LedgerRecord>> Store::ledger(qint64 jobId)
+Result<std::vector<LedgerRecord>> Store::ledger(qint64 jobId, qint64 afterId, int limit)
 {
-    Statement q(m_db, "SELECT worker_id, lease_id, at_ms, kind, seconds, cost_spot, cost_on_demand, cost_actual "
-                      "FROM ledger WHERE job_id = ? ORDER BY id");
-    q.bind(jobId);
+    Statement q(m_db, "SELECT worker_id, lease_id, at_ms, kind, seconds, cost_spot, cost_on_demand, cost_actual, id "
+                      "FROM ledger WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?");
+    q.bind(jobId).bind(afterId).bind(qint64(limit));
     return collect<LedgerRecord>(q, [](Statement &s) {
-        return LedgerRecord{s.i64(0), s.i64(1), s.i64(2), s.text(3), s.f64(4), s.f64(5), s.f64(6), s.f64(7)};
+        return LedgerRecord{s.i64(0), s.i64(1), s.i64(2), s.text(3), s.f64(4), s.f64(5), s.f64(6), s.f64(7), s.i64(8)};
     });
 }
 

@@ -103,6 +103,7 @@ struct LedgerRecord
     double costSpot = 0.0;
     double costOnDemand = 0.0;
     double costActual = 0.0;
+    qint64 id = 0; // the row's, in the order rows were added
 };
 
 struct LedgerTotals
@@ -168,12 +169,15 @@ public:
     Result<std::optional<StateRecord>> state(qint64 jobId, qint64 seq);
 
     Result<void> addAssimilation(qint64 jobId, const AssimilationRecord &a);
-    Result<std::vector<AssimilationRecord>> assimilations(qint64 jobId);
+    // From the one after afterSeq on, at most limit of them (-1: all).
+    Result<std::vector<AssimilationRecord>> assimilations(qint64 jobId, qint64 afterSeq = -1, int limit = -1);
     Result<void> addEvaluation(qint64 jobId, const EvaluationRecord &e);
     Result<std::vector<EvaluationRecord>> evaluations(qint64 jobId);
     Result<qint64> addEvent(qint64 jobId, const EventRecord &e);
     Result<std::vector<EventRecord>> events(qint64 jobId, const QString &kind = {});
     Result<std::vector<EventRecord>> events(qint64 jobId, EventKind kind) { return events(jobId, eventName(kind)); }
+    // The events after the one with id afterId, at most limit of them.
+    Result<std::vector<EventRecord>> eventsAfter(qint64 jobId, qint64 afterId, int limit);
     // When the job last recorded anything (0 if never): a lower bound of when a killed
     // coordinator died.
     Result<qint64> lastEventMs(qint64 jobId);
@@ -181,7 +185,8 @@ public:
     Result<LedgerTotals> ledgerTotals(qint64 jobId);
     Result<std::map<qint64, LedgerTotals>> ledgerByWorker(qint64 jobId);
     // Every ledger entry in order, for charts of cost over time.
-    Result<std::vector<LedgerRecord>> ledger(qint64 jobId);
+    // The rows after the one with id afterId, at most limit of them (-1: all).
+    Result<std::vector<LedgerRecord>> ledger(qint64 jobId, qint64 afterId = 0, int limit = -1);
 
     Result<void> setWorkerTrust(qint64 jobId, const WorkerTrust &trust);
     Result<std::vector<WorkerTrust>> workerTrust(qint64 jobId);

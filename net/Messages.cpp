@@ -408,4 +408,96 @@ Result<ByeMsg> ByeMsg::decode(const QCborMap &header)
     return r.finish(std::move(m));
 }
 
+namespace {
+
+void encodeCursor(QCborMap &map, const WatchCursor &c)
+{
+    map.insert(key("job"), c.job);
+    map.insert(key("event"), c.eventId);
+    map.insert(key("assimilation"), c.assimilationSeq);
+    map.insert(key("evaluations"), c.evaluations);
+    map.insert(key("ledger"), c.ledgerId);
+}
+
+void decodeCursor(HeaderReader &r, WatchCursor &c)
+{
+    r.text("job", c.job);
+    r.nonNegative("event", c.eventId);
+    r.nonNegative("assimilation", c.assimilationSeq);
+    r.nonNegative("evaluations", c.evaluations);
+    r.nonNegative("ledger", c.ledgerId);
+}
+
+} // namespace
+
+QCborMap WatchMsg::encode() const
+{
+    QCborMap m;
+    encodeCursor(m, cursor);
+    return m;
+}
+
+Result<WatchMsg> WatchMsg::decode(const QCborMap &header)
+{
+    WatchMsg m;
+    HeaderReader r(header, type);
+    decodeCursor(r, m.cursor);
+    return r.finish(std::move(m));
+}
+
+QCborMap UpdateMsg::encode() const
+{
+    QCborMap m{{key("reset"), reset}, {key("more"), more}, {key("state"), state}, {key("message"), message}};
+    encodeCursor(m, cursor);
+    return m;
+}
+
+Result<UpdateMsg> UpdateMsg::decode(const QCborMap &header)
+{
+    UpdateMsg m;
+    HeaderReader r(header, type);
+    r.text("job", m.cursor.job, Need::Required);
+    decodeCursor(r, m.cursor);
+    r.boolean("reset", m.reset);
+    r.boolean("more", m.more);
+    r.text("state", m.state, Need::Required);
+    r.text("message", m.message);
+    return r.finish(std::move(m));
+}
+
+QCborMap CommandMsg::encode() const
+{
+    return QCborMap{{key("id"), id},           {key("action"), action}, {key("target"), target},
+                    {key("worker"), workerId}, {key("uses"), uses},     {key("valid_seconds"), validSeconds}};
+}
+
+Result<CommandMsg> CommandMsg::decode(const QCborMap &header)
+{
+    CommandMsg m;
+    HeaderReader r(header, type);
+    r.integer("id", m.id, Need::Required);
+    r.text("action", m.action, Need::Required);
+    r.text("target", m.target);
+    r.nonNegative("worker", m.workerId);
+    r.nonNegative("uses", m.uses);
+    r.nonNegative("valid_seconds", m.validSeconds);
+    return r.finish(std::move(m));
+}
+
+QCborMap ReplyMsg::encode() const
+{
+    return QCborMap{{key("id"), id}, {key("action"), action}, {key("error"), error}, {key("text"), text}};
+}
+
+Result<ReplyMsg> ReplyMsg::decode(const QCborMap &header)
+{
+    ReplyMsg m;
+    HeaderReader r(header, type);
+    r.integer("id", m.id, Need::Required);
+    r.text("action", m.action);
+    r.text("error", m.error);
+    r.text("text", m.text);
+    return r.finish(std::move(m));
+}
+
 } // namespace flotilla::net

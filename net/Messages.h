@@ -227,6 +227,72 @@ struct ByeMsg
     static Result<ByeMsg> decode(const QCborMap &header);
 };
 
+// Operators: a control center attached to a remote coordinator (its certificate was issued
+// with an operator token). It watches the job and commands it; it never trains.
+
+// Where an operator's record of the job ends: it asks for what comes after. The job key
+// names the job the cursor belongs to; a cursor of another job (or none) starts from the
+// beginning.
+struct WatchCursor
+{
+    QString job;
+    qint64 eventId = 0;         // the last event seen
+    qint64 assimilationSeq = 0; // the last assimilation seen
+    qint64 evaluations = 0;     // how many evaluations were seen
+    qint64 ledgerId = 0;        // the last cost ledger row seen
+};
+
+struct WatchMsg
+{
+    static constexpr MessageType type = MessageType::Watch;
+    WatchCursor cursor;
+
+    QCborMap encode() const;
+    static Result<WatchMsg> decode(const QCborMap &header);
+};
+
+// Payload: the rows after the operator's cursor and the latest snapshot, as CBOR (their
+// form is the application's: bridge/WatchStream.h). The cursor is where these rows end.
+struct UpdateMsg
+{
+    static constexpr MessageType type = MessageType::Update;
+    WatchCursor cursor;
+    bool reset = false; // the rows start from the job's beginning: forget what came before
+    bool more = false;  // more rows follow at once
+    QString state;      // running, paused, finished, failed, stopped
+    QString message;    // why, for failed and stopped
+
+    QCborMap encode() const;
+    static Result<UpdateMsg> decode(const QCborMap &header);
+};
+
+struct CommandMsg
+{
+    static constexpr MessageType type = MessageType::Command;
+    qint64 id = 0;  // the reply carries it
+    QString action; // pause, resume, stop, issue-token, revoke-token, revoke-worker, release, subtasks
+    QString target; // revoke-token: the token's id; revoke-worker: the worker's name
+    qint64 workerId = 0; // release
+    qint64 uses = 0;     // issue-token
+    qint64 validSeconds = 0;
+
+    QCborMap encode() const;
+    static Result<CommandMsg> decode(const QCborMap &header);
+};
+
+// Payload: the answer's rows as CBOR (subtasks), or nothing.
+struct ReplyMsg
+{
+    static constexpr MessageType type = MessageType::Reply;
+    qint64 id = 0;
+    QString action;
+    QString error; // empty: done
+    QString text;  // issue-token: the token; otherwise what was done
+
+    QCborMap encode() const;
+    static Result<ReplyMsg> decode(const QCborMap &header);
+};
+
 // The whole message on the wire: a message struct, its type and its payload.
 template<typename Msg> QByteArray encodeMessage(const Msg &message, const QByteArray &payload = {})
 {

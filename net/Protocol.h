@@ -12,6 +12,8 @@ namespace flotilla::net {
 constexpr std::uint8_t kProtocolVersion = 1;
 
 // X(name, code, direction): W = worker to coordinator, C = coordinator to worker, B = both.
+// An operator (a control center attached to a remote coordinator) speaks the same protocol
+// with its own messages: Watch and Command (W), Update and Reply (C).
 #define FLOTILLA_MESSAGES(X)  \
     X(Hello, 1, W)            \
     X(Welcome, 2, C)          \
@@ -29,7 +31,11 @@ constexpr std::uint8_t kProtocolVersion = 1;
     X(Cancel, 14, C)          \
     X(Chunk, 15, B)           \
     X(Error, 16, B)           \
-    X(Bye, 17, B)
+    X(Bye, 17, B)             \
+    X(Watch, 18, W)           \
+    X(Update, 19, C)          \
+    X(Command, 20, W)         \
+    X(Reply, 21, C)
 
 enum class MessageType : std::uint8_t {
 #define FLOTILLA_ENUM(name, code, dir) name = code,

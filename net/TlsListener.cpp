@@ -74,6 +74,8 @@ bool sentByWorkers(MessageType t)
     case MessageType::Chunk:
     case MessageType::Error:
     case MessageType::Bye:
+    case MessageType::Watch:
+    case MessageType::Command:
         return true;
     default:
         return false;
@@ -437,7 +439,7 @@ void TlsListener::onEncrypted(qint64 id)
         return;
     }
     c.authenticated = true;
-    c.peer = PeerInfo{id, fingerprint, (*record)->workerName, (*record)->workerId, c.address};
+    c.peer = PeerInfo{id, fingerprint, (*record)->workerName, (*record)->workerId, c.address, (*record)->role};
 }
 
 void TlsListener::onReadyRead(qint64 id)
@@ -583,17 +585,18 @@ void TlsListener::enroll(Connection &c, const Message &message)
         drop(c.id, QStringLiteral("join refused: %1").arg(cert.error()), true);
         return;
     }
-    if (auto redeemed = m_trust.redeem(redeem->tokenId, redeem->secret, now); !redeemed) {
+    auto redeemed = m_trust.redeem(redeem->tokenId, redeem->secret, now);
+    if (!redeemed) {
         joinFailed(c.source);
         drop(c.id, QStringLiteral("join refused: %1").arg(redeemed.error()), true);
         return;
     }
     const QByteArray fingerprint = certificateFingerprint(*cert);
-    if (auto added = m_trust.addCertificate(CertificateRecord{fingerprint, name, 0, now, 0, {}}); !added) {
+    if (auto added = m_trust.addCertificate(CertificateRecord{fingerprint, name, 0, now, 0, {}, *redeemed}); !added) {
         drop(c.id, added.error(), true);
         return;
     }
-    qCInfo(lcNet).noquote() << "enrolled worker" << name << "from" << c.address << "certificate"
+    qCInfo(lcNet).noquote() << "enrolled" << describe(*redeemed) << name << "from" << c.address << "certificate"
                             << QString::fromLatin1(fingerprint.toHex().left(16));
     // Its work here is done: it hangs up and comes back with the certificate.
     authenticated(c);

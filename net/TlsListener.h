@@ -43,6 +43,7 @@ struct PeerInfo
     QString workerName;  // the name its certificate was issued to (enrolled under)
     qint64 workerId = 0; // known from an earlier join, else 0
     QString address;
+    Role role = Role::Worker; // what its certificate was issued for
 };
 
 // Accepts the connections the kernel has queued, a batch at a time, and hands their sockets

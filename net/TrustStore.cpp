@@ -49,6 +49,20 @@ QString hex(const QByteArray &b)
 
 } // namespace
 
+QString describe(Role role)
+{
+    return role == Role::Operator ? QStringLiteral("operator") : QStringLiteral("worker");
+}
+
+namespace {
+
+Role roleFrom(const QJsonObject &o)
+{
+    return o.value(QStringLiteral("role")).toString() == QLatin1String("operator") ? Role::Operator : Role::Worker;
+}
+
+} // namespace
+
 TokenRecord::State TokenRecord::state(qint64 nowMs) const
 {
     if (revokedMs != 0)
@@ -77,12 +91,15 @@ QString describe(TokenRecord::State state)
 
 QString JoinToken::encode() const
 {
-    const QCborMap map{{QStringLiteral("h"), host},
-                       {QStringLiteral("p"), int(port)},
-                       {QStringLiteral("f"), caFingerprint},
-                       {QStringLiteral("i"), id},
-                       {QStringLiteral("s"), secret},
-                       {QStringLiteral("e"), expiresMs}};
+    QCborMap map{{QStringLiteral("h"), host},
+                 {QStringLiteral("p"), int(port)},
+                 {QStringLiteral("f"), caFingerprint},
+                 {QStringLiteral("i"), id},
+                 {QStringLiteral("s"), secret},
+                 {QStringLiteral("e"), expiresMs}};
+    // Absent: a worker's token, as every token was before operators.
+    if (role == Role::Operator)
+        map.insert(QStringLiteral("r"), QStringLiteral("operator"));
     return kTokenPrefix
            + QString::fromLatin1(map.toCborValue().toCbor().toBase64(QByteArray::Base64UrlEncoding
                                                                       | QByteArray::OmitTrailingEquals));
@@ -120,6 +137,11 @@ Result<JoinToken> JoinToken::decode(const QString &text)
         || t.secret.size() != 16 || t.expiresMs <= 0)
         return fail(QStringLiteral("the join token is incomplete; ask the coordinator for a new one"));
     t.port = static_cast<quint16>(port);
+    const QCborValue roleValue = map.value(QStringLiteral("r"));
+    if (roleValue.isString() && roleValue.toString() == QLatin1String("operator"))
+        t.role = Role::Operator;
+    else if (!roleValue.isUndefined())
+        return fail(QStringLiteral("the token is for a role this version of Flotilla does not know; update it"));
     return t;
 }
 
@@ -151,7 +173,7 @@ Result<TrustStore::Data> TrustStore::load() const
                                    o.value(QStringLiteral("uses_left")).toInt(),
                                    o.value(QStringLiteral("uses_total")).toInt(),
                                    qint64(o.value(QStringLiteral("revoked_ms")).toDouble()),
-                                   o.value(QStringLiteral("note")).toString()};
+                                   o.value(QStringLiteral("note")).toString(), roleFrom(o)};
     }
     for (const auto &v : doc.object().value(QStringLiteral("certificates")).toArray()) {
         const QJsonObject o = v.toObject();
@@ -159,7 +181,7 @@ Result<TrustStore::Data> TrustStore::load() const
             QByteArray::fromHex(o.value(QStringLiteral("fingerprint")).toString().toLatin1()),
             o.value(QStringLiteral("worker_name")).toString(), qint64(o.value(QStringLiteral("worker_id")).toDouble()),
             qint64(o.value(QStringLiteral("issued_ms")).toDouble()), qint64(o.value(QStringLiteral("revoked_ms")).toDouble()),
-            o.value(QStringLiteral("revoke_reason")).toString()};
+            o.value(QStringLiteral("revoke_reason")).toString(), roleFrom(o)};
     }
     return data;
 }
@@ -167,23 +189,28 @@ Result<TrustStore::Data> TrustStore::load() const
 Result<void> TrustStore::save(const Data &data) const
 {
     QJsonArray tokens;
+    const auto withRole = [](QJsonObject o, Role role) {
+        if (role == Role::Operator)
+            o.insert(QStringLiteral("role"), describe(role));
+        return o;
+    };
     for (const auto &t : data.tokens)
-        tokens.append(QJsonObject{{QStringLiteral("id"), hex(t.id)},
+        tokens.append(withRole(QJsonObject{{QStringLiteral("id"), hex(t.id)},
                                   {QStringLiteral("secret_sha256"), hex(t.secretSha256)},
                                   {QStringLiteral("created_ms"), double(t.createdMs)},
                                   {QStringLiteral("expires_ms"), double(t.expiresMs)},
                                   {QStringLiteral("uses_left"), t.usesLeft},
                                   {QStringLiteral("uses_total"), t.usesTotal},
                                   {QStringLiteral("revoked_ms"), double(t.revokedMs)},
-                                  {QStringLiteral("note"), t.note}});
+                                  {QStringLiteral("note"), t.note}}, t.role));
     QJsonArray certificates;
     for (const auto &c : data.certificates)
-        certificates.append(QJsonObject{{QStringLiteral("fingerprint"), hex(c.fingerprint)},
+        certificates.append(withRole(QJsonObject{{QStringLiteral("fingerprint"), hex(c.fingerprint)},
                                         {QStringLiteral("worker_name"), c.workerName},
                                         {QStringLiteral("worker_id"), double(c.workerId)},
                                         {QStringLiteral("issued_ms"), double(c.issuedMs)},
                                         {QStringLiteral("revoked_ms"), double(c.revokedMs)},
-                                        {QStringLiteral("revoke_reason"), c.revokeReason}});
+                                        {QStringLiteral("revoke_reason"), c.revokeReason}}, c.role));
     const QJsonObject root{{QStringLiteral("tokens"), tokens}, {QStringLiteral("certificates"), certificates}};
     // Token secrets are stored only as hashes, but the file still says who may connect.
     return writeFileAtomically(path(), QJsonDocument(root).toJson(), int(QFile::ReadOwner | QFile::WriteOwner));
@@ -207,16 +234,17 @@ Result<void> TrustStore::modify(F &&change)
 }
 
 Result<JoinToken> TrustStore::issueToken(const QString &host, quint16 port, const QByteArray &caFingerprint,
-                                         qint64 validSeconds, int uses, qint64 nowMs, const QString &note)
+                                         qint64 validSeconds, int uses, qint64 nowMs, const QString &note, Role role)
 {
     if (validSeconds <= 0 || uses <= 0)
         return fail(QStringLiteral("a join token needs a positive lifetime and number of uses"));
-    JoinToken token{host, port, caFingerprint, randomBytes(8), randomBytes(16), nowMs + validSeconds * 1000};
+    JoinToken token{host, port, caFingerprint, randomBytes(8), randomBytes(16), nowMs + validSeconds * 1000, role};
     auto r = modify([&](Data &d) -> Result<void> {
         d.tokens << TokenRecord{token.id,  QCryptographicHash::hash(token.secret, QCryptographicHash::Sha256),
                                 nowMs,     token.expiresMs,
                                 uses,      uses,
-                                0,         note.left(200)};
+                                0,         note.left(200),
+                                role};
         return {};
     });
     if (!r)
@@ -224,9 +252,10 @@ Result<JoinToken> TrustStore::issueToken(const QString &host, quint16 port, cons
     return token;
 }
 
-Result<void> TrustStore::redeem(const QByteArray &id, const QByteArray &secret, qint64 nowMs)
+Result<Role> TrustStore::redeem(const QByteArray &id, const QByteArray &secret, qint64 nowMs)
 {
-    return modify([&](Data &d) -> Result<void> {
+    Role role = Role::Worker;
+    auto r = modify([&](Data &d) -> Result<void> {
         for (auto &t : d.tokens) {
             if (t.id != id)
                 continue;
@@ -242,10 +271,14 @@ Result<void> TrustStore::redeem(const QByteArray &id, const QByteArray &secret, 
                 return fail(QStringLiteral("the join token has been used up (%1 use%2); ask for a new one (flotilla token)")
                                 .arg(t.usesTotal).arg(t.usesTotal == 1 ? QString() : QStringLiteral("s")));
             --t.usesLeft;
+            role = t.role;
             return {};
         }
         return fail(QStringLiteral("the join token is unknown to this coordinator (issued by another one, or deleted)"));
     });
+    if (!r)
+        return r.takeError();
+    return role;
 }
 
 Result<TokenRecord> TrustStore::revokeToken(const QString &idOrPrefix, qint64 nowMs)

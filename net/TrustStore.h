@@ -16,6 +16,12 @@
 
 namespace flotilla::net {
 
+// What a certificate may do: a worker trains; an operator (a control center attached from
+// elsewhere) watches the job and commands it, and never trains. A token issues
+// certificates of its own role.
+enum class Role { Worker, Operator };
+QString describe(Role role); // "worker", "operator"
+
 // What a worker needs to join: where the coordinator is, the SHA-256 fingerprint of its
 // CA (the worker refuses any other), and a one-off secret.
 struct JoinToken
@@ -26,6 +32,7 @@ struct JoinToken
     QByteArray id;            // 8 bytes
     QByteArray secret;        // 16 bytes
     qint64 expiresMs = 0;
+    Role role = Role::Worker;
 
     // "flt1." followed by base64url of a CBOR map: copy-pasteable, no spaces.
     QString encode() const;
@@ -44,6 +51,7 @@ struct TokenRecord
     int usesTotal = 0;
     qint64 revokedMs = 0;
     QString note; // what it was issued for: "serve --token-file /srv/token", "control center", ...
+    Role role = Role::Worker;
 
     // Revoked wins over used up, which wins over expired.
     State state(qint64 nowMs) const;
@@ -63,6 +71,7 @@ struct CertificateRecord
     qint64 issuedMs = 0;
     qint64 revokedMs = 0;
     QString revokeReason;
+    Role role = Role::Worker;
 
     bool revoked() const { return revokedMs != 0; }
 };
@@ -74,9 +83,11 @@ public:
     QString path() const;
 
     Result<JoinToken> issueToken(const QString &host, quint16 port, const QByteArray &caFingerprint,
-                                 qint64 validSeconds, int uses, qint64 nowMs, const QString &note = {});
-    // Checks a token and takes one of its uses; the error says which check failed.
-    Result<void> redeem(const QByteArray &id, const QByteArray &secret, qint64 nowMs);
+                                 qint64 validSeconds, int uses, qint64 nowMs, const QString &note = {},
+                                 Role role = Role::Worker);
+    // Checks a token and takes one of its uses; the error says which check failed. Returns
+    // the token's role, which the certificate it pays for gets.
+    Result<Role> redeem(const QByteArray &id, const QByteArray &secret, qint64 nowMs);
     // Bars a token from further joins (workers that joined with it stay). idOrPrefix: its id
     // in hex, or a prefix of at least 4 hex digits that names one token. Returns the record.
     Result<TokenRecord> revokeToken(const QString &idOrPrefix, qint64 nowMs);
@@ -85,7 +96,7 @@ public:
     Result<void> addCertificate(const CertificateRecord &record);
     Result<void> setWorkerId(const QByteArray &fingerprint, qint64 workerId);
     Result<std::optional<CertificateRecord>> certificate(const QByteArray &fingerprint) const;
-    // Revokes the certificates of a worker name, or the one with a (hex, or hex prefix of at
+    // Revokes the certificates of a worker's (or an operator's) name, or the one with a (hex, or hex prefix of at
     // least 8 digits) fingerprint. Returns how many were revoked.
     Result<int> revoke(const QString &nameOrFingerprint, const QString &reason, qint64 nowMs);
 

@@ -291,7 +291,8 @@ private Q_SLOTS:
         QCOMPARE(QString::fromLatin1(messageName(1)), QStringLiteral("Hello"));
         QCOMPARE(QString::fromLatin1(messageName(17)), QStringLiteral("Bye"));
         QVERIFY(!messageName(0));
-        QVERIFY(!messageName(18));
+        QCOMPARE(QString::fromLatin1(messageName(21)), QStringLiteral("Reply"));
+        QVERIFY(!messageName(22));
         QCOMPARE(describe(MessageType::Result), QStringLiteral("Result"));
     }
 };

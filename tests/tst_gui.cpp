@@ -230,7 +230,7 @@ private Q_SLOTS:
 
     void remoteWorkerIsRevoked()
     {
-        auto token = m_session->issueToken(1, 600);
+        auto token = m_session->issueTokenNow(1, 600);
         QVERIFY2(token, qPrintable(token.error()));
         WorkerAgent::Options o;
         o.stateDir = m_dir.filePath(QStringLiteral("remote"));
@@ -250,7 +250,11 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(hasName(m_window->workers()->table(), QStringLiteral("lab-7"), QStringLiteral("offline")),
                                  60000);
         // A local worker cannot be revoked; it is switched off instead.
-        QVERIFY(!m_session->revoke(QStringLiteral("local-1")));
+        QSignalSpy answered(m_session.get(), &ui::ControlSession::commandAnswered);
+        m_session->revoke(QStringLiteral("local-1"));
+        QCOMPARE(answered.size(), 1);
+        QVERIFY2(answered.first().at(1).toString().contains(QStringLiteral("Contribute this machine")),
+                 qPrintable(answered.first().at(1).toString()));
     }
 
     void tokenDialogListsAndRevokesTokens()
@@ -313,7 +317,7 @@ private Q_SLOTS:
     {
         // A remote worker that returns its base model scaled by 50 is screened out, quarantined
         // after its third rejected result and shown so; the operator releases it with a click.
-        auto token = m_session->issueToken(1, 600);
+        auto token = m_session->issueTokenNow(1, 600);
         QVERIFY2(token, qPrintable(token.error()));
         WorkerAgent::Options o;
         o.stateDir = m_dir.filePath(QStringLiteral("attacker"));

@@ -63,13 +63,13 @@ public:
         m_contributing = on;
     }
     bool contributing() const override { return m_contributing; }
-    Result<QString> issueToken(int, qint64) override { return QStringLiteral("token"); }
+    void issueToken(int, qint64) override { Q_EMIT tokenIssued(QStringLiteral("token"), {}); }
     Result<QList<JoinTokenRow>> joinTokens(bool) override { return QList<JoinTokenRow> {}; }
-    Result<void> revokeToken(const QString &) override { return {}; }
-    Result<int> revoke(const QString &name) override
+    void revokeToken(const QString &) override { }
+    void revoke(const QString &name) override
     {
         calls << QStringLiteral("revoke ") + name;
-        return fail(QStringLiteral("no worker is called '%1'").arg(name));
+        Q_EMIT commandAnswered({}, QStringLiteral("no worker is called '%1'").arg(name));
     }
     void release(qint64 workerId) override { calls << QStringLiteral("release %1").arg(workerId); }
     void refreshSubtasks() override

@@ -27,6 +27,9 @@ public:
     virtual QString runDir() const = 0;
     // Where workers reach this coordinator ("host:port"), empty before a job runs.
     virtual QString endpoint() const = 0;
+    // Whether the coordinator runs elsewhere (a control center attached with an operator's
+    // certificate): it starts no job here, and this machine does not train for it.
+    virtual bool remote() const { return false; }
 
     // Opens (or resumes, if runDir holds an unfinished job) and starts a job; the answer
     // comes as stateChanged (Loading, then Running or Failed with the reason).
@@ -39,13 +42,17 @@ public:
     virtual void setContributing(bool on, int threads) = 0;
     virtual bool contributing() const = 0;
 
-    virtual Result<QString> issueToken(int uses, qint64 validSeconds) = 0;
-    // The coordinator's join tokens (all of them, or only those a worker could still use);
-    // a small file read, like issueToken's write.
+    // A worker's join token; the answer is tokenIssued.
+    virtual void issueToken(int uses, qint64 validSeconds) = 0;
+    // The coordinator's join tokens (all of them, or only those a worker could still use):
+    // a small file read here, the list of the last update when attached; tokensChanged says
+    // when to ask again.
     virtual Result<QList<JoinTokenRow>> joinTokens(bool includeSpent) = 0;
-    // Bars a join token from further joins; workers that joined with it stay.
-    virtual Result<void> revokeToken(const QString &id) = 0;
-    virtual Result<int> revoke(const QString &workerName) = 0;
+    // Bars a join token from further joins; workers that joined with it stay. The answer is
+    // commandAnswered.
+    virtual void revokeToken(const QString &id) = 0;
+    // Revokes a worker's certificates; the answer is commandAnswered.
+    virtual void revoke(const QString &workerName) = 0;
     // Lifts a worker's quarantine; the answer is a worker-released event.
     virtual void release(qint64 workerId) = 0;
     virtual void refreshSubtasks() = 0; // answer: subtasksLoaded
@@ -61,6 +68,11 @@ Q_SIGNALS:
     void costUpdated(const flotilla::ui::CostPoint &point);
     void eventAdded(const flotilla::ui::EventRow &event);
     void subtasksLoaded(const QList<flotilla::ui::SubtaskRow> &subtasks);
+    // error is empty when the token was issued.
+    void tokenIssued(const QString &token, const QString &error);
+    // What a command did (revoking a token or a worker), or why it could not.
+    void commandAnswered(const QString &done, const QString &error);
+    void tokensChanged();
 };
 
 } // namespace flotilla::ui

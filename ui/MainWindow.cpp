@@ -95,7 +95,7 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
     buildTray();
 
     m_dashboard = new Dashboard;
-    m_welcome = new WelcomePanel({m_start, m_edit});
+    m_welcome = new WelcomePanel({m_start, m_edit, m_connect});
     m_dashboardPages = new QStackedWidget;
     m_dashboardPages->addWidget(m_welcome);
     m_dashboardPages->addWidget(m_dashboard);
@@ -153,6 +153,9 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
             statusBar()->showMessage(tr("Worker quarantined: %1").arg(e.detail), 30000);
     });
     connect(m_session, &ControlSession::subtasksLoaded, m_subtasks, &SubtasksView::setSubtasks);
+    connect(m_session, &ControlSession::commandAnswered, this, [this](const QString &done, const QString &error) {
+        statusBar()->showMessage(error.isEmpty() ? done : error, 8000);
+    });
     connect(m_workers, &WorkersView::revokeRequested, this, [this](const QString &name) {
         if (askConfirmation(tr("Revoke worker '%1'? Its certificate will be refused from now on.").arg(name)))
             revokeWorker(name);
@@ -170,6 +173,8 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
     connect(m_contribute, &QCheckBox::toggled, this, &MainWindow::updateWelcome);
     connect(m_threads, &QSpinBox::valueChanged, this, &MainWindow::updateWelcome);
 
+    if (m_session->remote())
+        enterRemoteMode();
     QSettings settings;
     restoreGeometry(settings.value(QStringLiteral("window/geometry")).toByteArray());
     m_lastState = m_session->state();
@@ -181,8 +186,22 @@ MainWindow::~MainWindow()
     saveSettings();
 }
 
+void MainWindow::enterRemoteMode()
+{
+    // The job runs on the coordinator's machine: no job starts here, and this machine's
+    // worker is not this window's business (Join a fleet… is).
+    setWindowTitle(tr("Flotilla — coordinator %1").arg(m_session->endpoint()));
+    for (QAction *a : {m_edit, m_start, m_connect})
+        a->setVisible(false);
+    m_machinePanel->hide();
+    m_welcome->setText(tr("Connecting"), tr("This window watches the coordinator at %1.").arg(m_session->endpoint()),
+                       QString());
+}
+
 void MainWindow::saveSettings() const
 {
+    if (m_session->remote())
+        return; // the settings are the local control center's
     QSettings settings;
     settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
     settings.setValue(QStringLiteral("machine/contribute"), m_contribute->isChecked());
@@ -215,6 +234,12 @@ void MainWindow::buildActions()
     m_joinFleet = bar->addAction(themedIcon(this, "network-connect", QStyle::SP_ArrowRight), tr("Join a fleet…"), this,
                                  &MainWindow::joinFleetRequested);
     m_joinFleet->setShortcut(Qt::CTRL | Qt::Key_J);
+    m_connect = new QAction(themedIcon(this, "network-server", QStyle::SP_ComputerIcon), tr("Connect to coordinator…"),
+                            this);
+    m_connect->setShortcut(Qt::CTRL | Qt::Key_K);
+    m_connect->setToolTip(tr("Watch and command a coordinator that runs elsewhere (flotilla serve), with an "
+                             "operator token"));
+    connect(m_connect, &QAction::triggered, this, &MainWindow::connectRequested);
     auto *exportMenu = new QMenu(this);
     exportMenu->addAction(tr("Chart as PNG…"), this, &MainWindow::exportChart);
     exportMenu->addAction(tr("Metrics as CSV…"), this, &MainWindow::exportMetrics);
@@ -236,6 +261,7 @@ void MainWindow::buildMenus(QMenu *exportMenu)
                                        this, &MainWindow::openRunFolder);
     openRun->setShortcut(QKeySequence::Open);
     openRun->setEnabled(m_catalog != nullptr);
+    file->addAction(m_connect);
     file->addAction(m_joinFleet);
     QMenu *exports = file->addMenu(tr("Export"));
     exports->addActions(exportMenu->actions());
@@ -332,6 +358,15 @@ bool MainWindow::showsWelcome() const
 void MainWindow::updateWelcome()
 {
     const JobState state = m_session->state();
+    if (m_session->remote()) {
+        const bool waiting = m_dashboard->isEmpty() && state != JobState::Running && state != JobState::Paused;
+        m_dashboardPages->setCurrentWidget(waiting ? static_cast<QWidget *>(m_welcome) : m_dashboard);
+        if (waiting)
+            m_welcome->setText(state == JobState::Failed ? tr("Cannot watch this coordinator") : tr("Connecting"),
+                               tr("This window watches the coordinator at %1.").arg(m_session->endpoint()),
+                               state == JobState::Failed ? m_failure : m_status->text());
+        return;
+    }
     const bool welcome = (state == JobState::NoJob || state == JobState::Failed) && m_dashboard->isEmpty();
     m_dashboardPages->setCurrentWidget(welcome ? static_cast<QWidget *>(m_welcome) : m_dashboard);
     if (!welcome)
@@ -441,16 +476,17 @@ void MainWindow::togglePause()
 
 void MainWindow::stopJob()
 {
+    if (m_session->remote()
+        && !askConfirmation(tr("Stop the job on %1? Its coordinator stops; started again there, it resumes where it "
+                               "stopped.")
+                                .arg(m_session->endpoint())))
+        return;
     m_session->stop();
 }
 
 void MainWindow::revokeWorker(const QString &name)
 {
-    auto revoked = m_session->revoke(name);
-    if (!revoked)
-        statusBar()->showMessage(revoked.error(), 8000);
-    else
-        statusBar()->showMessage(tr("Revoked worker '%1'").arg(name), 8000);
+    m_session->revoke(name); // answered with commandAnswered, shown in the status bar
 }
 
 void MainWindow::showTokenDialog()

@@ -56,6 +56,7 @@ public:
     QString statusText() const;
     // Join a fleet…: emitted for the application to ask for a token and start a worker.
     QAction *joinFleetAction() const { return m_joinFleet; }
+    QAction *connectAction() const { return m_connect; }
 
     // Seams for tests: what a dialog would answer.
     std::function<bool(const QString &question)> askConfirmation;
@@ -66,6 +67,8 @@ public:
 Q_SIGNALS:
     // Join a fleet… was chosen: contribute this machine to someone else's coordinator.
     void joinFleetRequested();
+    // Connect to coordinator… was chosen: attach a window to a coordinator elsewhere.
+    void connectRequested();
 
 public Q_SLOTS:
     void startJob();
@@ -86,6 +89,7 @@ private:
     void buildMenus(QMenu *exportMenu);
     QWidget *buildMachinePanel();
     void buildTray();
+    void enterRemoteMode();
     void updateWelcome();
     void refreshSubtasksIfShown();
     void onState(JobState state, const QString &message);
@@ -119,6 +123,7 @@ private:
     QAction *m_token = nullptr;
     QAction *m_export = nullptr;
     QAction *m_joinFleet = nullptr;
+    QAction *m_connect = nullptr;
     QTimer *m_powerTimer = nullptr;
     QTimer *m_subtaskTimer = nullptr;
     bool m_pausedForBattery = false;

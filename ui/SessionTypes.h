@@ -132,6 +132,7 @@ struct JoinTokenRow
     qint64 createdMs = 0;
     qint64 expiresMs = 0;
     QString note; // what it was issued for
+    bool operatorRole = false; // issues operator certificates (a control center attached from elsewhere)
 };
 
 } // namespace flotilla::ui

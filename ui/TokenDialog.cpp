@@ -95,24 +95,35 @@ TokenDialog::TokenDialog(ControlSession *session, QWidget *parent) : QDialog(par
     connect(m_revoke, &QPushButton::clicked, this, &TokenDialog::revokeSelected);
     connect(m_showSpent, &QCheckBox::toggled, this, &TokenDialog::refresh);
     connect(m_table, &QTableWidget::itemSelectionChanged, this, &TokenDialog::updateButtons);
+    // The session answers when it can: at once here, after a round trip when attached to a
+    // coordinator elsewhere.
+    connect(m_session, &ControlSession::tokenIssued, this, &TokenDialog::onIssued);
+    connect(m_session, &ControlSession::tokensChanged, this, &TokenDialog::refresh);
+    connect(m_session, &ControlSession::commandAnswered, this, [this](const QString &done, const QString &error) {
+        m_listInfo->setText(error.isEmpty() ? done : error);
+    });
     refresh();
 }
 
 void TokenDialog::issue()
 {
-    auto token = m_session->issueToken(m_uses->value(), qint64(m_hours->value()) * 3600);
-    if (!token) {
-        m_info->setText(token.error());
+    m_info->setText(tr("Issuing…"));
+    m_session->issueToken(m_uses->value(), qint64(m_hours->value()) * 3600);
+}
+
+void TokenDialog::onIssued(const QString &token, const QString &error)
+{
+    if (!error.isEmpty()) {
+        m_info->setText(error);
         return;
     }
-    m_text->setPlainText(*token);
+    m_text->setPlainText(token);
     m_info->setText(tr("On the worker machine: flotilla worker --join TOKEN. %1 use(s), valid until %2; the worker "
                        "checks it reaches this coordinator (%3) by the CA fingerprint inside.")
                         .arg(m_uses->value())
                         .arg(QDateTime::currentDateTime().addSecs(qint64(m_hours->value()) * 3600).toString(Qt::ISODate),
                              m_session->endpoint()));
     m_copy->setEnabled(true);
-    refresh();
 }
 
 void TokenDialog::refresh()
@@ -128,8 +139,9 @@ void TokenDialog::refresh()
         const int row = m_table->rowCount();
         m_table->insertRow(row);
         const QString expires = QDateTime::fromMSecsSinceEpoch(t.expiresMs).toString(QStringLiteral("yyyy-MM-dd HH:mm"));
+        const QString note = t.operatorRole ? tr("operator: %1").arg(t.note) : t.note;
         const QStringList cells{t.id, t.state, QStringLiteral("%1 of %2").arg(t.usesLeft).arg(t.usesTotal), expires,
-                                t.note};
+                                note};
         for (int column = 0; column < ColumnCount; ++column) {
             auto *item = new QTableWidgetItem(cells.at(column));
             item->setData(Qt::UserRole, t.live);
@@ -157,9 +169,7 @@ void TokenDialog::revokeSelected()
     if (!askConfirmation(tr("Revoke join token %1%2? No worker can join with it any more.")
                              .arg(id, note.isEmpty() ? QString() : tr(" (issued for: %1)").arg(note))))
         return;
-    auto revoked = m_session->revokeToken(id);
-    refresh();
-    m_listInfo->setText(revoked ? tr("Revoked token %1.").arg(id) : revoked.error());
+    m_session->revokeToken(id); // answered with commandAnswered, then tokensChanged
 }
 
 void TokenDialog::updateButtons()

@@ -45,6 +45,7 @@ public Q_SLOTS:
     void refresh();
 
 private:
+    void onIssued(const QString &token, const QString &error);
     void updateButtons();
 
     ControlSession *m_session;

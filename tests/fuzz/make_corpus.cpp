@@ -272,7 +272,7 @@ void writeFrameSeeds()
     s.add(QStringLiteral("bad-magic"), Worker, QByteArray("FX") + bye.mid(2));
     s.add(QStringLiteral("bad-version"), Worker, encodeFrame(2, std::uint8_t(MessageType::Bye), cbor({}), {}));
     s.add(QStringLiteral("type-0"), Worker, encodeFrame(kProtocolVersion, 0, cbor({}), {}));
-    s.add(QStringLiteral("type-18"), Worker, encodeFrame(kProtocolVersion, 18, cbor({}), {}));
+    s.add(QStringLiteral("type-22"), Worker, encodeFrame(kProtocolVersion, 22, cbor({}), {}));
     QByteArray longHeader = bye.left(kFrameHeaderSize);
     longHeader[4] = 0, longHeader[5] = 1, longHeader[6] = 0, longHeader[7] = 1; // 64 KiB + 1
     s.add(QStringLiteral("header-too-long"), Worker, longHeader);

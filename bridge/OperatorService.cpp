@@ -1,0 +1,242 @@
+#include "bridge/OperatorService.h"
+
+#include "bridge/BridgeLog.h"
+#include "bridge/WatchStream.h"
+#include "engine/Store.h"
+
+#include <QDateTime>
+#include <QDir>
+#include <QFutureWatcher>
+#include <QtConcurrent>
+
+namespace flotilla {
+
+using net::MessageType;
+
+// One operator's store connection, used by one pool read at a time.
+struct OperatorService::StoreSlot
+{
+    std::unique_ptr<Store> store;
+};
+
+OperatorService::OperatorService(CoordinatorThread *coordinator, net::TlsListener &listener, Options options,
+                                 QObject *parent)
+    : QObject(parent), m_coordinator(coordinator), m_listener(listener), m_options(std::move(options))
+{
+    coordinator->withCoordinator([this](Coordinator &c) { m_job = c.spec().name; });
+    connect(coordinator, &CoordinatorThread::snapshot, this, &OperatorService::onSnapshot);
+    connect(coordinator, &CoordinatorThread::jobEnded, this, [this](bool ok, const QString &message) {
+        m_state = ok ? QStringLiteral("finished") : QStringLiteral("failed");
+        m_stateMessage = message;
+        for (const auto &[connection, op] : m_operators)
+            if (op.watching)
+                read(connection);
+    });
+}
+
+OperatorService::~OperatorService() = default;
+
+QString OperatorService::storePath() const
+{
+    return QDir(m_options.runDir).filePath(QStringLiteral("flotilla.db"));
+}
+
+void OperatorService::attach(const net::PeerInfo &peer)
+{
+    Operator op;
+    op.name = peer.workerName;
+    op.store = std::make_shared<StoreSlot>();
+    m_operators[peer.connectionId] = std::move(op);
+    qCInfo(lcBridge).noquote() << "operator" << peer.workerName << "attached from" << peer.address;
+    net::WelcomeMsg welcome;
+    welcome.job = m_job;
+    m_listener.send(peer.connectionId, welcome);
+}
+
+void OperatorService::onClosed(qint64 connectionId)
+{
+    const auto it = m_operators.find(connectionId);
+    if (it == m_operators.end())
+        return;
+    qCInfo(lcBridge).noquote() << "operator" << it->second.name << "detached";
+    m_operators.erase(it);
+}
+
+void OperatorService::onMessage(qint64 connectionId, const net::Message &message)
+{
+    const auto it = m_operators.find(connectionId);
+    if (it == m_operators.end())
+        return;
+    Operator &op = it->second;
+    switch (message.type) {
+    case MessageType::Watch: {
+        auto watch = net::WatchMsg::decode(message.header);
+        if (!watch) {
+            m_listener.close(connectionId, watch.error());
+            return;
+        }
+        op.cursor = watch->cursor;
+        op.watching = true;
+        op.tokensSent.clear();
+        read(connectionId);
+        return;
+    }
+    case MessageType::Command: {
+        auto c = net::CommandMsg::decode(message.header);
+        if (!c) {
+            m_listener.close(connectionId, c.error());
+            return;
+        }
+        command(connectionId, *c);
+        return;
+    }
+    case MessageType::Bye:
+        m_listener.close(connectionId, QStringLiteral("the operator said goodbye"), false, false);
+        return;
+    default:
+        m_listener.close(connectionId,
+                         QStringLiteral("operator '%1' sent %2: an operator's certificate watches and commands the "
+                                        "job, it never trains (a worker joins with a worker's token)")
+                             .arg(op.name, net::describe(message.type)),
+                         true);
+        return;
+    }
+}
+
+void OperatorService::onSnapshot(const JobProgress &progress, const std::vector<WorkerStatus> &workers)
+{
+    m_snapshot = toSnapshot(progress, workers, m_options.addressOf);
+    if (m_state == QLatin1String("running") || m_state == QLatin1String("paused"))
+        m_state = progress.finished ? QStringLiteral("finished")
+                                    : progress.paused ? QStringLiteral("paused") : QStringLiteral("running");
+    for (const auto &[connection, op] : m_operators)
+        if (op.watching)
+            read(connection);
+}
+
+void OperatorService::read(qint64 connectionId)
+{
+    const auto it = m_operators.find(connectionId);
+    if (it == m_operators.end())
+        return;
+    Operator &op = it->second;
+    if (op.reading) {
+        op.readAgain = true;
+        return;
+    }
+    op.reading = true;
+    op.readAgain = false;
+    auto *watcher = new QFutureWatcher<std::shared_ptr<Result<WatchRead>>>(this);
+    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, connectionId] {
+        watcher->deleteLater();
+        const auto found = m_operators.find(connectionId);
+        if (found == m_operators.end())
+            return; // it hung up meanwhile
+        Operator &op = found->second;
+        op.reading = false;
+        const Result<WatchRead> &result = *watcher->result();
+        if (!result) {
+            // The coordinator's trouble (a busy disk), not the operator's: it tries again.
+            qCWarning(lcBridge).noquote() << "cannot read the job's store for operator" << op.name << "-"
+                                          << result.error();
+            return;
+        }
+        WatchRead r = *result;
+        r.batch.snapshot = m_snapshot;
+        if (auto tokens = m_listener.trust().tokens()) {
+            const auto rows = tokenRows(*tokens, QDateTime::currentMSecsSinceEpoch(), true);
+            WatchBatch only;
+            only.tokens = rows;
+            const QByteArray encoded = encodeBatch(only);
+            if (encoded != op.tokensSent) {
+                r.batch.tokens = rows;
+                op.tokensSent = encoded;
+            }
+        }
+        net::UpdateMsg update;
+        update.cursor = r.cursor;
+        update.reset = r.reset;
+        update.more = r.more;
+        update.state = m_state;
+        update.message = m_stateMessage;
+        op.cursor = r.cursor;
+        m_listener.send(connectionId, update, encodeBatch(r.batch));
+        if (r.more || op.readAgain)
+            read(connectionId);
+    });
+    const std::shared_ptr<StoreSlot> slot = op.store;
+    const net::WatchCursor from = op.cursor;
+    const QString path = storePath();
+    const int limit = m_options.rowsPerUpdate;
+    watcher->setFuture(QtConcurrent::run([slot, from, path, limit] {
+        if (!slot->store) {
+            auto opened = Store::open(path);
+            if (!opened)
+                return std::make_shared<Result<WatchRead>>(opened.takeError());
+            slot->store = std::move(opened).value();
+        }
+        return std::make_shared<Result<WatchRead>>(readAfter(*slot->store, from, limit));
+    }));
+}
+
+void OperatorService::reply(qint64 connectionId, const net::CommandMsg &command, const QString &error,
+                            const QString &text, const QByteArray &payload)
+{
+    m_listener.send(connectionId, net::ReplyMsg{command.id, command.action, error, text}, payload);
+}
+
+void OperatorService::command(qint64 connectionId, const net::CommandMsg &c)
+{
+    const QString by = m_operators.at(connectionId).name;
+    const QString action = c.action;
+    const qint64 now = QDateTime::currentMSecsSinceEpoch();
+    qCInfo(lcBridge).noquote() << "operator" << by << "asked to" << action << c.target;
+    if (action == QLatin1String("pause") || action == QLatin1String("resume")) {
+        if (m_state != QLatin1String("running") && m_state != QLatin1String("paused")) {
+            reply(connectionId, c, QStringLiteral("the job is %1").arg(m_state));
+            return;
+        }
+        const bool pause = action == QLatin1String("pause");
+        m_coordinator->setPausedAsync(pause);
+        m_state = pause ? QStringLiteral("paused") : QStringLiteral("running");
+        reply(connectionId, c, {}, pause ? QStringLiteral("paused the job") : QStringLiteral("resumed the job"));
+    } else if (action == QLatin1String("stop")) {
+        reply(connectionId, c, {}, QStringLiteral("stopping the coordinator; started again, it resumes where it stopped"));
+        Q_EMIT stopRequested(by);
+    } else if (action == QLatin1String("issue-token")) {
+        if (c.uses < 1 || c.uses > 100000 || c.validSeconds < 60 || c.validSeconds > 366LL * 86400) {
+            reply(connectionId, c, QStringLiteral("a join token needs 1 to 100000 uses and a lifetime of a minute to a year"));
+            return;
+        }
+        auto token = m_listener.trust().issueToken(m_options.hostName, m_listener.port(), m_listener.caFingerprint(),
+                                                   c.validSeconds, int(c.uses), now,
+                                                   QStringLiteral("operator %1").arg(by));
+        if (!token)
+            reply(connectionId, c, token.error());
+        else
+            reply(connectionId, c, {}, token->encode());
+    } else if (action == QLatin1String("revoke-token")) {
+        auto revoked = m_listener.trust().revokeToken(c.target, now);
+        reply(connectionId, c, revoked ? QString() : revoked.error(),
+              revoked ? QStringLiteral("revoked join token %1").arg(revoked->idHex()) : QString());
+    } else if (action == QLatin1String("revoke-worker")) {
+        auto revoked = m_listener.trust().revoke(c.target, QStringLiteral("revoked by operator %1").arg(by), now);
+        reply(connectionId, c, revoked ? QString() : revoked.error(),
+              revoked ? QStringLiteral("revoked '%1' (%2 certificate(s))").arg(c.target).arg(*revoked) : QString());
+    } else if (action == QLatin1String("release")) {
+        m_coordinator->releaseAsync(c.workerId, QStringLiteral("operator %1").arg(by));
+        reply(connectionId, c, {}, QStringLiteral("released worker %1").arg(c.workerId));
+    } else if (action == QLatin1String("subtasks")) {
+        auto *watcher = new QFutureWatcher<QList<ui::SubtaskRow>>(this);
+        connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, connectionId, c] {
+            watcher->deleteLater();
+            if (serves(connectionId))
+                reply(connectionId, c, {}, {}, encodeSubtasks(watcher->result()));
+        });
+        watcher->setFuture(QtConcurrent::run([path = storePath()] { return readSubtasks(path); }));
+    } else {
+        reply(connectionId, c, QStringLiteral("'%1' is not a command this coordinator knows").arg(action.left(40)));
+    }
+}
+
+} // namespace flotilla

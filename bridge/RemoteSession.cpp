@@ -1,0 +1,290 @@
+#include "bridge/RemoteSession.h"
+
+#include "bridge/BridgeLog.h"
+#include "bridge/WatchStream.h"
+#include "common/AtomicFile.h"
+
+#include <QDateTime>
+#include <QJsonDocument>
+#include <QJsonObject>
+
+namespace flotilla {
+
+namespace {
+
+net::WorkerClient::Options clientOptions(const RemoteSession::Options &o)
+{
+    net::WorkerClient::Options c;
+    c.stateDir = o.stateDir;
+    c.name = o.name;
+    c.initialBackoffMs = 250;
+    c.maxBackoffMs = o.maxBackoffMs;
+    return c;
+}
+
+std::optional<ui::JobState> stateNamed(const QString &name)
+{
+    if (name == QLatin1String("running"))
+        return ui::JobState::Running;
+    if (name == QLatin1String("paused"))
+        return ui::JobState::Paused;
+    if (name == QLatin1String("finished"))
+        return ui::JobState::Finished;
+    if (name == QLatin1String("failed"))
+        return ui::JobState::Failed;
+    if (name == QLatin1String("stopped"))
+        return ui::JobState::Stopped;
+    return std::nullopt;
+}
+
+} // namespace
+
+RemoteSession::RemoteSession(Options options, QObject *parent)
+    : ControlSession(parent), m_options(std::move(options)), m_client(clientOptions(m_options))
+{
+    qRegisterMetaType<ui::JobState>();
+    qRegisterMetaType<ui::Snapshot>();
+    qRegisterMetaType<ui::History>();
+    connect(&m_client, &net::WorkerClient::welcomed, this, &RemoteSession::onWelcomed);
+    connect(&m_client, &net::WorkerClient::messageReceived, this, &RemoteSession::onMessage);
+    connect(&m_client, &net::WorkerClient::disconnected, this, [this](const QString &reason) {
+        if (m_state == ui::JobState::Stopped)
+            return; // it was asked to go; it is found again when it starts
+        setState(ui::JobState::Loading, tr("reconnecting to %1 (%2)").arg(endpoint(), reason));
+    });
+    connect(&m_client, &net::WorkerClient::failed, this,
+            [this](const QString &reason) { setState(ui::JobState::Failed, reason); });
+}
+
+RemoteSession::~RemoteSession()
+{
+    m_client.stop();
+}
+
+Result<void> RemoteSession::attach(const std::optional<net::JoinToken> &token)
+{
+    if (token && token->role != net::Role::Operator)
+        return fail(tr("this is a worker's join token: a control center attaches with an operator token (on the "
+                       "coordinator: flotilla token --operator)"));
+    if (auto r = m_client.configure(token); !r)
+        return r;
+    setState(ui::JobState::Loading, tr("connecting to %1").arg(endpoint()));
+    net::HelloMsg hello;
+    hello.device = QStringLiteral("operator");
+    m_client.start(hello);
+    return {};
+}
+
+void RemoteSession::detach()
+{
+    m_client.stop();
+    setState(ui::JobState::Stopped, tr("detached from %1").arg(endpoint()));
+}
+
+void RemoteSession::setState(ui::JobState state, const QString &message)
+{
+    if (state == m_state && message == m_stateMessage)
+        return;
+    m_state = state;
+    m_stateMessage = message;
+    Q_EMIT stateChanged(state, message);
+}
+
+void RemoteSession::onWelcomed()
+{
+    // From where the last connection left off; the coordinator starts from the beginning
+    // when the cursor is not its job's.
+    m_client.send(net::WatchMsg{m_cursor});
+}
+
+void RemoteSession::onMessage(const net::Message &message)
+{
+    switch (message.type) {
+    case net::MessageType::Update:
+        onUpdate(message);
+        return;
+    case net::MessageType::Reply:
+        onReply(message);
+        return;
+    default:
+        m_client.reconnect(tr("the coordinator sent %1 to an operator").arg(net::describe(message.type)));
+    }
+}
+
+void RemoteSession::onUpdate(const net::Message &message)
+{
+    auto update = net::UpdateMsg::decode(message.header);
+    if (!update) {
+        m_client.reconnect(update.error());
+        return;
+    }
+    auto batch = decodeBatch(message.payload);
+    if (!batch) {
+        m_client.reconnect(batch.error());
+        return;
+    }
+    ++m_updates;
+    if (update->reset) {
+        m_history = {};
+        m_cost = {};
+        m_catchingUp = true;
+        if (auto spec = JobSpec::fromJson(QJsonDocument::fromJson(batch->spec.toUtf8()).object()))
+            m_job = *spec;
+        else
+            qCWarning(lcBridge).noquote() << "the coordinator's job settings cannot be read:" << spec.error();
+    }
+    const ui::History &rows = batch->rows;
+    QList<ui::CostPoint> costs;
+    for (const ui::CostPoint &c : rows.costs) {
+        m_cost.atMs = c.atMs;
+        m_cost.spot += c.spot;
+        m_cost.onDemand += c.onDemand;
+        m_cost.actual += c.actual;
+        m_cost.usefulSeconds += c.usefulSeconds;
+        m_cost.wastedSeconds += c.wastedSeconds;
+        costs << m_cost;
+    }
+    m_history.assimilations << rows.assimilations;
+    m_history.evaluations << rows.evaluations;
+    m_history.events << rows.events;
+    m_history.costs << costs;
+    m_cursor = update->cursor;
+    if (m_catchingUp) {
+        // A long history arrives in several updates: drawn once, when it is all here.
+        if (!update->more) {
+            m_catchingUp = false;
+            Q_EMIT historyLoaded(m_history);
+        }
+    } else {
+        for (const auto &a : rows.assimilations)
+            Q_EMIT assimilated(a);
+        for (const auto &e : rows.evaluations)
+            Q_EMIT evaluated(e);
+        for (const auto &c : costs)
+            Q_EMIT costUpdated(c);
+        for (const auto &e : rows.events)
+            Q_EMIT eventAdded(e);
+    }
+    if (batch->tokens) {
+        m_tokens = *batch->tokens;
+        Q_EMIT tokensChanged();
+    }
+    if (const auto state = stateNamed(update->state))
+        setState(*state, update->message);
+    if (batch->snapshot && !m_catchingUp)
+        Q_EMIT snapshot(*batch->snapshot);
+}
+
+void RemoteSession::onReply(const net::Message &message)
+{
+    auto reply = net::ReplyMsg::decode(message.header);
+    if (!reply) {
+        m_client.reconnect(reply.error());
+        return;
+    }
+    const auto it = m_pending.find(reply->id);
+    if (it == m_pending.end())
+        return; // asked on a connection before this one
+    const QString action = it->second;
+    m_pending.erase(it);
+    const QString error = reply->error;
+    if (action == QLatin1String("issue-token")) {
+        Q_EMIT tokenIssued(error.isEmpty() ? reply->text : QString(), error);
+    } else if (action == QLatin1String("subtasks")) {
+        auto rows = decodeSubtasks(message.payload);
+        if (rows)
+            Q_EMIT subtasksLoaded(*rows);
+        else
+            qCWarning(lcBridge).noquote() << rows.error();
+    } else {
+        if (action == QLatin1String("stop") && error.isEmpty())
+            setState(ui::JobState::Stopped, tr("stopped by this operator; started again on %1, it resumes where it "
+                                               "stopped")
+                                                .arg(endpoint()));
+        Q_EMIT commandAnswered(error.isEmpty() ? reply->text : QString(), error);
+    }
+}
+
+void RemoteSession::send(net::CommandMsg command)
+{
+    if (!m_client.isConnected()) {
+        const QString error = tr("not connected to %1 now; try again once it is").arg(endpoint());
+        if (command.action == QLatin1String("issue-token"))
+            Q_EMIT tokenIssued({}, error);
+        else if (command.action != QLatin1String("subtasks"))
+            Q_EMIT commandAnswered({}, error);
+        return;
+    }
+    command.id = m_nextCommand++;
+    m_pending[command.id] = command.action;
+    m_client.send(command);
+}
+
+void RemoteSession::start(const JobSpec &, const QString &)
+{
+    Q_EMIT commandAnswered({}, tr("this window watches the coordinator at %1: jobs start there").arg(endpoint()));
+}
+
+void RemoteSession::setPaused(bool paused)
+{
+    send(net::CommandMsg{0, paused ? QStringLiteral("pause") : QStringLiteral("resume")});
+}
+
+void RemoteSession::stop()
+{
+    send(net::CommandMsg{0, QStringLiteral("stop")});
+}
+
+void RemoteSession::issueToken(int uses, qint64 validSeconds)
+{
+    net::CommandMsg c{0, QStringLiteral("issue-token")};
+    c.uses = uses;
+    c.validSeconds = validSeconds;
+    send(c);
+}
+
+Result<QList<ui::JoinTokenRow>> RemoteSession::joinTokens(bool includeSpent)
+{
+    QList<ui::JoinTokenRow> rows;
+    for (const auto &t : m_tokens)
+        if (includeSpent || t.live)
+            rows << t;
+    return rows;
+}
+
+void RemoteSession::revokeToken(const QString &id)
+{
+    send(net::CommandMsg{0, QStringLiteral("revoke-token"), id});
+}
+
+void RemoteSession::revoke(const QString &workerName)
+{
+    send(net::CommandMsg{0, QStringLiteral("revoke-worker"), workerName});
+}
+
+void RemoteSession::release(qint64 workerId)
+{
+    net::CommandMsg c{0, QStringLiteral("release")};
+    c.workerId = workerId;
+    send(c);
+}
+
+void RemoteSession::refreshSubtasks()
+{
+    send(net::CommandMsg{0, QStringLiteral("subtasks")});
+}
+
+Result<void> RemoteSession::exportMetrics(const QString &path)
+{
+    if (m_history.assimilations.isEmpty() && m_history.evaluations.isEmpty())
+        return fail(tr("nothing has been received from %1 yet").arg(endpoint()));
+    return writeFileAtomically(path, metricsCsv(m_history));
+}
+
+Result<void> RemoteSession::exportModel(const QString &)
+{
+    return fail(tr("the trained model is on the coordinator's machine (%1): model.pt in its run folder")
+                    .arg(endpoint()));
+}
+
+} // namespace flotilla

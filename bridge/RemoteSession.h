@@ -1,0 +1,86 @@
+#pragma once
+// The control center's facade over a coordinator that runs elsewhere (`flotilla serve` on a
+// lab server): it attaches with an operator's certificate (enrolling with an operator token
+// the first time), follows the job through the operator's stream (rows after a cursor, then
+// what is new each second; bridge/WatchStream.h) and sends the buttons' commands. The
+// connection is the worker's client: mutual TLS, the coordinator's CA pinned by the token,
+// reconnecting with backoff. A coordinator that restarts is found again, and the stream
+// goes on from the cursor: nothing is shown twice, nothing is missed.
+//
+// Threads: lives on the UI thread; the socket is event-driven on the same thread, and
+// nothing here waits for the network.
+
+#include "net/WorkerClient.h"
+#include "ui/ControlSession.h"
+
+#include <map>
+
+namespace flotilla {
+
+class RemoteSession : public ui::ControlSession
+{
+    Q_OBJECT
+
+public:
+    struct Options
+    {
+        QString stateDir; // the operator's key, certificate and the coordinator's CA
+        QString name;     // the operator's name, shown in the coordinator's log
+        int maxBackoffMs = 5000;
+    };
+
+    explicit RemoteSession(Options options, QObject *parent = nullptr);
+    ~RemoteSession() override;
+
+    // Attaches: with an operator token the first time, later from the state folder alone.
+    // A worker's token is refused: its certificate could train, not watch.
+    Result<void> attach(const std::optional<net::JoinToken> &token);
+    void detach();
+    const net::WatchCursor &cursor() const { return m_cursor; }
+    // Everything received so far, as the charts have it.
+    const ui::History &history() const { return m_history; }
+    int updatesReceived() const { return m_updates; }
+
+    ui::JobState state() const override { return m_state; }
+    JobSpec job() const override { return m_job; }
+    QString runDir() const override { return {}; }
+    QString endpoint() const override { return m_client.coordinatorAddress(); }
+    bool remote() const override { return true; }
+    void start(const JobSpec &job, const QString &runDir) override;
+    void setPaused(bool paused) override;
+    void stop() override;
+    void setContributing(bool, int) override { }
+    bool contributing() const override { return false; }
+    void issueToken(int uses, qint64 validSeconds) override;
+    Result<QList<ui::JoinTokenRow>> joinTokens(bool includeSpent) override;
+    void revokeToken(const QString &id) override;
+    void revoke(const QString &workerName) override;
+    void release(qint64 workerId) override;
+    void refreshSubtasks() override;
+    Result<void> exportMetrics(const QString &path) override;
+    Result<void> exportModel(const QString &path) override;
+
+private:
+    void setState(ui::JobState state, const QString &message = {});
+    void onWelcomed();
+    void onMessage(const net::Message &message);
+    void onUpdate(const net::Message &message);
+    void onReply(const net::Message &message);
+    void send(net::CommandMsg command);
+
+    Options m_options;
+    net::WorkerClient m_client;
+    ui::JobState m_state = ui::JobState::NoJob;
+    QString m_stateMessage;
+    JobSpec m_job;
+    net::WatchCursor m_cursor;
+    ui::History m_history;
+    ui::CostPoint m_cost;      // the running sum of the ledger's rows
+    bool m_catchingUp = true;  // rows are gathered and shown at once when the stream catches up
+    int m_updates = 0;
+    QList<ui::JoinTokenRow> m_tokens;
+    std::map<qint64, QString> m_pending; // commands sent, by id: their action
+    qint64 m_nextCommand = 1;
+};
+
+} // namespace flotilla
