@@ -160,8 +160,10 @@ void RemoteSession::onUpdate(const net::Message &message)
             Q_EMIT assimilated(a);
         for (const auto &e : rows.evaluations)
             Q_EMIT evaluated(e);
-        for (const auto &c : costs)
-            Q_EMIT costUpdated(c);
+        // The curves are cumulative: the sum after this update's rows is all there is to draw
+        // (a large fleet's ledger grows by tens of rows a second).
+        if (!costs.isEmpty())
+            Q_EMIT costUpdated(costs.last());
         for (const auto &e : rows.events)
             Q_EMIT eventAdded(e);
     }

@@ -370,7 +370,8 @@ private Q_SLOTS:
         Q_EMIT session.assimilated(AssimilationPoint { 2000, 2, 2, 1, 1.0, 500, 1.0, 1 });
         QLineSeries *loss = seriesNamed(*d, QStringLiteral("training loss (average)"));
         QVERIFY(loss);
-        QCOMPARE(loss->count(), 2);
+        // Assimilations are drawn in batches, a few times a second.
+        QTRY_COMPARE_WITH_TIMEOUT(loss->count(), 2, 2000);
         QCOMPARE(loss->at(0).y(), 2.0);
         QCOMPARE(loss->at(1).y(), 0.9 * 2.0 + 0.1 * 1.0);
 
@@ -393,7 +394,7 @@ private Q_SLOTS:
         w.samplesPerSecond = 900;
         s.workers = { w };
         Q_EMIT session.snapshot(s);
-        QVERIFY(d->everyChartHasData());
+        QTRY_VERIFY_WITH_TIMEOUT(d->everyChartHasData(), 2000);
         QLineSeries *online = seriesNamed(*d, QStringLiteral("online"));
         QVERIFY(online);
         QCOMPARE(online->at(online->count() - 1).y(), 2.0);
@@ -405,6 +406,30 @@ private Q_SLOTS:
         window.startJob();
         QVERIFY(!d->everyChartHasData());
         QCOMPARE(window.events()->table()->rowCount(), 0);
+    }
+
+    // A large fleet's assimilations arrive by the hundred: all are drawn (in batches), and
+    // switching the loss chart between time and version redraws the loss line alone; the
+    // staleness charts keep each assimilation once.
+    void manyAssimilationsAreDrawnOnce()
+    {
+        Dashboard d;
+        for (int i = 1; i <= 600; ++i)
+            d.addAssimilation(AssimilationPoint{1000 + i * 50, i, i, i % 3, 1.0, 32, 0.5, i % 100});
+        QVERIFY(!d.isEmpty()); // queued points count
+        QLineSeries *loss = seriesNamed(d, QStringLiteral("training loss (average)"));
+        auto *staleness = qobject_cast<QXYSeries *>(d.chartView(1)->chart()->series().at(0));
+        QVERIFY(loss && staleness);
+        QTRY_COMPARE_WITH_TIMEOUT(loss->count(), 600, 2000);
+        QCOMPARE(staleness->count(), 600);
+        auto *against = d.findChild<QComboBox *>();
+        against->setCurrentIndex(1);
+        QCOMPARE(loss->count(), 600);
+        QCOMPARE(loss->at(599).x(), 600.0); // versions
+        against->setCurrentIndex(0);
+        QCOMPARE(loss->count(), 600);
+        QCOMPARE(staleness->count(), 600);
+        QCOMPARE(staleness->at(599), QPointF(600, 0));
     }
 
     // Before anything is drawn the dashboard says what Start will do, and offers Start and

@@ -11,6 +11,7 @@
 #include <QLabel>
 #include <QLineSeries>
 #include <QScatterSeries>
+#include <QTimer>
 #include <QVBoxLayout>
 #include <QValueAxis>
 
@@ -22,6 +23,10 @@ namespace {
 
 constexpr int kHistogramBuckets = 9; // 0..7 and 8+
 constexpr int kMaxWorkerLines = 6;
+// The staleness scatter keeps one graphics item per point: the most recent ones are drawn,
+// and the histogram beside it counts them all.
+constexpr qsizetype kMaxStalenessPoints = 5000;
+constexpr int kFlushMs = 1000;
 
 // Whole-number ticks only (counts, versions), about five of them, from 0 to at least top:
 // a count of 0 or 1 must not read "0 0 0 0 1".
@@ -103,6 +108,10 @@ QString describe(JobState state)
 
 Dashboard::Dashboard(QWidget *parent) : QWidget(parent)
 {
+    m_flushTimer = new QTimer(this);
+    m_flushTimer->setSingleShot(true);
+    m_flushTimer->setInterval(kFlushMs);
+    connect(m_flushTimer, &QTimer::timeout, this, &Dashboard::flushAssimilations);
     auto *grid = new QGridLayout(this);
 
     // Loss and test accuracy.
@@ -220,6 +229,8 @@ QChartView *Dashboard::chartView(int index) const
 
 bool Dashboard::isEmpty() const
 {
+    if (!m_pendingLoss.isEmpty() || !m_pendingStaleness.isEmpty() || !m_pendingSpot.isEmpty())
+        return false;
     for (const int n : m_histogramCounts)
         if (n > 0)
             return false;
@@ -252,6 +263,14 @@ Result<void> Dashboard::exportChart(int index, const QString &path) const
 
 void Dashboard::reset()
 {
+    m_flushTimer->stop();
+    m_pendingLoss.clear();
+    m_pendingStaleness.clear();
+    m_pendingSpot.clear();
+    m_pendingOnDemand.clear();
+    m_pendingPaid.clear();
+    m_loadQueue.clear();
+    m_histogramDirty = false;
     m_originMs = 0;
     m_assimilations.clear();
     m_evaluations.clear();
@@ -307,6 +326,7 @@ void Dashboard::fitTimeUnit(double seconds)
     const double unit = seconds <= 120 ? 1000.0 : seconds <= 7200 ? 60000.0 : 3600000.0;
     if (unit <= m_msPerUnit)
         return;
+    flushAssimilations(); // the queued points are in the old unit too
     const double factor = m_msPerUnit / unit;
     m_msPerUnit = unit;
     for (QValueAxis *a : timeAxes()) {
@@ -348,18 +368,33 @@ void Dashboard::extend(QValueAxis *a, double value, bool integer)
 {
     // Each axis spans from zero to just above the largest value seen, in round steps.
     double &top = m_axisMax[a];
-    if (value <= top && top > 0)
+    const bool fitted = top > 0;
+    if (value <= top && fitted)
         return;
     top = std::max(top, value);
+    // An axis ends on a round number above the largest value: one that still falls inside
+    // changes nothing (laying a chart out again for every point is what a large fleet's
+    // stream of points cannot afford).
+    if (fitted && value <= a->max())
+        return;
     if (integer)
         integerRange(a, top);
     else
         realRange(a, top);
 }
 
+void Dashboard::plot(QXYSeries *series, double x, double y)
+{
+    if (m_loading)
+        m_loadQueue[series] << QPointF(x, y);
+    else
+        series->append(x, y);
+}
+
 void Dashboard::loadHistory(const History &history)
 {
     reset();
+    m_loading = true; // every point is queued, and each series laid out once at the end
     for (const auto *list : {&history.events})
         for (const auto &e : *list)
             if (m_originMs == 0 || e.atMs < m_originMs)
@@ -374,10 +409,13 @@ void Dashboard::loadHistory(const History &history)
     for (const auto &e : history.events)
         addEvent(e);
     m_replaying = false;
+    m_loading = false;
+    flushAssimilations();
 }
 
 void Dashboard::rebuildLossChart()
 {
+    flushAssimilations();
     m_loss->clear();
     m_accuracy->clear();
     const bool byTime = m_lossAxis->currentIndex() == 0;
@@ -392,13 +430,15 @@ void Dashboard::rebuildLossChart()
     m_assimilations.clear();
     m_evaluations.clear();
     m_lossEma = -1.0;
+    // Only the loss line and the accuracy points change; the staleness charts stay as they are.
     for (const auto &a : assimilations)
-        addAssimilation(a);
+        addLossPoint(a);
     for (const auto &e : evaluations)
         addEvaluation(e);
+    flushAssimilations();
 }
 
-void Dashboard::addAssimilation(const AssimilationPoint &p)
+void Dashboard::addLossPoint(const AssimilationPoint &p)
 {
     m_assimilations << p;
     const bool byTime = m_lossAxis->currentIndex() == 0;
@@ -406,16 +446,56 @@ void Dashboard::addAssimilation(const AssimilationPoint &p)
     if (!byTime)
         timeX(p.atMs);
     m_lossEma = m_lossEma < 0 ? p.loss : 0.9 * m_lossEma + 0.1 * p.loss;
-    m_loss->append(x, m_lossEma);
+    m_pendingLoss << QPointF(x, m_lossEma);
     extend(m_lossX, x, !byTime);
     extend(m_lossY, m_lossEma);
+}
 
-    m_staleness->append(double(p.version), double(p.staleness));
+void Dashboard::addAssimilation(const AssimilationPoint &p)
+{
+    addLossPoint(p);
+    m_pendingStaleness << QPointF(double(p.version), double(p.staleness));
     extend(m_stalenessX, double(p.version), true);
     extend(m_stalenessY, double(p.staleness) + 1, true);
     const int bucket = int(std::min<qint64>(p.staleness, kHistogramBuckets - 1));
-    m_histogram->replace(bucket, ++m_histogramCounts[bucket]);
+    ++m_histogramCounts[bucket];
+    m_histogramDirty = true;
     extend(m_histogramY, m_histogramCounts[bucket], true);
+    if (!m_flushTimer->isActive())
+        m_flushTimer->start();
+}
+
+void Dashboard::flushAssimilations()
+{
+    m_flushTimer->stop();
+    // replace() lays a series out once; append() would do it for every point.
+    for (auto it = m_loadQueue.begin(); it != m_loadQueue.end(); ++it)
+        it.key()->replace(it.key()->points() + it.value());
+    m_loadQueue.clear();
+    if (!m_pendingLoss.isEmpty()) {
+        m_loss->replace(m_loss->points() + m_pendingLoss);
+        m_pendingLoss.clear();
+    }
+    if (!m_pendingStaleness.isEmpty()) {
+        QList<QPointF> points = m_staleness->points() + m_pendingStaleness;
+        if (points.size() > kMaxStalenessPoints)
+            points.remove(0, points.size() - kMaxStalenessPoints);
+        m_staleness->replace(points);
+        m_pendingStaleness.clear();
+    }
+    for (auto [series, pending] : {std::pair{m_spot, &m_pendingSpot}, std::pair{m_onDemand, &m_pendingOnDemand},
+                                   std::pair{m_paid, &m_pendingPaid}}) {
+        if (pending->isEmpty())
+            continue;
+        series->replace(series->points() + *pending);
+        pending->clear();
+    }
+    if (m_histogramDirty) {
+        for (int i = 0; i < kHistogramBuckets; ++i)
+            if (m_histogram->at(i) != m_histogramCounts[i])
+                m_histogram->replace(i, m_histogramCounts[i]);
+        m_histogramDirty = false;
+    }
 }
 
 void Dashboard::addEvaluation(const EvaluationPoint &p)
@@ -423,23 +503,27 @@ void Dashboard::addEvaluation(const EvaluationPoint &p)
     m_evaluations << p;
     const bool byTime = m_lossAxis->currentIndex() == 0;
     const double x = byTime ? timeX(p.atMs) : double(p.version);
-    m_accuracy->append(x, 100.0 * p.accuracy);
+    plot(m_accuracy, x, 100.0 * p.accuracy);
     extend(m_lossX, x, !byTime);
 }
 
 void Dashboard::addCost(const CostPoint &p)
 {
     const double x = timeX(p.atMs);
-    m_spot->append(x, p.spot);
-    m_onDemand->append(x, p.onDemand);
-    m_paid->append(x, p.actual);
+    m_pendingSpot << QPointF(x, p.spot);
+    m_pendingOnDemand << QPointF(x, p.onDemand);
+    m_pendingPaid << QPointF(x, p.actual);
+    if (!m_flushTimer->isActive())
+        m_flushTimer->start();
     extend(m_costX, x);
     const double top = std::max({p.spot, p.onDemand, p.actual});
     extend(m_costY, top);
     const double total = p.usefulSeconds + p.wastedSeconds;
-    m_costChart->setTitle(tr("Cost: %1% saved vs on-demand, %2% of time wasted")
+    const QString title = tr("Cost: %1% saved vs on-demand, %2% of time wasted")
                               .arg(p.onDemand > 0 ? 100.0 * (1.0 - p.actual / p.onDemand) : 0.0, 0, 'f', 0)
-                              .arg(total > 0 ? 100.0 * p.wastedSeconds / total : 0.0, 0, 'f', 1));
+                              .arg(total > 0 ? 100.0 * p.wastedSeconds / total : 0.0, 0, 'f', 1);
+    if (m_costChart->title() != title) // a new title lays the chart out again
+        m_costChart->setTitle(title);
 }
 
 void Dashboard::addEvent(const EventRow &e)
@@ -451,18 +535,18 @@ void Dashboard::addEvent(const EventRow &e)
     if (e.is(EventKind::WorkerJoined)) {
         if (counting)
             ++m_lastOnline;
-        m_joins->append(x, m_lastOnline);
+        plot(m_joins, x, m_lastOnline);
     } else if (e.is(EventKind::WorkerPreempted)) {
-        m_preemptions->append(x, m_lastOnline);
+        plot(m_preemptions, x, m_lastOnline);
     } else if (e.is(EventKind::WorkerLeft)) {
         if (counting)
             m_lastOnline = std::max(0, m_lastOnline - 1);
-        m_departures->append(x, m_lastOnline);
+        plot(m_departures, x, m_lastOnline);
     } else {
         return;
     }
     if (counting)
-        m_online->append(x, m_lastOnline);
+        plot(m_online, x, m_lastOnline);
     extend(m_churnX, x);
     extend(m_churnY, m_lastOnline + 1, true);
 }

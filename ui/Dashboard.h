@@ -9,6 +9,7 @@
 
 #include "common/Result.h"
 
+#include <QHash>
 #include <QMap>
 #include <QWidget>
 
@@ -21,6 +22,7 @@ class QScatterSeries;
 class QBarSet;
 class QBarCategoryAxis;
 class QValueAxis;
+class QXYSeries;
 
 namespace flotilla::ui {
 
@@ -50,6 +52,12 @@ public:
 private:
     QChartView *makeView(QChart *chart);
     void rebuildLossChart();
+    // The loss line's point for an assimilation (rebuilding the loss chart adds only these).
+    void addLossPoint(const AssimilationPoint &p);
+    // A point on a series: at once, or, while a history loads, queued for its end.
+    void plot(QXYSeries *series, double x, double y);
+    // Draws the assimilations' and costs' points queued since the last time.
+    void flushAssimilations();
     void extend(QValueAxis *axis, double value, bool integer = false);
     // Where a moment goes on the time axes, in their unit (seconds, minutes or hours since
     // the job started, whichever reads best for the time the job has run so far).
@@ -85,6 +93,17 @@ private:
     QBarSet *m_histogram = nullptr;
     QValueAxis *m_histogramY = nullptr;
     QList<int> m_histogramCounts;
+    // A large fleet assimilates tens of times a second, and Qt Charts lays a whole series out
+    // again for every point appended: those points are queued and drawn a few times a second.
+    QList<QPointF> m_pendingLoss;
+    QList<QPointF> m_pendingStaleness;
+    QList<QPointF> m_pendingSpot;
+    QList<QPointF> m_pendingOnDemand;
+    QList<QPointF> m_pendingPaid;
+    bool m_histogramDirty = false;
+    bool m_loading = false;
+    QHash<QXYSeries *, QList<QPointF>> m_loadQueue;
+    class QTimer *m_flushTimer = nullptr;
 
     QLineSeries *m_online = nullptr;
     QScatterSeries *m_joins = nullptr;

@@ -134,8 +134,7 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
     connect(m_session, &ControlSession::historyLoaded, this, [this](const History &h) {
         m_dashboard->loadHistory(h);
         m_events->clear();
-        for (const auto &e : h.events)
-            m_events->addEvent(e);
+        m_events->addEvents(h.events);
         updateWelcome();
     });
     connect(m_session, &ControlSession::snapshot, this, &MainWindow::onSnapshot);

@@ -140,8 +140,7 @@ void RunWindow::onHistory(const QString &dir, const History &history)
     m_dashboard->reset();
     m_dashboard->loadHistory(history);
     m_events->clear();
-    for (const EventRow &e : history.events)
-        m_events->addEvent(e);
+    m_events->addEvents(history.events);
     // A run that finished meanwhile stops being reread.
     if (m_reload && !history.events.isEmpty() && history.events.last().is(EventKind::JobFinished))
         m_reload->stop();

@@ -234,6 +234,25 @@ void EventsView::addEvent(const EventRow &e)
         m_table->removeRow(0);
     const int r = m_table->rowCount();
     m_table->insertRow(r);
+    fillRow(r, e);
+}
+
+void EventsView::addEvents(const QList<EventRow> &events)
+{
+    const QList<EventRow> kept = events.mid(std::max<qsizetype>(0, events.size() - kMaxEvents));
+    const int drop = std::max(0, m_table->rowCount() + int(kept.size()) - kMaxEvents);
+    m_table->setUpdatesEnabled(false);
+    if (drop > 0)
+        m_table->model()->removeRows(0, std::min(drop, m_table->rowCount()));
+    const int first = m_table->rowCount();
+    m_table->setRowCount(first + int(kept.size()));
+    for (int i = 0; i < kept.size(); ++i)
+        fillRow(first + i, kept[i]);
+    m_table->setUpdatesEnabled(true);
+}
+
+void EventsView::fillRow(int r, const EventRow &e)
+{
     m_table->setItem(r, 0, cell(clock(e.atMs)));
     m_table->setItem(r, 1, cell(e.kind));
     m_table->setItem(r, 2, cell(e.workerId ? QString::number(e.workerId) : QString()));
