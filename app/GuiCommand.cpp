@@ -497,7 +497,7 @@ int runControlCenter(const QStringList &arguments)
             stalls->report();
             QApplication::quit();
         });
-    } else if (parser.isSet(QStringLiteral("start"))) {
+    } else if (parser.isSet(QStringLiteral("start")) && !attach) {
         window.startJob();
     }
 
@@ -522,7 +522,7 @@ int runControlCenter(const QStringList &arguments)
     std::unique_ptr<WorkPolicy> policy;
     std::unique_ptr<AgentDesk> desk;
     std::unique_ptr<ui::WorkerWindow> workerWindow;
-    if (screenshots) {
+    if (screenshots && !attach) {
         const QDir dir(parser.value(QStringLiteral("screenshots")));
         QDir().mkpath(dir.path());
         window.startJob();

@@ -11,6 +11,7 @@
 #include <QDir>
 #include <QFile>
 #include <QThread>
+#include <QTimer>
 #include <QtConcurrent>
 
 namespace flotilla {
@@ -142,10 +143,14 @@ void DesktopSession::startNetwork()
     m_endpoint = QStringLiteral("%1:%2").arg(m_options.hostNames.value(0, QStringLiteral("127.0.0.1"))).arg(m_network.port());
     // An operator attached from elsewhere may stop the job, as the Stop button does.
     connect(m_network.server(), &FleetServer::stopRequested, this, [this](const QString &by) {
-        if (!m_fleet)
-            return;
-        stop();
-        setState(ui::JobState::Stopped, tr("stopped by operator %1; start it again to resume").arg(by));
+        // Once the operator's answer has had a moment to leave.
+        const int generation = m_generation;
+        QTimer::singleShot(500, this, [this, by, generation] {
+            if (!m_fleet || generation != m_generation)
+                return;
+            stop();
+            setState(ui::JobState::Stopped, tr("stopped by operator %1; start it again to resume").arg(by));
+        });
     });
 }
 

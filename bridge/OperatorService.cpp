@@ -13,6 +13,14 @@ namespace flotilla {
 
 using net::MessageType;
 
+namespace {
+
+// Updates are optional traffic: while this much waits for an operator that reads slowly (or
+// not at all), no more is queued for it; the next snapshot tries again.
+constexpr qint64 kMaxQueuedBytes = 1 << 20;
+
+} // namespace
+
 // One operator's store connection, used by one pool read at a time.
 struct OperatorService::StoreSlot
 {
@@ -26,6 +34,8 @@ OperatorService::OperatorService(CoordinatorThread *coordinator, net::TlsListene
     coordinator->withCoordinator([this](Coordinator &c) { m_job = c.spec().name; });
     connect(coordinator, &CoordinatorThread::snapshot, this, &OperatorService::onSnapshot);
     connect(coordinator, &CoordinatorThread::jobEnded, this, [this](bool ok, const QString &message) {
+        if (m_state == QLatin1String("stopped"))
+            return;
         m_state = ok ? QStringLiteral("finished") : QStringLiteral("failed");
         m_stateMessage = message;
         for (const auto &[connection, op] : m_operators)
@@ -124,6 +134,8 @@ void OperatorService::read(qint64 connectionId)
         op.readAgain = true;
         return;
     }
+    if (m_listener.pendingBytes(connectionId) > kMaxQueuedBytes)
+        return;
     op.reading = true;
     op.readAgain = false;
     auto *watcher = new QFutureWatcher<std::shared_ptr<Result<WatchRead>>>(this);
@@ -201,6 +213,8 @@ void OperatorService::command(qint64 connectionId, const net::CommandMsg &c)
         m_state = pause ? QStringLiteral("paused") : QStringLiteral("running");
         reply(connectionId, c, {}, pause ? QStringLiteral("paused the job") : QStringLiteral("resumed the job"));
     } else if (action == QLatin1String("stop")) {
+        m_state = QStringLiteral("stopped");
+        m_stateMessage = QStringLiteral("stopped by operator %1").arg(by);
         reply(connectionId, c, {}, QStringLiteral("stopping the coordinator; started again, it resumes where it stopped"));
         Q_EMIT stopRequested(by);
     } else if (action == QLatin1String("issue-token")) {
@@ -220,18 +234,30 @@ void OperatorService::command(qint64 connectionId, const net::CommandMsg &c)
         reply(connectionId, c, revoked ? QString() : revoked.error(),
               revoked ? QStringLiteral("revoked join token %1").arg(revoked->idHex()) : QString());
     } else if (action == QLatin1String("revoke-worker")) {
-        auto revoked = m_listener.trust().revoke(c.target, QStringLiteral("revoked by operator %1").arg(by), now);
+        // Workers only: another operator is revoked on the coordinator's machine.
+        auto revoked = m_listener.trust().revoke(c.target, QStringLiteral("revoked by operator %1").arg(by), now,
+                                                 net::Role::Worker);
         reply(connectionId, c, revoked ? QString() : revoked.error(),
               revoked ? QStringLiteral("revoked '%1' (%2 certificate(s))").arg(c.target).arg(*revoked) : QString());
     } else if (action == QLatin1String("release")) {
         m_coordinator->releaseAsync(c.workerId, QStringLiteral("operator %1").arg(by));
         reply(connectionId, c, {}, QStringLiteral("released worker %1").arg(c.workerId));
     } else if (action == QLatin1String("subtasks")) {
+        // One list at a time per operator: each reads the whole table.
+        Operator &op = m_operators.at(connectionId);
+        if (op.listingSubtasks) {
+            reply(connectionId, c, QStringLiteral("the subtask list is still being read"));
+            return;
+        }
+        op.listingSubtasks = true;
         auto *watcher = new QFutureWatcher<QList<ui::SubtaskRow>>(this);
         connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, connectionId, c] {
             watcher->deleteLater();
-            if (serves(connectionId))
-                reply(connectionId, c, {}, {}, encodeSubtasks(watcher->result()));
+            const auto found = m_operators.find(connectionId);
+            if (found == m_operators.end())
+                return;
+            found->second.listingSubtasks = false;
+            reply(connectionId, c, {}, {}, encodeSubtasks(watcher->result()));
         });
         watcher->setFuture(QtConcurrent::run([path = storePath()] { return readSubtasks(path); }));
     } else {

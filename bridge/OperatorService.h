@@ -61,6 +61,7 @@ private:
         bool watching = false;
         bool reading = false;
         bool readAgain = false;
+        bool listingSubtasks = false;
         QByteArray tokensSent; // the token list as last sent: sent again only when it changed
         std::shared_ptr<StoreSlot> store;
     };

@@ -48,12 +48,15 @@ RemoteSession::RemoteSession(Options options, QObject *parent)
     connect(&m_client, &net::WorkerClient::welcomed, this, &RemoteSession::onWelcomed);
     connect(&m_client, &net::WorkerClient::messageReceived, this, &RemoteSession::onMessage);
     connect(&m_client, &net::WorkerClient::disconnected, this, [this](const QString &reason) {
+        failPending(tr("the connection to %1 was lost before the coordinator answered (%2)").arg(endpoint(), reason));
         if (m_state == ui::JobState::Stopped)
             return; // it was asked to go; it is found again when it starts
         setState(ui::JobState::Loading, tr("reconnecting to %1 (%2)").arg(endpoint(), reason));
     });
-    connect(&m_client, &net::WorkerClient::failed, this,
-            [this](const QString &reason) { setState(ui::JobState::Failed, reason); });
+    connect(&m_client, &net::WorkerClient::failed, this, [this](const QString &reason) {
+        failPending(reason);
+        setState(ui::JobState::Failed, reason);
+    });
 }
 
 RemoteSession::~RemoteSession()
@@ -193,6 +196,8 @@ void RemoteSession::onReply(const net::Message &message)
     if (action == QLatin1String("issue-token")) {
         Q_EMIT tokenIssued(error.isEmpty() ? reply->text : QString(), error);
     } else if (action == QLatin1String("subtasks")) {
+        if (!error.isEmpty())
+            return; // the list asked for before this one is still being read; the next refresh asks again
         auto rows = decodeSubtasks(message.payload);
         if (rows)
             Q_EMIT subtasksLoaded(*rows);
@@ -204,6 +209,18 @@ void RemoteSession::onReply(const net::Message &message)
                                                "stopped")
                                                 .arg(endpoint()));
         Q_EMIT commandAnswered(error.isEmpty() ? reply->text : QString(), error);
+    }
+}
+
+void RemoteSession::failPending(const QString &error)
+{
+    // Asked on a connection that is gone: the answer will never come.
+    const std::map<qint64, QString> pending = std::exchange(m_pending, {});
+    for (const auto &[id, action] : pending) {
+        if (action == QLatin1String("issue-token"))
+            Q_EMIT tokenIssued({}, error);
+        else if (action != QLatin1String("subtasks"))
+            Q_EMIT commandAnswered({}, error);
     }
 }
 

@@ -67,6 +67,7 @@ private:
     void onUpdate(const net::Message &message);
     void onReply(const net::Message &message);
     void send(net::CommandMsg command);
+    void failPending(const QString &error);
 
     Options m_options;
     net::WorkerClient m_client;

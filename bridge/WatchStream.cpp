@@ -397,7 +397,7 @@ Result<WatchRead> readAfter(Store &store, const net::WatchCursor &from, int limi
     const qint64 id = record.id;
     auto events = store.eventsAfter(id, out.cursor.eventId, limit);
     auto assimilations = store.assimilations(id, out.cursor.assimilationSeq, limit);
-    auto evaluations = store.evaluations(id);
+    auto evaluations = store.evaluationsAfter(id, out.cursor.evaluationId, limit);
     auto ledger = store.ledger(id, out.cursor.ledgerId, limit);
     for (const QString &error : {events.error(), assimilations.error(), evaluations.error(), ledger.error()})
         if (!error.isEmpty())
@@ -411,16 +411,18 @@ Result<WatchRead> readAfter(Store &store, const net::WatchCursor &from, int limi
         h.assimilations << toPoint(a);
         out.cursor.assimilationSeq = a.seq;
     }
-    for (qsizetype i = qsizetype(out.cursor.evaluations); i < qsizetype(evaluations->size()); ++i)
-        h.evaluations << toPoint((*evaluations)[size_t(i)]);
-    out.cursor.evaluations = qint64(evaluations->size());
+    for (const auto &e : *evaluations) {
+        h.evaluations << toPoint(e);
+        out.cursor.evaluationId = e.rowId;
+    }
     for (const auto &l : *ledger) {
         const bool wasted = l.kind == QLatin1String("wasted");
         h.costs << ui::CostPoint{l.atMs, l.costSpot, l.costOnDemand, l.costActual, wasted ? 0.0 : l.seconds,
                                  wasted ? l.seconds : 0.0};
         out.cursor.ledgerId = l.id;
     }
-    out.more = int(events->size()) == limit || int(assimilations->size()) == limit || int(ledger->size()) == limit;
+    out.more = int(events->size()) == limit || int(assimilations->size()) == limit
+               || int(evaluations->size()) == limit || int(ledger->size()) == limit;
     return out;
 }
 

@@ -519,6 +519,16 @@ Result<std::vector<EvaluationRecord>> Store::evaluations(qint64 jobId)
     });
 }
 
+Result<std::vector<EvaluationRecord>> Store::evaluationsAfter(qint64 jobId, qint64 afterRowId, int limit)
+{
+    Statement q(m_db, "SELECT epoch, version, seq, accuracy, loss, at_ms, rowid FROM evaluations WHERE job_id = ? "
+                      "AND rowid > ? ORDER BY rowid LIMIT ?");
+    q.bind(jobId).bind(afterRowId).bind(qint64(limit));
+    return collect<EvaluationRecord>(q, [](Statement &s) {
+        return EvaluationRecord{s.i32(0), s.i64(1), s.i64(2), s.f64(3), s.f64(4), s.i64(5), s.i64(6)};
+    });
+}
+
 Result<qint64> Store::addEvent(qint64 jobId, const EventRecord &e)
 {
     Statement q(m_db, "INSERT INTO events(job_id, at_ms, kind, worker_id, subtask_id, lease_id, detail) "

@@ -80,6 +80,7 @@ struct EvaluationRecord
     double accuracy = 0.0;
     double loss = 0.0;
     qint64 atMs = 0;
+    qint64 rowId = 0; // in the order evaluations were recorded (a late retry comes last)
 };
 
 struct EventRecord
@@ -173,6 +174,8 @@ public:
     Result<std::vector<AssimilationRecord>> assimilations(qint64 jobId, qint64 afterSeq = -1, int limit = -1);
     Result<void> addEvaluation(qint64 jobId, const EvaluationRecord &e);
     Result<std::vector<EvaluationRecord>> evaluations(qint64 jobId);
+    // The evaluations recorded after the one with row id afterRowId, in the order recorded.
+    Result<std::vector<EvaluationRecord>> evaluationsAfter(qint64 jobId, qint64 afterRowId, int limit);
     Result<qint64> addEvent(qint64 jobId, const EventRecord &e);
     Result<std::vector<EventRecord>> events(qint64 jobId, const QString &kind = {});
     Result<std::vector<EventRecord>> events(qint64 jobId, EventKind kind) { return events(jobId, eventName(kind)); }

@@ -415,7 +415,7 @@ void encodeCursor(QCborMap &map, const WatchCursor &c)
     map.insert(key("job"), c.job);
     map.insert(key("event"), c.eventId);
     map.insert(key("assimilation"), c.assimilationSeq);
-    map.insert(key("evaluations"), c.evaluations);
+    map.insert(key("evaluation"), c.evaluationId);
     map.insert(key("ledger"), c.ledgerId);
 }
 
@@ -424,7 +424,7 @@ void decodeCursor(HeaderReader &r, WatchCursor &c)
     r.text("job", c.job);
     r.nonNegative("event", c.eventId);
     r.nonNegative("assimilation", c.assimilationSeq);
-    r.nonNegative("evaluations", c.evaluations);
+    r.nonNegative("evaluation", c.evaluationId);
     r.nonNegative("ledger", c.ledgerId);
 }
 

@@ -238,7 +238,7 @@ struct WatchCursor
     QString job;
     qint64 eventId = 0;         // the last event seen
     qint64 assimilationSeq = 0; // the last assimilation seen
-    qint64 evaluations = 0;     // how many evaluations were seen
+    qint64 evaluationId = 0;    // the last evaluation seen (its row, in the order recorded)
     qint64 ledgerId = 0;        // the last cost ledger row seen
 };
 

@@ -615,6 +615,20 @@ void TlsListener::send(qint64 connectionId, MessageType type, const QCborMap &he
     pump(c);
 }
 
+qint64 TlsListener::pendingBytes(qint64 connectionId) const
+{
+    const auto it = m_connections.find(connectionId);
+    if (it == m_connections.end())
+        return 0;
+    const Connection &c = *it->second;
+    qint64 bytes = -c.outboxOffset;
+    for (const QByteArray &m : c.outbox)
+        bytes += m.size();
+    if (c.socket)
+        bytes += c.socket->bytesToWrite() + c.socket->encryptedBytesToWrite();
+    return bytes;
+}
+
 void TlsListener::pump(Connection &c)
 {
     QSslSocket *socket = c.socket;

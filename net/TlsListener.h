@@ -110,6 +110,9 @@ public:
     // connection.
     void close(qint64 connectionId, const QString &reason, bool fatal = false, bool error = true);
     int connectionCount() const { return int(m_connections.size()); }
+    // Bytes queued for a connection and not yet taken by its peer (0 for an unknown one):
+    // what a sender of optional traffic checks before queueing more.
+    qint64 pendingBytes(qint64 connectionId) const;
     int unauthenticatedCount() const { return int(m_unauthenticated.size()); }
 
     // The key that per-source limits count by: an IPv4 address, or the /64 prefix of an

@@ -358,7 +358,8 @@ Result<std::optional<CertificateRecord>> TrustStore::certificate(const QByteArra
     return std::optional<CertificateRecord>();
 }
 
-Result<int> TrustStore::revoke(const QString &nameOrFingerprint, const QString &reason, qint64 nowMs)
+Result<int> TrustStore::revoke(const QString &nameOrFingerprint, const QString &reason, qint64 nowMs,
+                               std::optional<Role> only)
 {
     int count = 0;
     const QString key = nameOrFingerprint.trimmed().toLower().remove(u':');
@@ -366,16 +367,16 @@ Result<int> TrustStore::revoke(const QString &nameOrFingerprint, const QString &
         for (auto &c : d.certificates) {
             const bool byName = c.workerName == nameOrFingerprint.trimmed();
             const bool byFingerprint = key.size() >= 8 && hex(c.fingerprint).startsWith(key);
-            if ((byName || byFingerprint) && !c.revoked()) {
+            if ((byName || byFingerprint) && !c.revoked() && (!only || c.role == *only)) {
                 c.revokedMs = nowMs;
                 c.revokeReason = reason;
                 ++count;
             }
         }
         if (count == 0)
-            return fail(QStringLiteral("no unrevoked worker certificate matches '%1' (give a worker name or a "
+            return fail(QStringLiteral("no unrevoked %1certificate matches '%2' (give a worker name or a "
                                        "fingerprint of at least 8 hex digits)")
-                            .arg(nameOrFingerprint));
+                            .arg(only ? describe(*only) + QLatin1Char(' ') : QString(), nameOrFingerprint));
         return {};
     });
     if (!r)

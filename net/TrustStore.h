@@ -98,7 +98,9 @@ public:
     Result<std::optional<CertificateRecord>> certificate(const QByteArray &fingerprint) const;
     // Revokes the certificates of a worker's (or an operator's) name, or the one with a (hex, or hex prefix of at
     // least 8 digits) fingerprint. Returns how many were revoked.
-    Result<int> revoke(const QString &nameOrFingerprint, const QString &reason, qint64 nowMs);
+    // only: the certificates of that role alone (an operator revokes workers, not operators).
+    Result<int> revoke(const QString &nameOrFingerprint, const QString &reason, qint64 nowMs,
+                       std::optional<Role> only = std::nullopt);
 
     Result<QList<TokenRecord>> tokens() const;
     Result<QList<CertificateRecord>> certificates() const;

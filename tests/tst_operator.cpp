@@ -310,6 +310,14 @@ private Q_SLOTS:
         QVERIFY2(answered.first().at(1).toString().isEmpty(), qPrintable(answered.first().at(1).toString()));
         QTRY_VERIFY_WITH_TIMEOUT(!listed(), 10000);
         QVERIFY(net::TrustStore(identityDir()).token(joinToken->id)->value().revokedMs != 0);
+
+        // An operator revokes workers, not operators (itself included).
+        answered.clear();
+        m_session->revoke(QStringLiteral("dana-laptop"));
+        QTRY_VERIFY_WITH_TIMEOUT(!answered.isEmpty(), 10000);
+        QVERIFY2(answered.first().at(1).toString().contains(QStringLiteral("no unrevoked worker certificate")),
+                 qPrintable(answered.first().at(1).toString()));
+        QCOMPARE(m_session->state(), ui::JobState::Running);
     }
 
     void workersCannotWatchAndOperatorsCannotTrain()
@@ -409,6 +417,56 @@ private Q_SLOTS:
         QFile log(m_dir.filePath(QStringLiteral("serve.out")));
         QVERIFY(log.open(QIODevice::ReadOnly));
         QVERIFY(log.readAll().contains("operator dana-laptop asked to"));
+    }
+
+    // The cursor on its own, over the real store the coordinator left: a history read a few
+    // rows at a time comes whole, in order, nothing twice; a cursor of another job starts over.
+    void aLongHistoryComesInPiecesWithNothingTwice()
+    {
+        auto s = store();
+        QVERIFY(s);
+        const auto job = s->latestJob().value().value();
+        const auto assimilations = s->assimilations(job.id).value();
+        const auto events = s->events(job.id).value();
+        const auto evaluations = s->evaluations(job.id).value();
+        const auto ledger = s->ledger(job.id).value();
+        QVERIFY(assimilations.size() > 20 && events.size() > 20 && ledger.size() > 20);
+
+        net::WatchCursor cursor;
+        ui::History seen;
+        int reads = 0;
+        for (bool more = true; more; ++reads) {
+            auto r = readAfter(*s, cursor, 7);
+            QVERIFY2(r, qPrintable(r.error()));
+            QCOMPARE(r->reset, reads == 0);
+            QCOMPARE(!r->batch.spec.isEmpty(), reads == 0);
+            seen.assimilations << r->batch.rows.assimilations;
+            seen.events << r->batch.rows.events;
+            seen.evaluations << r->batch.rows.evaluations;
+            seen.costs << r->batch.rows.costs;
+            cursor = r->cursor;
+            more = r->more;
+            QVERIFY(reads < 10000);
+        }
+        QVERIFY(reads > 3);
+        QCOMPARE(seen.assimilations.size(), qsizetype(assimilations.size()));
+        for (size_t i = 0; i < assimilations.size(); ++i)
+            QCOMPARE(seen.assimilations[qsizetype(i)].seq, assimilations[i].seq);
+        QCOMPARE(seen.events.size(), qsizetype(events.size()));
+        for (size_t i = 0; i < events.size(); ++i)
+            QCOMPARE(seen.events[qsizetype(i)].atMs, events[i].atMs);
+        QCOMPARE(seen.evaluations.size(), qsizetype(evaluations.size()));
+        QCOMPARE(seen.costs.size(), qsizetype(ledger.size()));
+        // Caught up: nothing more, and no reset.
+        auto after = readAfter(*s, cursor, 7);
+        QVERIFY(after && !after->reset && !after->more);
+        QVERIFY(after->batch.rows.events.isEmpty() && after->batch.rows.assimilations.isEmpty());
+        // A cursor of another job starts from the beginning.
+        net::WatchCursor other = cursor;
+        other.job = QStringLiteral("1.1");
+        auto fresh = readAfter(*s, other, 100000);
+        QVERIFY(fresh && fresh->reset);
+        QCOMPARE(fresh->batch.rows.assimilations.size(), qsizetype(assimilations.size()));
     }
 
     void cleanupTestCase()

@@ -580,7 +580,7 @@ private Q_SLOTS:
 
         // Nothing left to revoke under that name; an unknown name is an error too.
         REQUIRE_ERROR(store.revoke(QStringLiteral("laptop-anna"), QStringLiteral("again"), kNow + 50),
-            QStringLiteral("no unrevoked worker certificate matches 'laptop-anna'"));
+            QStringLiteral("no unrevoked certificate matches 'laptop-anna'"));
         REQUIRE_ERROR(store.revoke(QStringLiteral("nobody"), QStringLiteral("?"), kNow), QStringLiteral("'nobody'"),
             QStringLiteral("at least 8 hex digits"));
         // The first revocation stands: a second attempt does not rewrite its time or reason.

@@ -182,7 +182,16 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
 
 MainWindow::~MainWindow()
 {
-    saveSettings();
+    // A window never shown (the local one, while only an attached window is open) has no
+    // size or choices worth keeping.
+    if (m_shown)
+        saveSettings();
+}
+
+void MainWindow::showEvent(QShowEvent *event)
+{
+    m_shown = true;
+    QMainWindow::showEvent(event);
 }
 
 void MainWindow::enterRemoteMode()

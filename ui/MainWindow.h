@@ -84,6 +84,9 @@ public Q_SLOTS:
     void openRunFolder();
     void showRuns();
 
+protected:
+    void showEvent(QShowEvent *event) override;
+
 private:
     void buildActions();
     void buildMenus(QMenu *exportMenu);
@@ -131,6 +134,7 @@ private:
     JobState m_lastState = JobState::NoJob;
     QString m_failure;         // why the last start failed, for the welcome panel
     double m_lastAccuracy = -1; // from the latest snapshot, for the notification
+    bool m_shown = false;
 };
 
 // Whether this machine runs on battery, where the platform says (Linux: /sys/class/
