@@ -10,8 +10,10 @@
 #include "bench/BenchPeers.h"
 #include "bench/BenchScale.h"
 
+#include "common/Sha256.h"
 #include "net/Pki.h"
 #include "net/TlsListener.h"
+#include "net/TlsSocket.h"
 
 #include <QCoreApplication>
 #include <QDateTime>
@@ -19,14 +21,23 @@
 #include <QProcess>
 #include <QRandomGenerator>
 #include <QRegularExpression>
-#include <QSslConfiguration>
-#include <QSslKey>
-#include <QSslSocket>
+#include <QTimer>
 #include <QTemporaryDir>
 #include <QThread>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <thread>
+
+#include <openssl/ssl.h>
+
+#ifdef Q_OS_UNIX
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#endif
 
 namespace flotilla {
 
@@ -49,6 +60,133 @@ double opensslAesGcmRate(int seconds)
     const auto match = row.match(out);
     return match.hasMatch() ? match.captured(1).toDouble() * 1000.0 : 0.0;
 }
+
+#ifdef Q_OS_UNIX
+// The same bytes over a bare OpenSSL TLS 1.3 connection on loopback, as a program with no
+// protocol would send them: one thread writes 1 MiB at a time from the weights, hashing each
+// slice just before it goes (SHA-256, as Flotilla's sender does); another reads into one
+// buffer allocated in advance, hashing as it reads (as Flotilla's receiver does), and answers
+// one byte. What is left between this and Flotilla's figure is Flotilla's own: framing,
+// parsing, the message buffer, the event loop.
+class BareTlsPeer
+{
+public:
+    ~BareTlsPeer()
+    {
+        if (m_server.joinable()) {
+            m_stop = true;
+            if (m_client)
+                SSL_free(m_client);
+            if (m_clientFd >= 0)
+                ::close(m_clientFd);
+            m_server.join();
+        }
+    }
+
+    // Starts the receiving thread and connects to it; false with the reason if it cannot.
+    bool start(const net::CoordinatorIdentity &identity, qint64 bytes, QString *error)
+    {
+        m_bytes = bytes;
+        net::TlsContext::Options server;
+        server.side = net::TlsContext::Side::Server;
+        server.verify = net::TlsContext::Verify::None;
+        server.certificateChainPem = identity.serverCertificatePem;
+        server.keyPem = identity.serverKeyPem;
+        net::TlsContext::Options client;
+        client.verify = net::TlsContext::Verify::None;
+        auto s = net::TlsContext::create(server);
+        auto c = net::TlsContext::create(client);
+        if (!s || !c) {
+            *error = s ? c.error() : s.error();
+            return false;
+        }
+        m_serverContext = *s;
+        m_clientContext = *c;
+        const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in address{};
+        address.sin_family = AF_INET;
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t size = sizeof address;
+        if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr *>(&address), size) != 0
+            || ::listen(listener, 1) != 0 || ::getsockname(listener, reinterpret_cast<sockaddr *>(&address), &size) != 0) {
+            *error = QStringLiteral("bare TLS peer: cannot listen on loopback");
+            return false;
+        }
+        m_server = std::thread([this, listener] { serve(listener); });
+        m_clientFd = ::socket(AF_INET, SOCK_STREAM, 0);
+        if (::connect(m_clientFd, reinterpret_cast<sockaddr *>(&address), sizeof address) != 0) {
+            *error = QStringLiteral("bare TLS peer: cannot connect");
+            return false;
+        }
+        m_client = SSL_new(m_clientContext->handle());
+        SSL_set_fd(m_client, m_clientFd);
+        if (SSL_connect(m_client) != 1) {
+            *error = QStringLiteral("bare TLS peer: handshake failed");
+            return false;
+        }
+        return true;
+    }
+
+    // Sends the weights once and waits for the answer; bytes per second, or 0.
+    double transfer(const QByteArray &weights)
+    {
+        QElapsedTimer timer;
+        timer.start();
+        Sha256 hash;
+        constexpr qsizetype slice = 1 << 20;
+        for (qsizetype at = 0; at < weights.size(); at += slice) {
+            const QByteArrayView part = QByteArrayView(weights).sliced(at, std::min(slice, weights.size() - at));
+            hash.addData(part);
+            std::size_t written = 0;
+            for (qsizetype done = 0; done < part.size(); done += qsizetype(written))
+                if (SSL_write_ex(m_client, part.data() + done, std::size_t(part.size() - done), &written) != 1)
+                    return 0;
+        }
+        hash.result();
+        char answer = 0;
+        std::size_t read = 0;
+        if (SSL_read_ex(m_client, &answer, 1, &read) != 1)
+            return 0;
+        return double(weights.size()) / (double(timer.nsecsElapsed()) / 1e9);
+    }
+
+private:
+    void serve(int listener)
+    {
+        const int fd = ::accept(listener, nullptr, nullptr);
+        ::close(listener);
+        if (fd < 0)
+            return;
+        SSL *ssl = SSL_new(m_serverContext->handle());
+        SSL_set_fd(ssl, fd);
+        if (SSL_accept(ssl) == 1) {
+            QByteArray buffer(m_bytes, Qt::Uninitialized);
+            for (;;) {
+                Sha256 hash;
+                qint64 got = 0;
+                std::size_t n = 0;
+                while (got < m_bytes && SSL_read_ex(ssl, buffer.data() + got, std::size_t(m_bytes - got), &n) == 1) {
+                    hash.addData(QByteArrayView(buffer).sliced(got, qsizetype(n)));
+                    got += qint64(n);
+                }
+                hash.result();
+                if (got < m_bytes || m_stop || SSL_write_ex(ssl, "k", 1, &n) != 1)
+                    break;
+            }
+        }
+        SSL_free(ssl);
+        ::close(fd);
+    }
+
+    qint64 m_bytes = 0;
+    std::shared_ptr<net::TlsContext> m_serverContext;
+    std::shared_ptr<net::TlsContext> m_clientContext;
+    std::thread m_server;
+    std::atomic<bool> m_stop{false};
+    SSL *m_client = nullptr;
+    int m_clientFd = -1;
+};
+#endif
 
 int benchTransfer(int megabytes, int repeats)
 {
@@ -104,35 +242,52 @@ int benchTransfer(int megabytes, int repeats)
     (void)endpoint->trust().addCertificate(
         net::CertificateRecord{net::certificateFingerprint(cert), QStringLiteral("bench"), 0,
                                QDateTime::currentMSecsSinceEpoch(), 0, {}});
-    QSslSocket socket;
-    QSslConfiguration config = QSslConfiguration::defaultConfiguration();
-    config.setProtocol(QSsl::TlsV1_3);
-    config.setCaCertificates({QSslCertificate(identity.ca.certificatePem)});
-    config.setLocalCertificate(QSslCertificate(cert));
-    config.setPrivateKey(QSslKey(key, QSsl::Ec));
-    socket.setSslConfiguration(config);
-    socket.connectToHostEncrypted(QStringLiteral("127.0.0.1"), port);
+    // The worker's end is the same TLS socket a worker uses, driven by this thread's event loop.
+    net::TlsContext::Options tls;
+    tls.side = net::TlsContext::Side::Client;
+    tls.verify = net::TlsContext::Verify::Require;
+    tls.certificateChainPem = cert;
+    tls.keyPem = key;
+    tls.caPem = identity.ca.certificatePem;
+    auto worker = net::TlsContext::create(tls);
+    if (!worker) {
+        std::fprintf(stderr, "flotilla bench: %s\n", worker.error().toUtf8().constData());
+        stop();
+        return ExitFailure;
+    }
+    net::TlsSocket socket(*worker);
     net::MessageReader reader;
-    auto await = [&](MessageType type) {
-        for (;;) {
-            auto m = reader.next();
-            if (!m)
-                return false;
-            if (m->has_value() && (*m)->type == type)
-                return true;
-            if (m->has_value())
-                continue;
-            if (!socket.waitForReadyRead(30000))
-                return false;
-            reader.feed(socket.readAll());
-        }
+    QObject::connect(&socket, &QIODevice::readyRead, &socket, [&] { reader.readFrom(socket); });
+    // Runs the event loop until done() or for at most ms.
+    auto until = [&](const std::function<bool()> &done, int ms) {
+        QElapsedTimer waited;
+        waited.start();
+        QTimer wake;
+        wake.start(50);
+        while (!done() && waited.elapsed() < ms && socket.state() != net::TlsSocket::State::Unconnected)
+            QCoreApplication::processEvents(QEventLoop::WaitForMoreEvents);
+        return done();
     };
-    if (!socket.waitForEncrypted(10000)) {
+    auto await = [&](MessageType type) {
+        bool seen = false;
+        const auto found = [&] {
+            while (!seen) {
+                auto m = reader.next();
+                if (!m || !m->has_value())
+                    return false;
+                seen = (*m)->type == type;
+            }
+            return true;
+        };
+        return until(found, 30000);
+    };
+    socket.connectToHostEncrypted(QStringLiteral("127.0.0.1"), port);
+    if (!until([&] { return socket.isEncrypted(); }, 10000)) {
         std::fprintf(stderr, "flotilla bench: TLS connection failed: %s\n", socket.errorString().toUtf8().constData());
         stop();
         return ExitFailure;
     }
-    socket.write(net::encodeMessage(MessageType::Hello, {}));
+    socket.send(net::encodeMessage(MessageType::Hello, {}));
     if (!await(MessageType::Welcome)) {
         stop();
         return ExitFailure;
@@ -141,14 +296,28 @@ int benchTransfer(int megabytes, int repeats)
     QRandomGenerator(1).fillRange(reinterpret_cast<quint32 *>(weights.data()), weights.size() / 4);
 
     std::printf("Transfer of %d MiB of weights over TLS 1.3 on loopback (encode, send, receive, check SHA-256, ack), "
-                "%d times; then openssl speed -evp aes-128-gcm at 16 KiB blocks.\n", megabytes, repeats);
+                "%d times, alternating with a bare OpenSSL TLS loop sending the same bytes; then openssl speed -evp "
+                "aes-128-gcm at 16 KiB blocks.\n", megabytes, repeats);
+#ifdef Q_OS_UNIX
+    BareTlsPeer bare;
+    QString bareError;
+    const bool bareRuns = bare.start(identity, weights.size(), &bareError);
+    if (!bareRuns)
+        std::fprintf(stderr, "flotilla bench: %s\n", bareError.toUtf8().constData());
+#else
+    const bool bareRuns = false;
+#endif
     std::vector<double> rates;
+    std::vector<double> bareRates;
     for (int i = 0; i < repeats; ++i) {
+#ifdef Q_OS_UNIX
+        // Alternating with Flotilla's, so that both see the same machine.
+        if (bareRuns)
+            bareRates.push_back(bare.transfer(weights));
+#endif
         QElapsedTimer timer;
         timer.start();
-        socket.write(net::encodeMessage(MessageType::Result, QCborMap{{QStringLiteral("lease"), i}}, weights));
-        while (socket.bytesToWrite() > 0)
-            socket.waitForBytesWritten(30000);
+        socket.send(std::make_unique<net::OutgoingMessage>(MessageType::Result, QCborMap{{QStringLiteral("lease"), i}}, weights));
         if (!await(MessageType::Ack)) {
             std::fprintf(stderr, "flotilla bench: no acknowledgement\n");
             stop();
@@ -159,10 +328,17 @@ int benchTransfer(int megabytes, int repeats)
     socket.disconnectFromHost();
     stop();
     std::sort(rates.begin(), rates.end());
+    std::sort(bareRates.begin(), bareRates.end());
     const double median = rates[rates.size() / 2];
     const double cipher = opensslAesGcmRate(3);
     std::printf("  Flotilla TLS transfer   min %.0f, median %.0f, max %.0f MB/s\n", rates.front() / 1e6, median / 1e6,
                 rates.back() / 1e6);
+    if (!bareRates.empty() && bareRates.front() > 0) {
+        const double bareMedian = bareRates[bareRates.size() / 2];
+        std::printf("  bare OpenSSL TLS loop   min %.0f, median %.0f, max %.0f MB/s (same bytes, SHA-256 on both ends)\n"
+                    "  ratio to the bare loop  %.2f\n",
+                    bareRates.front() / 1e6, bareMedian / 1e6, bareRates.back() / 1e6, median / bareMedian);
+    }
     if (cipher > 0)
         std::printf("  openssl aes-128-gcm     %.0f MB/s\n  ratio (median)          %.2f\n", cipher / 1e6, median / cipher);
     else

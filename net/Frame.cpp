@@ -15,46 +15,110 @@ QString hexPrefix(const QByteArray &bytes)
     return QString::fromLatin1(bytes.left(8).toHex(' '));
 }
 
-// Appends one frame to `out`: the payload is copied once, straight from the caller's bytes.
-void appendFrame(QByteArray &out, std::uint8_t version, std::uint8_t type, QByteArrayView cborHeader,
-                 QByteArrayView payload)
+// A frame's 12 bytes followed by its CBOR header; the payload follows on its own.
+QByteArray frameHead(std::uint8_t type, const QByteArray &cborHeader, qsizetype payloadSize)
 {
-    char head[kFrameHeaderSize] = {'F', 'L', char(version), char(type)};
-    qToBigEndian(static_cast<quint32>(cborHeader.size()), head + 4);
-    qToBigEndian(static_cast<quint32>(payload.size()), head + 8);
-    out.append(head, kFrameHeaderSize);
-    out.append(cborHeader);
-    out.append(payload);
+    QByteArray head(kFrameHeaderSize, Qt::Uninitialized);
+    head[0] = 'F';
+    head[1] = 'L';
+    head[2] = char(kProtocolVersion);
+    head[3] = char(type);
+    qToBigEndian(static_cast<quint32>(cborHeader.size()), head.data() + 4);
+    qToBigEndian(static_cast<quint32>(payloadSize), head.data() + 8);
+    head.append(cborHeader);
+    return head;
+}
+
+QByteArray cbor(const QCborMap &map)
+{
+    return map.toCborValue().toCbor();
 }
 
 } // namespace
 
 QByteArray encodeFrame(std::uint8_t version, std::uint8_t type, const QByteArray &cborHeader, const QByteArray &payload)
 {
-    QByteArray out;
-    out.reserve(kFrameHeaderSize + cborHeader.size() + payload.size());
-    appendFrame(out, version, type, cborHeader, payload);
+    QByteArray out = frameHead(type, cborHeader, payload.size());
+    out[2] = char(version);
+    out.append(payload);
     return out;
+}
+
+OutgoingMessage::OutgoingMessage(MessageType type, QCborMap header, QByteArray payload)
+    : m_type(type)
+    , m_header(std::move(header))
+    , m_payload(std::move(payload))
+{
+    const qsizetype n = m_payload.size();
+    if (n > 0)
+        m_header.insert(kPayloadSize, static_cast<qint64>(n));
+    // The size on the wire, known before the digest: a digest's CBOR is as long as any other
+    // 32 bytes'.
+    const QByteArray digestShape(32, '\0');
+    const qsizetype chunks = n > qsizetype(Limits::maxFramePayload) ? (n - 1) / Limits::maxFramePayload : 0;
+    QCborMap first = m_header;
+    if (n > 0 && chunks == 0)
+        first.insert(kPayloadSha, digestShape);
+    m_size = kFrameHeaderSize + cbor(first).size() + n;
+    if (chunks > 0)
+        m_size += chunks * kFrameHeaderSize + (chunks - 1) * cbor(QCborMap()).size()
+                  + cbor(QCborMap{{kPayloadSha, digestShape}}).size();
+    prepareFrame();
+}
+
+void OutgoingMessage::prepareFrame()
+{
+    const qsizetype n = m_payload.size();
+    m_sliceLength = std::min<qsizetype>(Limits::maxFramePayload, n - m_at);
+    m_sliceSent = 0;
+    m_headSent = 0;
+    // Each slice is hashed once, just before it goes out; the frame that ends the payload
+    // carries the digest.
+    if (m_sliceLength > 0)
+        m_hash.addData(QByteArrayView(m_payload).sliced(m_at, m_sliceLength));
+    const bool last = m_at + m_sliceLength >= n;
+    QCborMap header = m_first ? m_header : QCborMap();
+    if (n > 0 && last)
+        header.insert(kPayloadSha, m_hash.result());
+    m_frameHead = frameHead(static_cast<std::uint8_t>(m_first ? m_type : MessageType::Chunk), cbor(header), m_sliceLength);
+}
+
+QByteArrayView OutgoingMessage::next()
+{
+    if (m_done)
+        return {};
+    if (m_headSent < m_frameHead.size())
+        return QByteArrayView(m_frameHead).sliced(m_headSent);
+    return QByteArrayView(m_payload).sliced(m_at + m_sliceSent, m_sliceLength - m_sliceSent);
+}
+
+void OutgoingMessage::advance(qsizetype bytes)
+{
+    m_sent += bytes;
+    const qsizetype inHead = std::min(bytes, m_frameHead.size() - m_headSent);
+    m_headSent += inHead;
+    m_sliceSent += bytes - inHead;
+    if (m_headSent < m_frameHead.size() || m_sliceSent < m_sliceLength)
+        return;
+    m_at += m_sliceLength;
+    if (m_at >= m_payload.size()) {
+        m_done = true;
+        m_frameHead.clear();
+        return;
+    }
+    m_first = false;
+    prepareFrame();
 }
 
 QByteArray encodeMessage(MessageType type, QCborMap header, const QByteArray &payload)
 {
-    const qsizetype first = std::min<qsizetype>(payload.size(), Limits::maxFramePayload);
-    if (!payload.isEmpty()) {
-        header.insert(kPayloadSize, static_cast<qint64>(payload.size()));
-        header.insert(kPayloadSha, Sha256::hash(payload));
-    }
-    const QByteArray cbor = header.toCborValue().toCbor();
-    const QByteArray emptyHeader = QCborMap().toCborValue().toCbor();
-    const qsizetype chunks = (payload.size() - first + Limits::maxFramePayload - 1) / Limits::maxFramePayload;
-    // One allocation for the whole message; each payload byte is copied once.
+    OutgoingMessage message(type, std::move(header), payload);
     QByteArray out;
-    out.reserve(kFrameHeaderSize + cbor.size() + payload.size() + chunks * (kFrameHeaderSize + emptyHeader.size()));
-    const QByteArrayView bytes(payload);
-    appendFrame(out, kProtocolVersion, static_cast<std::uint8_t>(type), cbor, bytes.first(first));
-    for (qsizetype at = first; at < payload.size(); at += Limits::maxFramePayload)
-        appendFrame(out, kProtocolVersion, static_cast<std::uint8_t>(MessageType::Chunk), emptyHeader,
-                    bytes.sliced(at, std::min<qsizetype>(Limits::maxFramePayload, payload.size() - at)));
+    out.reserve(message.size());
+    for (QByteArrayView bytes = message.next(); !bytes.isEmpty(); bytes = message.next()) {
+        out.append(bytes);
+        message.advance(bytes.size());
+    }
     return out;
 }
 
@@ -171,11 +235,28 @@ Result<std::optional<Message>> MessageAssembler::add(Frame frame)
             return fail(QStringLiteral("a %1 frame arrived in the middle of a %2 payload (%3 of %4 bytes received)")
                             .arg(describe(frame.type), describe(m_partial->type))
                             .arg(m_partial->payload.size()).arg(m_expected));
-        if (quint64(m_partial->payload.size()) + quint64(frame.payload.size()) > m_expected)
+        const quint64 received = quint64(m_partial->payload.size()) + quint64(frame.payload.size());
+        if (received > m_expected)
             return fail(QStringLiteral("the %1 payload is longer than the %2 bytes announced")
                             .arg(describe(m_partial->type)).arg(m_expected));
+        const QCborValue sha = frame.header.value(kPayloadSha);
+        if (received == m_expected && (!sha.isByteArray() || sha.toByteArray().size() != 32))
+            return fail(QStringLiteral("the Chunk that ends a %1 payload carries no 32-byte payload_sha256")
+                            .arg(describe(m_partial->type)));
+        if (received < m_expected && !frame.header.isEmpty())
+            return fail(QStringLiteral("a Chunk in the middle of a %1 payload carries a header; only the last "
+                                       "one does (payload_sha256)")
+                            .arg(describe(m_partial->type)));
         m_hash.addData(frame.payload);
+        // A peer's announcement is not a reason to allocate much: room grows with what has
+        // arrived, to at most four times that (one move of what came before, not one per
+        // doubling).
+        if (m_partial->payload.capacity() < qsizetype(received))
+            m_partial->payload.reserve(qsizetype(std::min<quint64>(m_expected, std::max<quint64>(received, 4 * quint64(m_partial->payload.size())))));
         m_partial->payload.append(QByteArrayView(frame.payload)); // a copy, also of a borrowed payload
+        if (received == m_expected)
+            return finish(sha.toByteArray());
+        return std::optional<Message>();
     } else {
         if (frame.type == MessageType::Chunk)
             return fail(QStringLiteral("a Chunk frame arrived with no message to continue"));
@@ -195,26 +276,35 @@ Result<std::optional<Message>> MessageAssembler::add(Frame frame)
         if (!size.isInteger() || size.toInteger() < 0 || std::uint64_t(size.toInteger()) > limit)
             return fail(QStringLiteral("a %1 message announces a payload of %2 bytes; at most %3 are accepted")
                             .arg(describe(frame.type), size.toVariant().toString()).arg(limit));
-        if (!sha.isByteArray() || sha.toByteArray().size() != 32)
-            return fail(QStringLiteral("a %1 message announces a payload without a 32-byte payload_sha256")
-                            .arg(describe(frame.type)));
         m_expected = std::uint64_t(size.toInteger());
         if (quint64(frame.payload.size()) > m_expected)
             return fail(QStringLiteral("the %1 payload is longer than the %2 bytes announced")
                             .arg(describe(frame.type)).arg(m_expected));
-        m_expectedSha = sha.toByteArray();
+        const bool whole = quint64(frame.payload.size()) == m_expected;
+        if (whole && (!sha.isByteArray() || sha.toByteArray().size() != 32))
+            return fail(QStringLiteral("a %1 message carries its whole payload without a 32-byte payload_sha256")
+                            .arg(describe(frame.type)));
+        if (!whole && !sha.isUndefined())
+            return fail(QStringLiteral("a %1 message announces a payload over several frames but carries its "
+                                       "payload_sha256 in the first (it belongs in the last)")
+                            .arg(describe(frame.type)));
         m_hash.reset();
         m_hash.addData(frame.payload);
         // A peer's announcement is not a reason to allocate much: grow with what arrives.
         m.payload.reserve(static_cast<qsizetype>(std::min<std::uint64_t>(m_expected, 16u << 20)));
         m.payload.append(QByteArrayView(frame.payload)); // a copy, also of a borrowed payload
         m_partial = std::move(m);
+        if (whole)
+            return finish(sha.toByteArray());
     }
-    if (quint64(m_partial->payload.size()) < m_expected)
-        return std::optional<Message>();
+    return std::optional<Message>();
+}
+
+Result<std::optional<Message>> MessageAssembler::finish(const QByteArray &sha)
+{
     Message done = std::move(*m_partial);
     m_partial.reset();
-    if (m_hash.result() != m_expectedSha)
+    if (m_hash.result() != sha)
         return fail(QStringLiteral("the %1 payload's SHA-256 does not match the one announced (%2 bytes received)")
                         .arg(describe(done.type)).arg(done.payload.size()));
     return std::optional<Message>(std::move(done));

@@ -6,8 +6,10 @@
 // length of a CBOR header and the length of a binary payload, both big-endian u32 — followed
 // by the CBOR header and the payload. Both lengths are checked against Limits before
 // anything is allocated. A message whose payload is larger than one frame continues in
-// Chunk frames; its first frame's header announces the whole payload's size and SHA-256
-// ("payload_size", "payload_sha256"), which the receiver checks when it has all of it.
+// Chunk frames; its first frame's header announces the whole payload's size
+// ("payload_size"), and the frame that ends the payload carries its SHA-256
+// ("payload_sha256"), which the receiver checks then. The digest travels last so that a
+// sender hashes each chunk as it goes out instead of the whole payload before the first byte.
 
 #include "common/Result.h"
 #include "net/Protocol.h"
@@ -39,8 +41,53 @@ struct Message
 
 constexpr int kFrameHeaderSize = 12;
 
-// Encodes one message as frames: the first carries the header, the rest of the payload
-// follows in Chunk frames of at most Limits::maxFramePayload bytes.
+// Bytes a socket sends in order, handed out a piece at a time (see TlsSocket::send).
+class OutgoingBytes
+{
+public:
+    virtual ~OutgoingBytes() = default;
+    // The next bytes to send, valid until advance(); empty when all have been sent.
+    virtual QByteArrayView next() = 0;
+    // That many bytes of next() were sent.
+    virtual void advance(qsizetype bytes) = 0;
+    // Bytes not sent yet.
+    virtual qint64 remaining() const = 0;
+};
+
+// One message as frames, made as they go out: the first frame carries the header, the rest
+// of the payload follows in Chunk frames of at most Limits::maxFramePayload bytes. The
+// payload is not copied (its slices are sent straight from the caller's array, which this
+// keeps alive) and is hashed slice by slice as the slices are handed out.
+class OutgoingMessage final : public OutgoingBytes
+{
+public:
+    OutgoingMessage(MessageType type, QCborMap header, QByteArray payload = {});
+    QByteArrayView next() override;
+    void advance(qsizetype bytes) override;
+    qint64 remaining() const override { return m_size - m_sent; }
+    qint64 size() const { return m_size; }
+
+private:
+    // Makes the frame header (and CBOR header) that comes before payload[m_at...).
+    void prepareFrame();
+
+    MessageType m_type;
+    QCborMap m_header;
+    QByteArray m_payload;
+    QByteArray m_frameHead;     // the current frame's 12 bytes and CBOR header
+    qsizetype m_headSent = 0;
+    qsizetype m_at = 0;         // start of the current frame's payload slice
+    qsizetype m_sliceLength = 0;
+    qsizetype m_sliceSent = 0;
+    bool m_first = true;
+    bool m_done = false;
+    Sha256 m_hash;
+    qint64 m_size = 0;
+    qint64 m_sent = 0;
+};
+
+// The whole message at once, for tests and tools that need the bytes (the same bytes that
+// OutgoingMessage hands out).
 QByteArray encodeMessage(MessageType type, QCborMap header, const QByteArray &payload = {});
 // One raw frame, for tests that need to forge exactly what goes on the wire.
 QByteArray encodeFrame(std::uint8_t version, std::uint8_t type, const QByteArray &cborHeader,
@@ -87,9 +134,11 @@ public:
     bool inTransfer() const { return m_partial.has_value(); }
 
 private:
+    // The payload is all in: checks its digest against sha and hands the message out.
+    Result<std::optional<Message>> finish(const QByteArray &sha);
+
     std::optional<Message> m_partial;
     std::uint64_t m_expected = 0;
-    QByteArray m_expectedSha;
     Sha256 m_hash;
     std::map<MessageType, std::uint64_t> m_limits;
 };

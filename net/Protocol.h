@@ -9,7 +9,8 @@
 
 namespace flotilla::net {
 
-constexpr std::uint8_t kProtocolVersion = 1;
+// 2: a payload's SHA-256 travels in the frame that ends it, not the first.
+constexpr std::uint8_t kProtocolVersion = 2;
 
 // X(name, code, direction): W = worker to coordinator, C = coordinator to worker, B = both.
 // An operator (a control center attached to a remote coordinator) speaks the same protocol

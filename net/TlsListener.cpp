@@ -3,9 +3,6 @@
 #include "net/NetLog.h"
 
 #include <QDateTime>
-#include <QSslConfiguration>
-#include <QSslKey>
-#include <QSslSocket>
 
 #ifdef Q_OS_WIN
 #include <winsock2.h>
@@ -23,13 +20,10 @@ constexpr qsizetype kMaxName = 64;
 constexpr int kLogWindowMs = 10000;
 constexpr int kLoggedPerWindow = 50;
 constexpr char kTlsHandshakeRecord = 0x16;
-// Connections accepted in one turn of the event loop, at most.
-constexpr int kAcceptBatch = 64;
-// What a connection hands to its socket at a time, and how much may wait there (see pump()).
-constexpr qsizetype kSocketSlice = 16 * 1024;
+// How much may wait in a connection's socket before pump() hands it the next message.
 constexpr qsizetype kSocketWindow = 64 * 1024;
 
-QString peerAddress(const QSslSocket *s)
+QString peerAddress(const TlsSocket *s)
 {
     // An IPv4 peer on a dual-stack socket shows as ::ffff:a.b.c.d; say a.b.c.d.
     QHostAddress address = s->peerAddress();
@@ -86,10 +80,14 @@ bool sentByWorkers(MessageType t)
 
 void AcceptingServer::incomingConnection(qintptr descriptor)
 {
-    if (QTcpSocket *socket = make ? make(descriptor) : nullptr)
-        addPendingConnection(socket);
-    else
+    TlsSocket *socket = make ? make(descriptor) : nullptr;
+    if (!socket) {
         closeDescriptor(descriptor);
+        return;
+    }
+    pending.emplace_back(socket);
+    if (added)
+        added();
 }
 
 QString TlsListener::sourceOf(const QHostAddress &address)
@@ -123,28 +121,29 @@ Result<std::unique_ptr<TlsListener>> TlsListener::create(const Options &options)
     qRegisterMetaType<flotilla::net::PeerInfo>();
     qRegisterMetaType<flotilla::net::Message>();
 
-    const QSslCertificate ca(e->m_identity.ca.certificatePem);
-    const QSslCertificate server(e->m_identity.serverCertificatePem);
-    QSslConfiguration config = QSslConfiguration::defaultConfiguration();
-    config.setProtocol(QSsl::TlsV1_3); // and nothing older
-    config.setLocalCertificateChain({server, ca});
-    config.setPrivateKey(QSslKey(e->m_identity.serverKeyPem, QSsl::Ec));
-    config.setCaCertificates({ca});
-    // Workers without a certificate may connect, but only to redeem a join token.
-    config.setPeerVerifyMode(QSslSocket::QueryPeer);
-    e->m_tls = config;
+    // TLS 1.3 and nothing older. Workers without a certificate may connect, but only to
+    // redeem a join token: the certificate is asked for, not required.
+    TlsContext::Options tls;
+    tls.side = TlsContext::Side::Server;
+    tls.verify = TlsContext::Verify::Query;
+    tls.certificateChainPem = e->m_identity.serverCertificatePem + '\n' + e->m_identity.ca.certificatePem;
+    tls.keyPem = e->m_identity.serverKeyPem;
+    tls.caPem = e->m_identity.ca.certificatePem;
+    auto context = TlsContext::create(tls);
+    if (!context)
+        return context.takeError();
+    e->m_tls = *context;
     e->m_server.setListenBacklogSize(options.listenBacklog);
-    e->m_server.setMaxPendingConnections(kAcceptBatch);
 
     TlsListener *self = e.get();
-    e->m_server.make = [self](qintptr descriptor) -> QTcpSocket * { return self->socketFor(descriptor); };
+    e->m_server.make = [self](qintptr descriptor) { return self->socketFor(descriptor); };
     // Taken on the next turn of the event loop, after the sockets already there have had
     // theirs.
-    connect(&e->m_server, &QTcpServer::pendingConnectionAvailable, self, [self] {
+    e->m_server.added = [self] {
         if (std::exchange(self->m_takeScheduled, true))
             return;
         QMetaObject::invokeMethod(self, &TlsListener::takeAccepted, Qt::QueuedConnection);
-    });
+    };
     // Qt stops accepting after an error such as running out of file descriptors: free the
     // oldest unauthenticated connection's and start again shortly.
     connect(&e->m_server, &QTcpServer::acceptError, self, [self](QAbstractSocket::SocketError) {
@@ -173,9 +172,12 @@ TlsListener::~TlsListener()
     m_server.close(); // and with it the sockets not taken yet
     // abort() emits disconnected at once, whose handler erases from m_connections: take the
     // sockets out first.
-    std::vector<QPointer<QSslSocket>> sockets;
+    std::vector<QPointer<TlsSocket>> sockets;
     for (auto &[id, c] : m_connections)
         sockets.push_back(c->socket);
+    for (auto &socket : m_server.pending)
+        sockets.push_back(socket);
+    m_server.pending.clear();
     m_connections.clear();
     for (auto &socket : sockets)
         if (socket) {
@@ -207,10 +209,9 @@ void TlsListener::setPayloadLimit(MessageType type, std::uint64_t bytes)
         c->reader.assembler().setPayloadLimit(type, bytes);
 }
 
-QSslSocket *TlsListener::socketFor(qintptr descriptor)
+TlsSocket *TlsListener::socketFor(qintptr descriptor)
 {
-    auto *socket = new QSslSocket(this);
-    socket->setSslConfiguration(m_tls);
+    auto *socket = new TlsSocket(m_tls, this);
     if (!socket->setSocketDescriptor(descriptor)) {
         logRefusal(QStringLiteral("cannot take an accepted connection: %1").arg(socket->errorString()), true);
         delete socket;
@@ -222,13 +223,15 @@ QSslSocket *TlsListener::socketFor(qintptr descriptor)
 void TlsListener::takeAccepted()
 {
     m_takeScheduled = false;
-    while (QTcpSocket *socket = m_server.nextPendingConnection())
-        accept(static_cast<QSslSocket *>(socket));
+    std::deque<QPointer<TlsSocket>> accepted = std::exchange(m_server.pending, {});
+    for (const QPointer<TlsSocket> &socket : accepted)
+        if (socket)
+            accept(socket);
 }
 
-void TlsListener::accept(QSslSocket *socket)
+void TlsListener::accept(TlsSocket *socket)
 {
-    if (socket->state() != QAbstractSocket::ConnectedState) {
+    if (!socket->isConnected()) {
         // Gone before its turn came.
         socket->deleteLater();
         return;
@@ -242,20 +245,16 @@ void TlsListener::accept(QSslSocket *socket)
     c->source = source;
     c->deadline = m_clock.elapsed() + m_options.handshakeTimeoutMs;
     const qint64 id = c->id;
-    // Reads are bounded for the same reason as writes (see pump()): a 100 KiB result read
-    // at once would leave OpenSSL's read buffer that large for the connection's life.
-    socket->setReadBufferSize(kSocketWindow);
-    connect(socket, &QSslSocket::readyRead, this, [this, id] { onReadyRead(id); });
-    connect(socket, &QSslSocket::encrypted, this, [this, id] { onEncrypted(id); });
+    connect(socket, &QIODevice::readyRead, this, [this, id] { onReadyRead(id); });
+    connect(socket, &TlsSocket::encrypted, this, [this, id] { onEncrypted(id); });
     const auto pumpLater = [this, id] {
         if (const auto it = m_connections.find(id); it != m_connections.end())
             pump(*it->second);
     };
-    connect(socket, &QSslSocket::encryptedBytesWritten, this, pumpLater);
     connect(socket, &QIODevice::bytesWritten, this, pumpLater);
-    connect(socket, &QAbstractSocket::errorOccurred, this,
+    connect(socket, &TlsSocket::errorOccurred, this,
             [this, id](QAbstractSocket::SocketError error) { onHandshakeError(id, error); });
-    connect(socket, &QSslSocket::disconnected, this, [this, id] {
+    connect(socket, &TlsSocket::disconnected, this, [this, id] {
         const auto it = m_connections.find(id);
         if (it == m_connections.end())
             return;
@@ -350,12 +349,12 @@ void TlsListener::expireDeadlines()
 
 void TlsListener::onFirstBytes(Connection &c)
 {
-    char first = 0;
-    if (c.socket->peek(&first, 1) != 1)
+    const QByteArray first = c.socket->peekRaw(8);
+    if (first.isEmpty())
         return;
-    if (first != kTlsHandshakeRecord) {
+    if (first.front() != kTlsHandshakeRecord) {
         drop(c.id, QStringLiteral("the TLS handshake failed: the peer does not speak TLS (its first bytes: %1)")
-                       .arg(QString::fromLatin1(c.socket->peek(8).toHex(' '))),
+                       .arg(QString::fromLatin1(first.toHex(' '))),
              false);
         return;
     }
@@ -410,9 +409,9 @@ void TlsListener::onEncrypted(qint64 id)
     const QSslCertificate cert = c.socket->peerCertificate();
     if (cert.isNull())
         return; // an enrolling worker: only Redeem is allowed
-    if (!c.socket->sslHandshakeErrors().isEmpty()) {
+    if (!c.socket->verificationError().isEmpty()) {
         drop(id, QStringLiteral("presented a certificate this coordinator did not issue (%1)")
-                     .arg(c.socket->sslHandshakeErrors().first().errorString()),
+                     .arg(c.socket->verificationError()),
              true);
         return;
     }
@@ -600,7 +599,7 @@ void TlsListener::enroll(Connection &c, const Message &message)
                             << QString::fromLatin1(fingerprint.toHex().left(16));
     // Its work here is done: it hangs up and comes back with the certificate.
     authenticated(c);
-    c.outbox.push_back(encodeMessage(EnrolledMsg{name, fingerprint}, *cert));
+    c.outbox.push_back(std::make_unique<OutgoingMessage>(EnrolledMsg::type, EnrolledMsg{name, fingerprint}.encode(), *cert));
     flushOutbox(c); // all of it in the socket before the hang-up
     c.socket->disconnectFromHost();
 }
@@ -611,7 +610,7 @@ void TlsListener::send(qint64 connectionId, MessageType type, const QCborMap &he
     if (it == m_connections.end() || !it->second->socket)
         return;
     Connection &c = *it->second;
-    c.outbox.push_back(encodeMessage(type, header, payload));
+    c.outbox.push_back(std::make_unique<OutgoingMessage>(type, header, payload));
     pump(c);
 }
 
@@ -621,28 +620,23 @@ qint64 TlsListener::pendingBytes(qint64 connectionId) const
     if (it == m_connections.end())
         return 0;
     const Connection &c = *it->second;
-    qint64 bytes = -c.outboxOffset;
-    for (const QByteArray &m : c.outbox)
-        bytes += m.size();
+    qint64 bytes = 0;
+    for (const auto &m : c.outbox)
+        bytes += m->remaining();
     if (c.socket)
-        bytes += c.socket->bytesToWrite() + c.socket->encryptedBytesToWrite();
+        bytes += c.socket->bytesToWrite();
     return bytes;
 }
 
 void TlsListener::pump(Connection &c)
 {
-    QSslSocket *socket = c.socket;
+    TlsSocket *socket = c.socket;
     if (!socket)
         return;
-    while (!c.outbox.empty() && socket->bytesToWrite() + socket->encryptedBytesToWrite() < kSocketWindow) {
-        const QByteArray &front = c.outbox.front();
-        const qsizetype n = std::min<qsizetype>(kSocketSlice, front.size() - c.outboxOffset);
-        socket->write(front.constData() + c.outboxOffset, n);
-        c.outboxOffset += n;
-        if (c.outboxOffset == front.size()) {
-            c.outbox.pop_front();
-            c.outboxOffset = 0;
-        }
+    while (!c.outbox.empty() && socket->bytesToWrite() < kSocketWindow) {
+        std::unique_ptr<OutgoingMessage> next = std::move(c.outbox.front());
+        c.outbox.pop_front();
+        socket->send(std::move(next));
     }
 }
 
@@ -650,8 +644,10 @@ void TlsListener::flushOutbox(Connection &c)
 {
     if (!c.socket)
         return;
-    for (; !c.outbox.empty(); c.outbox.pop_front(), c.outboxOffset = 0)
-        c.socket->write(c.outbox.front().constData() + c.outboxOffset, c.outbox.front().size() - c.outboxOffset);
+    // Taken out first: the socket's bytesWritten pumps the outbox again.
+    std::deque<std::unique_ptr<OutgoingMessage>> all = std::exchange(c.outbox, {});
+    for (auto &message : all)
+        c.socket->send(std::move(message));
 }
 
 void TlsListener::close(qint64 connectionId, const QString &reason, bool fatal, bool error)
@@ -674,9 +670,9 @@ void TlsListener::drop(qint64 id, const QString &reason, bool fatal, bool error)
         qCWarning(lcNet).noquote() << line;
     else
         qCInfo(lcNet).noquote() << line;
-    if (QSslSocket *socket = c->socket) {
+    if (TlsSocket *socket = c->socket) {
         socket->disconnect(this);
-        if (!socket->isEncrypted() || socket->state() != QAbstractSocket::ConnectedState) {
+        if (!socket->isEncrypted()) {
             // Nothing can be said before TLS: close it on the next turn of the event loop (we
             // may be inside one of its TLS calls now, which must not see its state freed).
             QMetaObject::invokeMethod(
@@ -689,19 +685,15 @@ void TlsListener::drop(qint64 id, const QString &reason, bool fatal, bool error)
         } else {
             // The Error must leave before the socket goes: close once the bytes are written
             // (or after a few seconds if the peer does not read them), and only then delete it.
-            connect(socket, &QSslSocket::disconnected, socket, &QObject::deleteLater);
+            connect(socket, &TlsSocket::disconnected, socket, &QObject::deleteLater);
             QTimer::singleShot(5000, socket, [socket] {
                 socket->abort();
                 socket->deleteLater();
             });
-            // A message half handed over must end before the Error starts; what was not
-            // begun is moot for a connection being closed, and is not copied into TLS.
-            if (c->outboxOffset > 0)
-                socket->write(c->outbox.front().constData() + c->outboxOffset,
-                              c->outbox.front().size() - c->outboxOffset);
+            // What the socket holds leaves before the Error; what it was not handed is moot
+            // for a connection being closed.
             c->outbox.clear();
-            socket->write(encodeMessage(ErrorMsg{reason, fatal}));
-            socket->flush();
+            socket->send(std::make_unique<OutgoingMessage>(ErrorMsg::type, ErrorMsg{reason, fatal}.encode()));
             socket->disconnectFromHost();
         }
     }

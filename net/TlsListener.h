@@ -16,6 +16,7 @@
 #include "net/Frame.h"
 #include "net/Messages.h"
 #include "net/Pki.h"
+#include "net/TlsSocket.h"
 #include "net/TrustStore.h"
 
 #include <QElapsedTimer>
@@ -23,8 +24,6 @@
 #include <QHostAddress>
 #include <QObject>
 #include <QPointer>
-#include <QSslConfiguration>
-#include <QSslSocket>
 #include <QTcpServer>
 #include <QTimer>
 
@@ -46,19 +45,22 @@ struct PeerInfo
     Role role = Role::Worker; // what its certificate was issued for
 };
 
-// Accepts the connections the kernel has queued, a batch at a time, and hands their sockets
-// to the endpoint, which owns them from then on. QSslServer counts sockets still in their TLS
-// handshake as pending connections and stops reading the listening socket when it holds
-// maxPendingConnections of them; in Qt 6.4 only nextPendingConnection() turns reading back
-// on, which a handshake that never finishes never calls, so 30 idle peers locked the port for
-// good. Here a socket is pending only until the endpoint's next turn of the event loop, and
-// the bound on pending sockets only caps how many are accepted in one turn, so that a burst
-// of connections cannot starve the handshakes and workers already under way.
+// Accepts the connections the kernel has queued and keeps their sockets until the endpoint's
+// next turn of the event loop, which takes them all. QSslServer counted sockets still in
+// their TLS handshake as pending connections and stopped reading the listening socket when
+// it held maxPendingConnections of them; in Qt 6.4 only nextPendingConnection() turned
+// reading back on, which a handshake that never finishes never called, so 30 idle peers
+// locked the port for good. Here a socket is pending only until that next turn, and one turn
+// accepts at most the kernel's queue (Options::listenBacklog), each for the price of a
+// descriptor and a notifier: TLS state is made when the peer's first bytes arrive.
 class AcceptingServer : public QTcpServer
 {
 public:
     // Makes the socket for an accepted descriptor; nullptr when it cannot (then it is closed).
-    std::function<QTcpSocket *(qintptr)> make;
+    std::function<TlsSocket *(qintptr)> make;
+    // Called for each socket added to pending.
+    std::function<void()> added;
+    std::deque<QPointer<TlsSocket>> pending;
 
 protected:
     void incomingConnection(qintptr descriptor) override;
@@ -139,7 +141,7 @@ private:
     struct Connection
     {
         qint64 id = 0;
-        QPointer<QSslSocket> socket;
+        QPointer<TlsSocket> socket;
         MessageReader reader;
         QString address;
         QString source;
@@ -148,23 +150,21 @@ private:
         bool authenticated = false; // presented one of our certificates
         PeerInfo peer;
         QTimer *stallTimer = nullptr;
-        // Bytes not yet handed to the socket: see pump().
-        std::deque<QByteArray> outbox;
-        qsizetype outboxOffset = 0; // into outbox.front()
+        // Messages not yet handed to the socket: see pump().
+        std::deque<std::unique_ptr<OutgoingMessage>> outbox;
     };
 
     TlsListener() = default;
-    // Hands the socket the next slices of the connection's outbox while less than a window
-    // waits in it. Qt's TLS backend copies everything written into OpenSSL's memory buffers,
-    // which keep their largest size for the connection's life: writing a 100 KiB message at
-    // once would cost every connection 100 KiB more for as long as it lives.
+    // Hands the socket the connection's next messages while less than a window waits in it
+    // (the socket encrypts straight from them, without a copy). A connection closed with an
+    // Error drops what was not handed over yet.
     void pump(Connection &c);
     // Hands the socket everything that is left, at once (before a hang-up).
     static void flushOutbox(Connection &c);
-    QSslSocket *socketFor(qintptr descriptor);
+    TlsSocket *socketFor(qintptr descriptor);
     // Takes the sockets accepted since the last turn of the event loop.
     void takeAccepted();
-    void accept(QSslSocket *socket);
+    void accept(TlsSocket *socket);
     // Closes the oldest unauthenticated connections until a new one from source fits.
     void makeRoom(const QString &source);
     // Removes a connection from the books, and from the unauthenticated ones.
@@ -190,7 +190,7 @@ private:
     Options m_options;
     CoordinatorIdentity m_identity;
     TrustStore m_trust{QString()};
-    QSslConfiguration m_tls;
+    std::shared_ptr<TlsContext> m_tls;
     AcceptingServer m_server;
     std::map<qint64, std::unique_ptr<Connection>> m_connections;
     // Unauthenticated connections by id; ids grow with each accept, so the first is the oldest.

@@ -10,9 +10,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QRandomGenerator>
-#include <QSslConfiguration>
-#include <QSslKey>
-#include <QSslSocket>
+#include <QSslCertificate>
 
 #include <cmath>
 
@@ -152,54 +150,53 @@ void WorkerClient::connectNext()
         enroll();
 }
 
-QSslSocket *WorkerClient::newSocket(bool withCertificate)
+TlsSocket *WorkerClient::newSocket(bool withCertificate)
 {
     if (m_socket) {
         m_socket->disconnect(this);
         m_socket->abort();
         m_socket->deleteLater();
     }
-    auto *socket = new QSslSocket(this);
-    QSslConfiguration config = QSslConfiguration::defaultConfiguration();
-    config.setProtocol(QSsl::TlsV1_3);
+    TlsContext::Options tls;
+    tls.side = TlsContext::Side::Client;
     if (m_ca.isNull()) {
         // Only to read the CA off the coordinator's chain; nothing is sent on this connection.
-        config.setPeerVerifyMode(QSslSocket::VerifyNone);
+        tls.verify = TlsContext::Verify::None;
     } else {
-        config.setCaCertificates({m_ca}); // the pinned CA and nothing else
-        config.setPeerVerifyMode(QSslSocket::VerifyPeer);
+        tls.caPem = m_ca.toPem(); // the pinned CA and nothing else
+        tls.verify = TlsContext::Verify::Require;
     }
     if (withCertificate) {
-        config.setLocalCertificate(QSslCertificate(m_certificatePem));
-        config.setPrivateKey(QSslKey(m_keyPem, QSsl::Ec));
+        tls.certificateChainPem = m_certificatePem;
+        tls.keyPem = m_keyPem;
     }
-    socket->setSslConfiguration(config);
+    auto context = TlsContext::create(tls);
+    auto *socket = new TlsSocket(context ? *context : nullptr, this);
     m_reader = std::make_unique<MessageReader>();
-    connect(socket, &QSslSocket::readyRead, this, &WorkerClient::onReadyRead);
-    connect(socket, &QSslSocket::disconnected, this, [this] { lost(QStringLiteral("the connection closed")); });
-    connect(socket, &QSslSocket::errorOccurred, this, [this, socket](QAbstractSocket::SocketError error) {
+    connect(socket, &QIODevice::readyRead, this, &WorkerClient::onReadyRead);
+    connect(socket, &TlsSocket::disconnected, this, [this] { lost(QStringLiteral("the connection closed")); });
+    connect(socket, &TlsSocket::errorOccurred, this, [this, socket](QAbstractSocket::SocketError error) {
         if (error != QAbstractSocket::RemoteHostClosedError && socket == m_socket)
             lost(socket->errorString());
     });
-    connect(socket, &QSslSocket::sslErrors, this, [this, socket](const QList<QSslError> &errors) {
-        if (m_ca.isNull())
-            return; // the probe verifies nothing
-        QStringList text;
-        for (const auto &e : errors)
-            text << e.errorString();
+    connect(socket, &TlsSocket::verificationFailed, this, [this](const QString &reason) {
         giveUp(QStringLiteral("the coordinator at %1 failed verification against the pinned CA: %2")
-                   .arg(coordinatorAddress(), text.join(QStringLiteral("; "))));
-        Q_UNUSED(socket);
+                   .arg(coordinatorAddress(), reason));
     });
     m_socket = socket;
+    if (!context) {
+        QMetaObject::invokeMethod(
+            this, [this, error = context.error()] { giveUp(error); }, Qt::QueuedConnection);
+        return socket;
+    }
     return socket;
 }
 
 void WorkerClient::probe()
 {
     m_phase = Phase::Probing;
-    QSslSocket *socket = newSocket(false);
-    connect(socket, &QSslSocket::encrypted, this, [this, socket] {
+    TlsSocket *socket = newSocket(false);
+    connect(socket, &TlsSocket::encrypted, this, [this, socket] {
         const QByteArray pin = m_token->caFingerprint;
         QStringList seen;
         for (const QSslCertificate &c : socket->peerCertificateChain()) {
@@ -237,9 +234,9 @@ void WorkerClient::enroll()
         giveUp(csr.error());
         return;
     }
-    QSslSocket *socket = newSocket(false);
+    TlsSocket *socket = newSocket(false);
     const QByteArray request = *csr;
-    connect(socket, &QSslSocket::encrypted, this, [this, request] {
+    connect(socket, &TlsSocket::encrypted, this, [this, request] {
         send(RedeemMsg{m_token->id, m_token->secret, m_options.name}, request);
     });
     socket->connectToHostEncrypted(m_host, m_port);
@@ -248,8 +245,8 @@ void WorkerClient::enroll()
 void WorkerClient::connectWorker()
 {
     m_phase = Phase::Connecting;
-    QSslSocket *socket = newSocket(true);
-    connect(socket, &QSslSocket::encrypted, this, [this] {
+    TlsSocket *socket = newSocket(true);
+    connect(socket, &TlsSocket::encrypted, this, [this] {
         HelloMsg hello = m_hello;
         hello.protocol = kProtocolVersion;
         hello.name = m_options.name;
@@ -261,7 +258,7 @@ void WorkerClient::connectWorker()
 void WorkerClient::send(MessageType type, const QCborMap &header, const QByteArray &payload)
 {
     if (m_socket && m_socket->isEncrypted())
-        m_socket->write(encodeMessage(type, header, payload));
+        m_socket->send(std::make_unique<OutgoingMessage>(type, header, payload));
 }
 
 void WorkerClient::onReadyRead()

@@ -11,6 +11,7 @@
 
 #include "net/Frame.h"
 #include "net/Messages.h"
+#include "net/TlsSocket.h"
 #include "net/TrustStore.h"
 
 #include <QObject>
@@ -20,7 +21,6 @@
 
 #include <memory>
 
-class QSslSocket;
 
 namespace flotilla::net {
 
@@ -76,7 +76,7 @@ private:
     void probe();
     void enroll();
     void connectWorker();
-    QSslSocket *newSocket(bool withCertificate);
+    TlsSocket *newSocket(bool withCertificate);
     void onReadyRead();
     void handle(Message message);
     void lost(const QString &reason);
@@ -93,7 +93,7 @@ private:
     QSslCertificate m_ca;
     HelloMsg m_hello;
     Phase m_phase = Phase::Idle;
-    QPointer<QSslSocket> m_socket;
+    QPointer<TlsSocket> m_socket;
     std::unique_ptr<MessageReader> m_reader = std::make_unique<MessageReader>();
     bool m_welcomed = false;
     bool m_stopped = true;

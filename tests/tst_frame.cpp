@@ -91,6 +91,118 @@ private Q_SLOTS:
         QCOMPARE(c.messages[0].payload, payload);
     }
 
+    void digestTravelsInTheFrameThatEndsThePayload()
+    {
+        QRandomGenerator g(8);
+        const QByteArray payload = randomBytes(g, 2 * 1024 * 1024 + 5);
+        const QByteArray sha = QCryptographicHash::hash(payload, QCryptographicHash::Sha256);
+        FrameParser frames;
+        frames.feed(encodeMessage(MessageType::Result, {}, payload));
+        std::vector<Frame> all;
+        while (auto f = frames.next())
+            all.push_back(std::move(*f));
+        QCOMPARE(all.size(), std::size_t(3));
+        QCOMPARE(all[0].header.value(QStringLiteral("payload_size")).toInteger(), payload.size());
+        QVERIFY(all[0].header.value(QStringLiteral("payload_sha256")).isUndefined());
+        QVERIFY(all[1].header.isEmpty());
+        QCOMPARE(all[2].header.value(QStringLiteral("payload_sha256")).toByteArray(), sha);
+        // A payload that fits in one frame carries both in that frame.
+        FrameParser one;
+        one.feed(encodeMessage(MessageType::Result, {}, "abc"));
+        const auto single = one.next();
+        QVERIFY(single);
+        QCOMPARE(single->header.value(QStringLiteral("payload_sha256")).toByteArray(),
+                 QCryptographicHash::hash("abc", QCryptographicHash::Sha256));
+    }
+
+    void digestInTheWrongFrameIsRefused()
+    {
+        const QByteArray a(Limits::maxFramePayload, 'a');
+        const QByteArray b("bb");
+        const QByteArray sha = QCryptographicHash::hash(QByteArray(a + b), QCryptographicHash::Sha256);
+        const auto type = std::uint8_t(MessageType::Result);
+        const auto chunk = std::uint8_t(MessageType::Chunk);
+        const QByteArray announce = header({{QStringLiteral("payload_size"), a.size() + b.size()}});
+        const QByteArray announceWithSha
+            = header({{QStringLiteral("payload_size"), a.size() + b.size()}, {QStringLiteral("payload_sha256"), sha}});
+        const QByteArray shaOnly = header({{QStringLiteral("payload_sha256"), sha}});
+        struct Case
+        {
+            QByteArray wire;
+            QString error;
+        };
+        const Case cases[] = {
+            // The old placement: the digest up front, nothing at the end.
+            {encodeFrame(kProtocolVersion, type, announceWithSha, a) + encodeFrame(kProtocolVersion, chunk, header({}), b),
+             QStringLiteral("carries its payload_sha256 in the first")},
+            // No digest at the end.
+            {encodeFrame(kProtocolVersion, type, announce, a) + encodeFrame(kProtocolVersion, chunk, header({}), b),
+             QStringLiteral("ends a Result payload carries no 32-byte payload_sha256")},
+            // A digest of the wrong length at the end.
+            {encodeFrame(kProtocolVersion, type, announce, a)
+                 + encodeFrame(kProtocolVersion, chunk, header({{QStringLiteral("payload_sha256"), QByteArray(31, 's')}}), b),
+             QStringLiteral("ends a Result payload carries no 32-byte payload_sha256")},
+            // A whole payload in one frame without its digest.
+            {encodeFrame(kProtocolVersion, type, header({{QStringLiteral("payload_size"), 2}}), b),
+             QStringLiteral("whole payload without a 32-byte payload_sha256")},
+            // The digest of something else.
+            {encodeFrame(kProtocolVersion, type, announce, a)
+                 + encodeFrame(kProtocolVersion, chunk, header({{QStringLiteral("payload_sha256"), QByteArray(32, 's')}}), b),
+             QStringLiteral("SHA-256 does not match")},
+        };
+        for (const Case &c : cases) {
+            MessageReader r;
+            const Collected got = readAll(r, c.wire);
+            QVERIFY(got.messages.empty());
+            QVERIFY2(got.error.contains(c.error), qPrintable(got.error + QStringLiteral(" / expected: ") + c.error));
+        }
+        // A header on a chunk in the middle.
+        const QByteArray three(2 * Limits::maxFramePayload + 1, 'c');
+        MessageReader middle;
+        const Collected got = readAll(middle, encodeFrame(kProtocolVersion, type,
+                                                          header({{QStringLiteral("payload_size"), three.size()}}),
+                                                          three.first(Limits::maxFramePayload))
+                                                  + encodeFrame(kProtocolVersion, chunk, shaOnly,
+                                                                three.sliced(Limits::maxFramePayload, Limits::maxFramePayload)));
+        QVERIFY2(got.error.contains(QStringLiteral("in the middle of a Result payload carries a header")),
+                 qPrintable(got.error));
+        // The right placement is read.
+        MessageReader good;
+        const Collected ok = readAll(good, encodeFrame(kProtocolVersion, type, announce, a)
+                                               + encodeFrame(kProtocolVersion, chunk, shaOnly, b));
+        QVERIFY2(ok.error.isEmpty(), qPrintable(ok.error));
+        QCOMPARE(ok.messages.size(), std::size_t(1));
+        QCOMPARE(ok.messages[0].payload, QByteArray(a + b));
+    }
+
+    void outgoingMessageHandsOutTheSameBytesInAnyPieces()
+    {
+        // What a socket writes in pieces of any size (a full kernel buffer takes a few bytes at
+        // a time) is exactly encodeMessage's bytes, and remaining() counts down to zero.
+        QRandomGenerator g(9);
+        for (const qsizetype size : {qsizetype(0), qsizetype(10), qsizetype(Limits::maxFramePayload),
+                                     qsizetype(Limits::maxFramePayload) + 1, qsizetype(3 * 1024 * 1024 + 77)}) {
+            const QByteArray payload = randomBytes(g, size);
+            const QCborMap h{{QStringLiteral("lease"), 4}};
+            const QByteArray expected = encodeMessage(MessageType::Result, h, payload);
+            OutgoingMessage m(MessageType::Result, h, payload);
+            QCOMPARE(m.size(), expected.size());
+            QByteArray sent;
+            for (QByteArrayView next = m.next(); !next.isEmpty(); next = m.next()) {
+                const qsizetype take = std::min<qsizetype>(next.size(), 1 + g.bounded(200000));
+                sent.append(next.first(take));
+                m.advance(take);
+                QCOMPARE(m.remaining(), expected.size() - sent.size());
+            }
+            QCOMPARE(sent, expected);
+            MessageReader r;
+            const Collected c = readAll(r, sent);
+            QVERIFY2(c.error.isEmpty(), qPrintable(c.error));
+            QCOMPARE(c.messages.size(), std::size_t(1));
+            QCOMPARE(c.messages[0].payload, payload);
+        }
+    }
+
     void byteByByteFeeding()
     {
         const QByteArray wire = encodeMessage(MessageType::Heartbeat, QCborMap{{QStringLiteral("done"), 5}}, "abc")

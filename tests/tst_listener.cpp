@@ -967,8 +967,7 @@ private Q_SLOTS:
             encodeMessage(MessageType::Hello, QCborMap { { QStringLiteral("name"), QStringLiteral("greedy") } }));
         QTRY_VERIFY_WITH_TIMEOUT(client.received(MessageType::Welcome), 5000);
         const qint64 id = helloFrom(QStringLiteral("greedy"))->connectionId;
-        const QCborMap announce { { QStringLiteral("payload_size"), qint64(4) << 20 },
-            { QStringLiteral("payload_sha256"), QByteArray(32, 's') } };
+        const QCborMap announce { { QStringLiteral("payload_size"), qint64(4) << 20 } };
         client.send(
             encodeFrame(kProtocolVersion, std::uint8_t(MessageType::Result), cbor(announce), QByteArray(16, 'w')));
         QTRY_VERIFY_WITH_TIMEOUT(!closureOf(id).isNull(), 5000);

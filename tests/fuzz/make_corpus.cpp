@@ -104,15 +104,20 @@ QByteArray frame(MessageType type, const QByteArray &header, const QByteArray &p
 }
 
 // A message whose payload follows in Chunk frames of chunkSize bytes (encodeMessage uses
-// 1 MiB chunks, which would make seeds too large to mutate quickly).
+// 1 MiB chunks, which would make seeds too large to mutate quickly). The digest travels in the
+// frame that ends the payload, as encodeMessage puts it.
 QByteArray chunked(MessageType type, QCborMap header, const QByteArray &payload, qsizetype chunkSize,
                    const QByteArray &sha = {})
 {
+    const QByteArray digest = sha.isEmpty() ? Sha256::hash(payload) : sha;
+    const QCborMap last{{QStringLiteral("payload_sha256"), digest}};
     header.insert(QStringLiteral("payload_size"), qint64(payload.size()));
-    header.insert(QStringLiteral("payload_sha256"), sha.isEmpty() ? Sha256::hash(payload) : sha);
+    if (payload.size() <= chunkSize)
+        header.insert(QStringLiteral("payload_sha256"), digest);
     QByteArray out = frame(type, cbor(header), payload.left(chunkSize));
     for (qsizetype at = chunkSize; at < payload.size(); at += chunkSize)
-        out += frame(MessageType::Chunk, cbor(QCborMap()), payload.mid(at, chunkSize));
+        out += frame(MessageType::Chunk, cbor(at + chunkSize >= payload.size() ? last : QCborMap()),
+                     payload.mid(at, chunkSize));
     return out;
 }
 
