@@ -254,12 +254,18 @@ Result<std::shared_ptr<TlsContext>> TlsContext::create(const Options &options)
         if (!ok)
             return fail(QStringLiteral("cannot trust the CA: it is not a PEM certificate (%1)").arg(takeOpenSslError()));
     }
-    int mode = SSL_VERIFY_PEER; // a client always checks, and keeps the result (see the header)
-    if (server && options.verify == Verify::None)
-        mode = SSL_VERIFY_NONE;
-    else if (server && options.verify == Verify::Require)
-        mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
-    SSL_CTX_set_verify(ctx, mode, acceptAnyChain);
+    if (!server && options.verify == Verify::Require) {
+        // A client that pins its CA stops the handshake at a chain that does not verify,
+        // before it shows its own certificate.
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+    } else {
+        int mode = SSL_VERIFY_PEER; // checked, and the verdict kept for later (see the header)
+        if (server && options.verify == Verify::None)
+            mode = SSL_VERIFY_NONE;
+        else if (server && options.verify == Verify::Require)
+            mode |= SSL_VERIFY_FAIL_IF_NO_PEER_CERT;
+        SSL_CTX_set_verify(ctx, mode, acceptAnyChain);
+    }
     return context;
 }
 
@@ -466,8 +472,9 @@ void TlsSocket::continueHandshake()
         if (m_context->side() == TlsContext::Side::Client && m_context->verify() == TlsContext::Verify::Require
             && !m_verificationError.isEmpty()) {
             const QString reason = m_verificationError;
-            fail(QAbstractSocket::SslHandshakeFailedError, reason);
+            // Said first: whoever hears it gives up, rather than retrying on the error.
             Q_EMIT verificationFailed(reason);
+            fail(QAbstractSocket::SslHandshakeFailedError, reason);
             return;
         }
         setNotifiers(true, !m_queue.empty());
@@ -489,6 +496,14 @@ void TlsSocket::continueHandshake()
         return;
     }
     const QString text = takeOpenSslError();
+    const long verified = SSL_get_verify_result(m_ssl);
+    if (m_context->side() == TlsContext::Side::Client && m_context->verify() == TlsContext::Verify::Require
+        && verified != X509_V_OK) {
+        const QString reason = QString::fromLatin1(X509_verify_cert_error_string(verified));
+        Q_EMIT verificationFailed(reason); // first: see above
+        fail(QAbstractSocket::SslHandshakeFailedError, reason);
+        return;
+    }
     if (text.isEmpty() && (error == SSL_ERROR_SYSCALL || error == SSL_ERROR_ZERO_RETURN))
         fail(QAbstractSocket::RemoteHostClosedError, QStringLiteral("the peer closed the connection during the TLS handshake"));
     else
@@ -704,9 +719,7 @@ void TlsSocket::onReadable()
             fail(QAbstractSocket::RemoteHostClosedError, QStringLiteral("the peer closed the connection"));
         return;
     }
-    m_inReadyRead = true;
     Q_EMIT readyRead();
-    m_inReadyRead = false;
     if (m_ssl && (m_state == State::Encrypted || m_state == State::Closing) && SSL_pending(m_ssl) > 0)
         scheduleReadyRead();
 }

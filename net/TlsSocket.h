@@ -15,8 +15,9 @@
 // Verification never stops a handshake; whoever reads the peer's certificate decides, with
 // verificationError() (the coordinator lets workers without a certificate in to redeem a
 // token, and refuses a foreign one by name). A client that pins its CA asks for
-// Verify::Require and gets verificationFailed() and a closed connection instead of
-// encrypted().
+// Verify::Require: a chain that does not verify, or names another host, stops the handshake
+// before the client shows its own certificate, with verificationFailed() and a closed
+// connection instead of encrypted().
 //
 // Threads: a socket belongs to the thread it lives on, like any QObject with notifiers.
 
@@ -179,7 +180,6 @@ private:
     bool m_writeWantsRead = false;  // SSL_write needs the socket readable
     bool m_peerClosed = false;
     bool m_readyReadScheduled = false;
-    bool m_inReadyRead = false;
     bool m_emittingBytesWritten = false;
 };
 

@@ -728,6 +728,32 @@ private Q_SLOTS:
         VERIFY_FLEET();
     }
 
+    void aJoinedWorkerRefusesAnImpostorAtItsCoordinatorsAddress()
+    {
+        // A worker that joined pins its coordinator's CA. Sent (by a token of that very
+        // coordinator) to an address where another coordinator answers, it stops at the TLS
+        // handshake, says why, and never says Hello there.
+        auto created = TlsListener::create(options(m_dir->filePath(QStringLiteral("impostor-2"))));
+        REQUIRE_OK(created);
+        std::unique_ptr<TlsListener> impostor = std::move(*created);
+        REQUIRE_OK(impostor->listen());
+        QSignalSpy impostorHellos(impostor.get(), &TlsListener::helloReceived);
+        auto t = m_listener->trust().issueToken(kLocalHost, impostor->port(), m_listener->caFingerprint(), 600, 1, nowMs());
+        REQUIRE_OK(t);
+        auto worker = newWorker(QStringLiteral("steady"));
+        QSignalSpy failed(worker.get(), &WorkerClient::failed);
+        REQUIRE_OK(worker->configure(*t));
+        QVERIFY(worker->hasIdentity()); // same CA: the identity is kept, the address is the token's
+        worker->start({});
+        QTRY_VERIFY_WITH_TIMEOUT(!failed.isEmpty(), 5000);
+        const QString reason = failed.first().first().toString();
+        QVERIFY2(reason.contains(QLatin1String("failed verification against the pinned CA")), qPrintable(reason));
+        QVERIFY2(reason.contains(QLatin1String("certificate")), qPrintable(reason));
+        QTest::qWait(300);
+        QCOMPARE(impostorHellos.size(), 0);
+        QCOMPARE(failed.size(), 1);
+    }
+
     // 3. Expired and used-up tokens.
     void spentTokensAreRefused_data()
     {
