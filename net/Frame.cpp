@@ -148,7 +148,11 @@ qint64 FrameParser::readFrom(QIODevice &device)
     if (failed())
         return 0;
     compact();
-    const qint64 available = device.bytesAvailable();
+    // At most a slice at a time: the kernel may hold megabytes for a fast peer, and the
+    // buffer keeps its allocation for the connection's life. The rest is read on the next
+    // turn of the event loop.
+    constexpr qint64 kReadSlice = 256 * 1024;
+    const qint64 available = std::min(device.bytesAvailable(), kReadSlice);
     if (available <= 0)
         return 0;
     const qsizetype before = m_buffer.size();
@@ -290,8 +294,10 @@ Result<std::optional<Message>> MessageAssembler::add(Frame frame)
                             .arg(describe(frame.type)));
         m_hash.reset();
         m_hash.addData(frame.payload);
-        // A peer's announcement is not a reason to allocate much: grow with what arrives.
-        m.payload.reserve(static_cast<qsizetype>(std::min<std::uint64_t>(m_expected, 16u << 20)));
+        // A peer's announcement is not a reason to allocate much: room for four times what
+        // came, growing with what arrives.
+        m.payload.reserve(static_cast<qsizetype>(
+            std::min<std::uint64_t>(m_expected, 4 * std::max<std::uint64_t>(frame.payload.size(), 64 * 1024))));
         m.payload.append(QByteArrayView(frame.payload)); // a copy, also of a borrowed payload
         m_partial = std::move(m);
         if (whole)

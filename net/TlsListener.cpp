@@ -206,7 +206,8 @@ void TlsListener::setPayloadLimit(MessageType type, std::uint64_t bytes)
 {
     m_limits[type] = bytes;
     for (auto &[id, c] : m_connections)
-        c->reader.assembler().setPayloadLimit(type, bytes);
+        if (c->authenticated)
+            c->reader.assembler().setPayloadLimit(type, bytes);
 }
 
 TlsSocket *TlsListener::socketFor(qintptr descriptor)
@@ -389,8 +390,6 @@ void TlsListener::onEncrypted(qint64 id)
     for (const MessageType type : kMessageTypes)
         c.reader.assembler().setPayloadLimit(type, 0);
     c.reader.assembler().setPayloadLimit(MessageType::Redeem, 64 * 1024);
-    for (const auto &[type, limit] : m_limits)
-        c.reader.assembler().setPayloadLimit(type, limit);
     c.stallTimer = new QTimer(c.socket);
     c.stallTimer->setSingleShot(true);
     c.stallTimer->setInterval(m_options.stallTimeoutMs);
@@ -438,6 +437,10 @@ void TlsListener::onEncrypted(qint64 id)
         return;
     }
     c.authenticated = true;
+    // Weights and results only from a certificate this coordinator issued: a connection
+    // without one may not even announce them.
+    for (const auto &[type, limit] : m_limits)
+        c.reader.assembler().setPayloadLimit(type, limit);
     c.peer = PeerInfo{id, fingerprint, (*record)->workerName, (*record)->workerId, c.address, (*record)->role};
 }
 
@@ -690,9 +693,10 @@ void TlsListener::drop(qint64 id, const QString &reason, bool fatal, bool error)
                 socket->abort();
                 socket->deleteLater();
             });
-            // What the socket holds leaves before the Error; what it was not handed is moot
-            // for a connection being closed.
+            // A message already begun ends before the Error; what was not begun is moot for
+            // a connection being closed, and does not hold the Error back.
             c->outbox.clear();
+            socket->discardUnstarted();
             socket->send(std::make_unique<OutgoingMessage>(ErrorMsg::type, ErrorMsg{reason, fatal}.encode()));
             socket->disconnectFromHost();
         }

@@ -201,6 +201,15 @@ void setNoDelay(qintptr fd)
 
 Result<std::shared_ptr<TlsContext>> TlsContext::create(const Options &options)
 {
+#ifdef Q_OS_WIN
+    // Sockets are made here before Qt has made any (a worker connecting to an address).
+    static const bool winsock = [] {
+        WSADATA data;
+        return WSAStartup(MAKEWORD(2, 2), &data) == 0;
+    }();
+    if (!winsock)
+        return fail(QStringLiteral("cannot start Windows sockets"));
+#endif
     const bool server = options.side == Side::Server;
     std::shared_ptr<TlsContext> context(new TlsContext);
     context->m_side = options.side;
@@ -361,7 +370,11 @@ void TlsSocket::connectTo(const QList<QHostAddress> &addresses, quint16 port)
             in4->sin_addr.s_addr = htonl(address.toIPv4Address());
             size = sizeof *in4;
         }
+#ifdef SOCK_CLOEXEC
+        const qintptr fd = qintptr(::socket(to.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+#else
         const qintptr fd = qintptr(::socket(to.ss_family, SOCK_STREAM, 0));
+#endif
         if (fd < 0 || !makeNonBlocking(fd)) {
             lastError = lastSocketError();
             if (fd >= 0)
@@ -439,11 +452,17 @@ void TlsSocket::startHandshake(bool server)
         if (!isAddress)
             SSL_set_tlsext_host_name(m_ssl, m_hostName.toUtf8().constData());
         if (m_context->verify() == TlsContext::Verify::Require) {
-            const QByteArray host = m_hostName.toUtf8();
-            if (isAddress)
-                X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(m_ssl), host.constData());
-            else
-                SSL_set1_host(m_ssl, host.constData());
+            // The certificate must name the host connected to; a name OpenSSL cannot check
+            // is refused rather than left unchecked.
+            const QByteArray host = (isAddress ? literal.toString() : m_hostName).toUtf8();
+            const int checked = isAddress ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(m_ssl), host.constData())
+                                          : SSL_set1_host(m_ssl, host.constData());
+            if (checked != 1) {
+                const QString reason = QStringLiteral("cannot check the certificate against the host name '%1'").arg(m_hostName);
+                Q_EMIT verificationFailed(reason);
+                fail(QAbstractSocket::SslHandshakeFailedError, reason);
+                return;
+            }
         }
     }
     m_state = State::Handshake;
@@ -628,13 +647,15 @@ void TlsSocket::flushWrites()
         const QByteArrayView bytes = front.next();
         if (bytes.isEmpty()) {
             m_queue.pop_front();
+            m_frontStarted = false;
             continue;
         }
-        const qsizetype length = std::min(kWriteSlice, bytes.size());
+        const qsizetype length = std::min<qsizetype>(kWriteSlice, bytes.size());
         std::size_t n = 0;
         ERR_clear_error();
         if (SSL_write_ex(m_ssl, bytes.data(), std::size_t(length), &n) == 1) {
             front.advance(qsizetype(n));
+            m_frontStarted = true;
             m_queued -= qint64(n);
             written += qint64(n);
             continue;
@@ -700,8 +721,18 @@ void TlsSocket::onReadable()
         continueHandshake();
         return;
     case State::Encrypted:
-    case State::Closing:
         break;
+    case State::Closing:
+        // Nobody reads a socket that is closing: what the peer still sends is read and
+        // dropped, so that the notifier does not fire again at once and the close is not a
+        // reset that would take our last bytes with it.
+        if (m_writeWantsRead) {
+            m_writeWantsRead = false;
+            flushWrites();
+        }
+        if (m_state == State::Closing)
+            discardIncoming();
+        return;
     default:
         return;
     }
@@ -722,6 +753,40 @@ void TlsSocket::onReadable()
     Q_EMIT readyRead();
     if (m_ssl && (m_state == State::Encrypted || m_state == State::Closing) && SSL_pending(m_ssl) > 0)
         scheduleReadyRead();
+}
+
+void TlsSocket::discardIncoming()
+{
+    char scratch[16 * 1024];
+    const qint64 before = kernelBytes(m_fd) + qint64(SSL_pending(m_ssl));
+    qint64 got = 0;
+    while (m_ssl && (m_state == State::Closing) && !m_peerClosed) {
+        const qint64 n = readData(scratch, sizeof scratch);
+        if (n <= 0)
+            break;
+        got += n;
+    }
+    if (m_ssl && m_state == State::Closing && !m_peerClosed && before == 0 && got == 0) {
+        // Readable with nothing to read: the peer hung up.
+        char byte = 0;
+        const auto n = ::recv(Native(m_fd), &byte, 1, MSG_PEEK);
+        if (n == 0 || (n < 0 && !wouldBlock(lastSocketError())))
+            closeNow(true);
+    }
+}
+
+void TlsSocket::discardUnstarted()
+{
+    if (m_queue.empty())
+        return;
+    std::unique_ptr<OutgoingBytes> front = m_frontStarted ? std::move(m_queue.front()) : nullptr;
+    m_queue.clear();
+    m_queued = 0;
+    m_frontStarted = false;
+    if (front) {
+        m_queued = front->remaining();
+        m_queue.push_back(std::move(front));
+    }
 }
 
 void TlsSocket::onWritable()
@@ -784,6 +849,7 @@ void TlsSocket::abort()
 {
     m_queue.clear();
     m_queued = 0;
+    m_frontStarted = false;
     closeNow(true);
 }
 
@@ -818,6 +884,7 @@ void TlsSocket::closeNow(bool emitDisconnected)
     m_state = State::Unconnected;
     m_queue.clear();
     m_queued = 0;
+    m_frontStarted = false;
     m_readWantsWrite = m_writeWantsRead = false;
     if (isOpen())
         QIODevice::close();

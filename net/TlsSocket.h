@@ -121,13 +121,18 @@ public:
     // from the caller's memory (a message's payload is hashed as it goes, see OutgoingMessage).
     void send(QByteArray bytes);
     void send(std::unique_ptr<OutgoingBytes> bytes);
-    // Writes what is queued, then closes; disconnected() follows.
+    // Drops what is queued and not begun; a message already begun stays, so that the peer
+    // never sees half of one followed by another.
+    void discardUnstarted();
+    // Writes what is queued, then closes; disconnected() follows. What the peer sends
+    // meanwhile is read and dropped.
     void disconnectFromHost();
     // Closes now, dropping what is queued.
     void abort();
     QAbstractSocket::SocketError socketError() const { return m_error; }
 
     bool isSequential() const override { return true; }
+    void close() override { abort(); }
     qint64 bytesAvailable() const override;
     qint64 bytesToWrite() const override { return m_queued; }
 
@@ -151,6 +156,7 @@ private:
     void startHandshake(bool server);
     void continueHandshake();
     void flushWrites();
+    void discardIncoming();
     // Leaves the socket unconnected; emits errorOccurred (unless NoError... see .cpp) and
     // disconnected when it was connected.
     void fail(QAbstractSocket::SocketError error, const QString &text);
@@ -176,6 +182,7 @@ private:
     QAbstractSocket::SocketError m_error = QAbstractSocket::UnknownSocketError;
     std::deque<std::unique_ptr<OutgoingBytes>> m_queue;
     qint64 m_queued = 0;
+    bool m_frontStarted = false; // some of m_queue.front() was written
     bool m_readWantsWrite = false;  // SSL_read needs the socket writable
     bool m_writeWantsRead = false;  // SSL_write needs the socket readable
     bool m_peerClosed = false;

@@ -1028,6 +1028,12 @@ private Q_SLOTS:
                 { QStringLiteral("token_id"), QByteArray(8, 'i') }, { QStringLiteral("secret"), QByteArray(16, 's') } })
                                                << QStringLiteral("without a worker name") << true;
         QTest::newRow("garbage") << QByteArray("XXXXXXXX") << QStringLiteral("not a Flotilla frame") << false;
+        // Weights may not even be announced without a certificate: refused at the first
+        // frame's header, before anything is allocated for them.
+        QTest::newRow("Result announced without a certificate")
+            << encodeFrame(kProtocolVersion, std::uint8_t(MessageType::Result),
+                           cbor(QCborMap { { QStringLiteral("payload_size"), qint64(1) << 20 } }), QByteArray(16, 'w'))
+            << QStringLiteral("at most 0 are accepted") << false;
     }
 
     void withoutCertificateOnlyRedeemIsAllowed()
@@ -1035,6 +1041,9 @@ private Q_SLOTS:
         QFETCH(QByteArray, bytes);
         QFETCH(QString, expected);
         QFETCH(bool, fatal);
+        // As a coordinator sets it for its model's results: a limit for workers, not for
+        // connections without a certificate.
+        m_listener->setPayloadLimit(MessageType::Result, 3u << 20);
         RawClient client(m_identity.ca.certificatePem);
         client.connectTo(m_listener->port());
         QTRY_VERIFY_WITH_TIMEOUT(client.m_socket.isEncrypted() || client.closed(), 5000);
