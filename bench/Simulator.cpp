@@ -307,6 +307,7 @@ struct Worker
     bool online = false;
     bool warned = false; // a notice came: no new work
     bool idle = false; // waiting in the idle queue
+    bool released = false; // left the fleet at the job's tail (releaseIdle)
     quint32 work = 0; // bumped when the result in flight is void (its Arrive event)
     quint32 life = 0; // bumped at each preemption (its Down, Notice, Heartbeat events)
     qint64 onlineSinceMs = 0;
@@ -445,7 +446,7 @@ private:
     void comeUp(int w, bool rejoin)
     {
         Worker &worker = m_workers[std::size_t(w)];
-        if (worker.online)
+        if (worker.online || worker.released)
             return;
         worker.online = true;
         worker.warned = false;
@@ -463,6 +464,19 @@ private:
                 schedule(warnAt, EventType::Notice, w, worker.life);
             schedule(worker.nextDownMs, EventType::Down, w, worker.life);
         }
+    }
+
+    // The job has nothing left for this worker: it leaves for good and is no longer paid.
+    void release(int w)
+    {
+        Worker &worker = m_workers[std::size_t(w)];
+        worker.online = false;
+        worker.idle = false;
+        worker.released = true;
+        --m_online;
+        m_result.onlineSeconds += double(now() - worker.onlineSinceMs) / 1000.0;
+        ++m_result.released;
+        ++worker.life; // voids its pending Down and Notice events
     }
 
     void goDown(int w)
@@ -523,6 +537,11 @@ private:
                 if (grant)
                     ++m_result.speculativeCopies;
             }
+        }
+        if (!grant && m_config.releaseIdle && m_scheduler.openedEpochs() == m_scheduler.epochs()
+            && m_scheduler.queuedCount() == 0) {
+            release(w);
+            return;
         }
         if (!grant) {
             if (!worker.idle) {
@@ -975,7 +994,8 @@ QString simulationReport(const SimulationConfig &c, const std::vector<Simulation
         << " s, heartbeat timeout " << c.heartbeatTimeoutSeconds << " s\n";
     out << "  policy:   aggregation buffer " << c.effectiveBuffer() << (c.buffer == 0 ? " (auto)" : "")
         << " result(s) per version, " << c.epochsAhead << " epoch(s) ahead, share tail "
-        << (c.shareTail ? "on" : "off") << ", speculation " << (c.speculate ? "on" : "off") << "\n";
+        << (c.shareTail ? "on" : "off") << ", speculation " << (c.speculate ? "on" : "off") << ", release idle "
+        << (c.releaseIdle ? "on" : "off") << "\n";
     out << "  job:      " << c.shards << " shards x " << c.shardSize << " samples, " << c.epochs << " epochs, "
         << c.localEpochs << " local epoch(s), batch " << c.batchSize << ", lr " << c.learningRate << "\n";
     out << "  model:    softmax regression, " << c.features << " features x " << c.classes << " classes ("
@@ -1028,7 +1048,7 @@ QString simulationReport(const SimulationConfig &c, const std::vector<Simulation
         out << "  worker-hours: online " << fixed(r.onlineSeconds / 3600.0, 3) << ", busy "
             << fixed(r.busySeconds / 3600.0, 3) << " (" << fixed(100.0 * r.busyShare(), 1) << "% of online), wasted " << fixed(r.wastedSeconds / 3600.0, 3) << " ("
             << fixed(100.0 * wastedShare(r), 1) << "% of busy), sample-steps wasted " << r.sampleStepsWasted << " of "
-            << r.sampleStepsTrained << "\n";
+            << r.sampleStepsTrained << ", workers released at the tail " << r.released << "\n";
         out << "  staleness histogram:";
         for (std::size_t b = 0; b < r.stalenessHistogram.size(); ++b)
             if (r.stalenessHistogram[b] > 0)
@@ -1060,6 +1080,7 @@ QJsonObject simulationJson(const SimulationConfig &c, const std::vector<Simulati
         { QStringLiteral("epochs_ahead"), c.epochsAhead },
         { QStringLiteral("share_tail"), c.shareTail },
         { QStringLiteral("speculate"), c.speculate },
+        { QStringLiteral("release_idle"), c.releaseIdle },
         { QStringLiteral("shards"), c.shards },
         { QStringLiteral("shard_size"), c.shardSize },
         { QStringLiteral("samples"), qint64(c.shards) * c.shardSize },
@@ -1135,6 +1156,7 @@ QJsonObject simulationJson(const SimulationConfig &c, const std::vector<Simulati
             { QStringLiteral("wasted_share"), wastedShare(r) },
             { QStringLiteral("busy_share"), r.busyShare() },
             { QStringLiteral("speculative_copies"), r.speculativeCopies },
+            { QStringLiteral("released"), r.released },
             { QStringLiteral("sample_steps_trained"), r.sampleStepsTrained },
             { QStringLiteral("sample_steps_wasted"), r.sampleStepsWasted },
             { QStringLiteral("cost_spot"), r.costSpot },

@@ -368,6 +368,40 @@ private Q_SLOTS:
         QCOMPARE(sync.versions, qint64(3));
     }
 
+    void releasingIdleWorkersCutsPaidTimeNotTheJob()
+    {
+        // The same churning fleet with the three goodput policies, then also releasing the
+        // workers that ask for work when none is left: every shard still exactly once, the
+        // same schedule and model (releasing happens only when nobody could be given work),
+        // and less paid time for the same busy time.
+        SimulationConfig policy;
+        policy.workers = 40;
+        policy.shards = 80;
+        policy.shardSize = 16;
+        policy.epochs = 3;
+        policy.preemptionsPerHour = 20;
+        policy.downtimeSeconds = 30;
+        policy.testSamples = 200;
+        policy.epochsAhead = 2;
+        policy.shareTail = true;
+        policy.speculate = true;
+        SimulationConfig release = policy;
+        release.releaseIdle = true;
+        const SimulationResult kept = simulate(policy);
+        const SimulationResult released = simulate(release);
+        QVERIFY2(released.exactlyOnce, qPrintable(released.integrityError));
+        QCOMPARE(released.positionsAssimilated, qint64(80 * 16 * 3));
+        QVERIFY(released.released > 0);
+        QVERIFY(kept.released == 0);
+        QVERIFY2(released.onlineSeconds < kept.onlineSeconds,
+            qPrintable(QStringLiteral("online %1 s → %2 s").arg(kept.onlineSeconds).arg(released.onlineSeconds)));
+        QVERIFY2(released.busyShare() > kept.busyShare(),
+            qPrintable(QStringLiteral("busy %1 → %2").arg(kept.busyShare()).arg(released.busyShare())));
+        QVERIFY(!released.evaluations.empty() && !kept.evaluations.empty());
+        // Released workers never come back: the fleet ends smaller than it started.
+        QVERIFY(released.fleet.back().online < kept.fleet.back().online || released.fleet.back().online == 0);
+    }
+
     void badBufferAndPolicyOptionsAreRefused()
     {
         const Ran zero = runFlotilla({ QStringLiteral("simulate"), QStringLiteral("--buffer"), QStringLiteral("0") });
