@@ -72,6 +72,8 @@ const Flag kFlags[] = {
     {"share-tail", nullptr, "Near an epoch's end, no subtask takes more than its share of the queued work."},
     {"speculate", nullptr, "At the job's end, idle workers train copies of the most overdue subtasks; the first "
                            "result wins."},
+    {"dismiss-idle", nullptr, "At the job's end, a worker asking for work when none is left is dismissed: it stops "
+                              "(a cloud fleet scales in)."},
     {"lease-timeout", "seconds", "A lease's deadline: after it, the subtask is reassigned."},
     {"preempt-mean", "seconds", "Simulated preemptions: mean seconds between them (0 = none)."},
     {"preempt-notice", "fraction", "Share of simulated preemptions that come with a notice (partial result)."},
@@ -194,6 +196,8 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
         job.fleet.shareTail = true;
     if (p.isSet(QStringLiteral("speculate")))
         job.fleet.speculate = true;
+    if (p.isSet(QStringLiteral("dismiss-idle")))
+        job.fleet.dismissIdle = true;
     text("rule", job.aggregation.rule);
     text("instance-type", job.fleet.instanceType);
     text("price-class", job.fleet.priceClass);

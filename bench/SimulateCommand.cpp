@@ -115,7 +115,7 @@ Result<Options> readOptions(const QCommandLineParser &parser)
     }
     c.shareTail = parser.isSet(QStringLiteral("share-tail"));
     c.speculate = parser.isSet(QStringLiteral("speculate"));
-    c.releaseIdle = parser.isSet(QStringLiteral("release-idle"));
+    c.dismissIdle = parser.isSet(QStringLiteral("dismiss-idle"));
     if (seed < 0)
         return fail(QStringLiteral("--seed must be ≥ 0"));
     c.seed = quint64(seed);
@@ -250,7 +250,7 @@ int runSimulateCommand(const QStringList &arguments)
         QStringLiteral("No subtask takes more than its share of the queued work (smaller subtasks near an epoch's end).") });
     parser.addOption({ QStringLiteral("speculate"),
         QStringLiteral("When nothing is queued in the last epoch, idle workers train copies of the most overdue subtasks.") });
-    parser.addOption({ QStringLiteral("release-idle"),
+    parser.addOption({ QStringLiteral("dismiss-idle"),
         QStringLiteral("A worker asking for work when the job has none left to give (last epoch open, nothing queued, "
                        "no copy to make) leaves the fleet and is no longer paid.") });
     opt("instance", "Instance type whose prices cost the fleet.", "type", QStringLiteral("aws/c5.large"));

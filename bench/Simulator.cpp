@@ -307,7 +307,7 @@ struct Worker
     bool online = false;
     bool warned = false; // a notice came: no new work
     bool idle = false; // waiting in the idle queue
-    bool released = false; // left the fleet at the job's tail (releaseIdle)
+    bool dismissed = false; // left the fleet at the job's tail (dismissIdle)
     quint32 work = 0; // bumped when the result in flight is void (its Arrive event)
     quint32 life = 0; // bumped at each preemption (its Down, Notice, Heartbeat events)
     qint64 onlineSinceMs = 0;
@@ -446,7 +446,7 @@ private:
     void comeUp(int w, bool rejoin)
     {
         Worker &worker = m_workers[std::size_t(w)];
-        if (worker.online || worker.released)
+        if (worker.online || worker.dismissed)
             return;
         worker.online = true;
         worker.warned = false;
@@ -467,16 +467,17 @@ private:
     }
 
     // The job has nothing left for this worker: it leaves for good and is no longer paid.
-    void release(int w)
+    void dismiss(int w)
     {
         Worker &worker = m_workers[std::size_t(w)];
         worker.online = false;
         worker.idle = false;
-        worker.released = true;
+        worker.dismissed = true;
         --m_online;
         m_result.onlineSeconds += double(now() - worker.onlineSinceMs) / 1000.0;
-        ++m_result.released;
+        ++m_result.dismissed;
         ++worker.life; // voids its pending Down and Notice events
+        record(EventKind::WorkerDismissed, w);
     }
 
     void goDown(int w)
@@ -538,9 +539,9 @@ private:
                     ++m_result.speculativeCopies;
             }
         }
-        if (!grant && m_config.releaseIdle && m_scheduler.openedEpochs() == m_scheduler.epochs()
+        if (!grant && m_config.dismissIdle && m_scheduler.openedEpochs() == m_scheduler.epochs()
             && m_scheduler.queuedCount() == 0) {
-            release(w);
+            dismiss(w);
             return;
         }
         if (!grant) {
@@ -994,8 +995,8 @@ QString simulationReport(const SimulationConfig &c, const std::vector<Simulation
         << " s, heartbeat timeout " << c.heartbeatTimeoutSeconds << " s\n";
     out << "  policy:   aggregation buffer " << c.effectiveBuffer() << (c.buffer == 0 ? " (auto)" : "")
         << " result(s) per version, " << c.epochsAhead << " epoch(s) ahead, share tail "
-        << (c.shareTail ? "on" : "off") << ", speculation " << (c.speculate ? "on" : "off") << ", release idle "
-        << (c.releaseIdle ? "on" : "off") << "\n";
+        << (c.shareTail ? "on" : "off") << ", speculation " << (c.speculate ? "on" : "off") << ", dismiss idle "
+        << (c.dismissIdle ? "on" : "off") << "\n";
     out << "  job:      " << c.shards << " shards x " << c.shardSize << " samples, " << c.epochs << " epochs, "
         << c.localEpochs << " local epoch(s), batch " << c.batchSize << ", lr " << c.learningRate << "\n";
     out << "  model:    softmax regression, " << c.features << " features x " << c.classes << " classes ("
@@ -1048,7 +1049,7 @@ QString simulationReport(const SimulationConfig &c, const std::vector<Simulation
         out << "  worker-hours: online " << fixed(r.onlineSeconds / 3600.0, 3) << ", busy "
             << fixed(r.busySeconds / 3600.0, 3) << " (" << fixed(100.0 * r.busyShare(), 1) << "% of online), wasted " << fixed(r.wastedSeconds / 3600.0, 3) << " ("
             << fixed(100.0 * wastedShare(r), 1) << "% of busy), sample-steps wasted " << r.sampleStepsWasted << " of "
-            << r.sampleStepsTrained << ", workers released at the tail " << r.released << "\n";
+            << r.sampleStepsTrained << ", workers dismissed at the tail " << r.dismissed << "\n";
         out << "  staleness histogram:";
         for (std::size_t b = 0; b < r.stalenessHistogram.size(); ++b)
             if (r.stalenessHistogram[b] > 0)
@@ -1080,7 +1081,7 @@ QJsonObject simulationJson(const SimulationConfig &c, const std::vector<Simulati
         { QStringLiteral("epochs_ahead"), c.epochsAhead },
         { QStringLiteral("share_tail"), c.shareTail },
         { QStringLiteral("speculate"), c.speculate },
-        { QStringLiteral("release_idle"), c.releaseIdle },
+        { QStringLiteral("dismiss_idle"), c.dismissIdle },
         { QStringLiteral("shards"), c.shards },
         { QStringLiteral("shard_size"), c.shardSize },
         { QStringLiteral("samples"), qint64(c.shards) * c.shardSize },
@@ -1156,7 +1157,7 @@ QJsonObject simulationJson(const SimulationConfig &c, const std::vector<Simulati
             { QStringLiteral("wasted_share"), wastedShare(r) },
             { QStringLiteral("busy_share"), r.busyShare() },
             { QStringLiteral("speculative_copies"), r.speculativeCopies },
-            { QStringLiteral("released"), r.released },
+            { QStringLiteral("dismissed"), r.dismissed },
             { QStringLiteral("sample_steps_trained"), r.sampleStepsTrained },
             { QStringLiteral("sample_steps_wasted"), r.sampleStepsWasted },
             { QStringLiteral("cost_spot"), r.costSpot },

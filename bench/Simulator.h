@@ -82,9 +82,9 @@ struct SimulationConfig
     bool shareTail = false;
     bool speculate = false;
     // A worker that asks for work when the job has none left to give (the last epoch open,
-    // nothing queued, no copy to make) is released: it leaves the fleet for the rest of the
+    // nothing queued, no copy to make) is dismissed: it leaves the fleet for the rest of the
     // job and is no longer paid, as a cloud fleet scales in at its tail.
-    bool releaseIdle = false;
+    bool dismissIdle = false;
     // Buffered aggregation: asynchronous rules fold the mean of this many results as one
     // version; 0: auto, ⌈√workers⌉.
     int buffer = 1;
@@ -148,7 +148,7 @@ struct SimulationResult
     qint64 partialResults = 0;
     qint64 preemptions = 0;
     qint64 speculativeCopies = 0;
-    qint64 released = 0; // workers released at the tail (releaseIdle)
+    qint64 dismissed = 0; // workers dismissed at the tail (dismissIdle)
 
     double onlineSeconds = 0.0; // billed: every worker's time online until the job finished
     double busySeconds = 0.0; // time workers spent on subtasks (transfers and training)

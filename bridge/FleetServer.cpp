@@ -264,7 +264,7 @@ QByteArray FleetServer::shardSha(int shard)
     return it->second;
 }
 
-void FleetServer::onAssigned(qint64 ticket, const std::optional<Assignment> &a, bool finished)
+void FleetServer::onAssigned(qint64 ticket, const std::optional<Assignment> &a, bool finished, bool dismissed)
 {
     const auto it = m_requests.find(ticket);
     if (it == m_requests.end())
@@ -281,7 +281,7 @@ void FleetServer::onAssigned(qint64 ticket, const std::optional<Assignment> &a, 
     if (!a) {
         // Jittered, so that idle workers at an epoch's end do not all ask again at once.
         const int retryMs = 250 + int(QRandomGenerator::global()->bounded(500));
-        m_listener->send(connectionId, net::NoWorkMsg{retryMs, finished});
+        m_listener->send(connectionId, net::NoWorkMsg{retryMs, finished, dismissed});
         return;
     }
     const TrainConfig &c = a->config;

@@ -64,7 +64,7 @@ private:
     void onHello(const net::PeerInfo &peer, const net::HelloMsg &hello);
     void onJoined(qint64 ticket, qint64 workerId, const QString &error);
     void onMessage(qint64 connectionId, const net::Message &message);
-    void onAssigned(qint64 ticket, const std::optional<Assignment> &assignment, bool finished);
+    void onAssigned(qint64 ticket, const std::optional<Assignment> &assignment, bool finished, bool dismissed);
     void sendShard(qint64 connectionId, const net::ShardRequestMsg &request);
     void receiveResult(qint64 connectionId, const ConnectedWorker &worker, const net::ResultMsg &header,
                        const QByteArray &payload);

@@ -233,6 +233,13 @@ void WorkerAgent::onMessage(const net::Message &message)
             finish(0, QStringLiteral("the job is finished"));
             return;
         }
+        if (noWork->dismissed) {
+            // The job's tail: nothing is left for this machine, and its owner stops paying.
+            m_client->send(net::ByeMsg{QStringLiteral("dismissed")});
+            finish(0, QStringLiteral("dismissed: the job has no work left for this machine (its last subtasks are "
+                                     "with other workers)"));
+            return;
+        }
         m_retry.start(int(std::clamp<qint64>(noWork->retryMs, 50, 10000)));
         return;
     }

@@ -434,6 +434,7 @@ Result<qint64> Coordinator::workerJoined(const WorkerInfo &info, qint64 knownWor
     if (knownWorkerId != 0 && known != m_workers.end()) {
         WorkerState &w = known->second;
         w.online = true;
+        w.dismissed = false;
         w.rates = *rates;
         w.record.instanceType = info.instanceType;
         w.record.priceClass = info.priceClass;
@@ -592,6 +593,13 @@ std::vector<WorkerStatus> Coordinator::workerStatuses() const
     return out;
 }
 
+bool Coordinator::dismissesIdle() const
+{
+    // Not once every position is in: the job is about to finish, and says so.
+    return m_spec.fleet.dismissIdle && m_fatal.isEmpty() && !m_finished && !m_paused && !m_scheduler->finished()
+           && m_scheduler->openedEpochs() == m_scheduler->epochs() && m_scheduler->queuedCount() == 0;
+}
+
 std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
 {
     if (!m_fatal.isEmpty() || m_finished || m_paused)
@@ -625,8 +633,12 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
                 copyOf = QStringLiteral(" (a speculative copy: the subtask's other lease is the most overdue)");
         }
     }
-    if (!grant)
+    if (!grant) {
+        if (dismissesIdle() && !std::exchange(worker.dismissed, true))
+            event(EventKind::WorkerDismissed, workerId, 0, 0,
+                  QStringLiteral("nothing queued in the last epoch and no copy to make (fleet.dismiss_idle)"));
         return std::nullopt;
+    }
     if (auto r = persist(grant->changes); !r) {
         setFatal(r.error());
         return std::nullopt;

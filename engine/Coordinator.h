@@ -239,6 +239,9 @@ public:
     bool inGroup() const { return m_grouped; }
 
     std::optional<Assignment> requestSubtask(qint64 workerId);
+    // fleet.dismiss_idle: a worker that got nothing from requestSubtask() now is to stop, as
+    // nothing is left to give it (the last epoch open, nothing queued, no copy to make).
+    bool dismissesIdle() const;
     SubmitReply submitResult(qint64 workerId, SubtaskResult result);
     void handBack(qint64 workerId, qint64 leaseId, const QString &reason);
     // Expires leases past their deadline; workers silent longer than the heartbeat timeout
@@ -418,6 +421,7 @@ private:
         double costOnDemand = 0.0;
         double costActual = 0.0;
         WorkerTrust trust;
+        bool dismissed = false;      // told to stop at the job's tail (recorded once)
         std::deque<bool> verdicts;   // the last ten results: true = rejected
         std::deque<double> cosines;  // of the last accepted updates against the consensus
     };

@@ -242,10 +242,12 @@ qint64 CoordinatorThread::request(qint64 workerId, double samplesPerSecond)
     queue<RequestAnswer>(
         [workerId, samplesPerSecond](Coordinator &c) {
             c.reportSpeed(workerId, samplesPerSecond);
-            return RequestAnswer{c.requestSubtask(workerId), c.finished()};
+            auto assignment = c.requestSubtask(workerId);
+            const bool dismissed = !assignment && c.dismissesIdle();
+            return RequestAnswer{std::move(assignment), c.finished(), dismissed};
         },
         [](const QString &) { return RequestAnswer{}; },
-        [this, ticket](RequestAnswer a) { Q_EMIT requestAnswered(ticket, a.assignment, a.finished); });
+        [this, ticket](RequestAnswer a) { Q_EMIT requestAnswered(ticket, a.assignment, a.finished, a.dismissed); });
     return ticket;
 }
 

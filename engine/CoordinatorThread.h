@@ -66,7 +66,9 @@ Q_SIGNALS:
     // error is empty when the worker joined.
     void joinAnswered(qint64 ticket, qint64 workerId, const QString &error);
     // No assignment: nothing to do now; finished says whether the job is over.
-    void requestAnswered(qint64 ticket, const std::optional<flotilla::Assignment> &assignment, bool finished);
+    // dismissed: no assignment, and none will come (fleet.dismiss_idle): the worker is to stop.
+    void requestAnswered(qint64 ticket, const std::optional<flotilla::Assignment> &assignment, bool finished,
+                         bool dismissed);
     void submitAnswered(qint64 ticket, const flotilla::SubmitReply &reply);
 
     void progressed(const flotilla::JobProgress &progress);
@@ -84,6 +86,7 @@ private:
     {
         std::optional<Assignment> assignment;
         bool finished = false;
+        bool dismissed = false;
     };
     // Queues op on the coordinator's thread, inside the open group; deliver gets op's answer
     // once the group ended (or what lost() makes of the reason when it could not be made

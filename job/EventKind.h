@@ -26,6 +26,7 @@
     X(WorkerPreempted, "worker-preempted", Trouble, Job, "a worker was preempted (a notice or a kill)")                \
     X(WorkerQuarantined, "worker-quarantined", Trouble, Job, "a worker's results failed checks; it gets no leases")    \
     X(WorkerReleased, "worker-released", Notice, Job, "a quarantined worker may take leases again")                    \
+    X(WorkerDismissed, "worker-dismissed", Notice, Both, "the job had no work left for an idle worker and let it go")   \
     X(WorkerUp, "worker-up", Notice, Sim, "a simulated instance started")                                              \
     X(WorkerDown, "worker-down", Trouble, Sim, "a simulated instance was reclaimed")                                   \
     X(PreemptionNotice, "preemption-notice", Notice, Sim, "a simulated instance got its reclaim notice")               \

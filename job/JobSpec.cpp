@@ -67,6 +67,7 @@ void forEachField(Job &job, Visit &&visit)
     visit("fleet.epochs_ahead", job.fleet.epochsAhead);
     visit("fleet.share_tail", job.fleet.shareTail);
     visit("fleet.speculate", job.fleet.speculate);
+    visit("fleet.dismiss_idle", job.fleet.dismissIdle);
     visit("fleet.heartbeat_timeout_s", job.fleet.heartbeatTimeoutSeconds);
     visit("fleet.instance_type", job.fleet.instanceType);
     visit("fleet.price_class", job.fleet.priceClass);

@@ -97,6 +97,10 @@ struct FleetSpec
     // Once the last epoch is open and nothing is queued, an idle worker gets a copy of the
     // subtask most overdue; the first result wins.
     bool speculate = false;
+    // A worker that asks for work when none is left to give (the last epoch open, nothing
+    // queued, no copy to make) is dismissed: told so, it stops, and a cloud fleet stops
+    // paying for it (scaling in at the job's tail).
+    bool dismissIdle = false;
     // A worker not heard from for this long is considered gone; its leases are reassigned.
     double heartbeatTimeoutSeconds = 30.0;
     // How often workers send a heartbeat (told to them in Welcome): a quarter of the timeout,

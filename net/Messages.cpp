@@ -267,7 +267,10 @@ Result<AssignMsg> AssignMsg::decode(const QCborMap &header)
 
 QCborMap NoWorkMsg::encode() const
 {
-    return QCborMap { { key("retry_ms"), retryMs }, { key("finished"), finished } };
+    QCborMap m { { key("retry_ms"), retryMs }, { key("finished"), finished } };
+    if (dismissed)
+        m.insert(key("dismissed"), true);
+    return m;
 }
 
 Result<NoWorkMsg> NoWorkMsg::decode(const QCborMap &header)
@@ -276,6 +279,7 @@ Result<NoWorkMsg> NoWorkMsg::decode(const QCborMap &header)
     HeaderReader r(header, type);
     r.integer("retry_ms", m.retryMs, Need::Required);
     r.boolean("finished", m.finished);
+    r.boolean("dismissed", m.dismissed);
     return r.finish(std::move(m));
 }
 

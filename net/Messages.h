@@ -123,6 +123,7 @@ struct NoWorkMsg
     static constexpr MessageType type = MessageType::NoWork;
     qint64 retryMs = 0;
     bool finished = false;
+    bool dismissed = false; // none will come: the worker is to stop (fleet.dismiss_idle)
 
     QCborMap encode() const;
     static Result<NoWorkMsg> decode(const QCborMap &header);

@@ -1150,6 +1150,37 @@ private Q_SLOTS:
         }
     }
 
+    void idleWorkerIsDismissedAtTheTailOnlyWithTheKey()
+    {
+        // One epoch of two shards: a holds shard 0 while b finishes shard 1 and asks again.
+        // Nothing is queued and no epoch is left to open: with fleet.dismiss_idle, b is
+        // dismissed (once in the events, however often it asks); without it, it waits.
+        for (const bool dismiss : {false, true}) {
+            Fixture f;
+            f.data = test::blobs(240, 4, 2);
+            f.spec = test::blobsJob(2, 1);
+            f.spec.fleet.dismissIdle = dismiss;
+            auto c = f.open();
+            QVERIFY(c);
+            const qint64 a = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+            const qint64 b = c->workerJoined(test::spotWorker(QStringLiteral("b"))).value();
+            auto first = c->requestSubtask(a);
+            QVERIFY(first);
+            QVERIFY(!c->dismissesIdle()); // a shard is still queued
+            auto second = c->requestSubtask(b);
+            QVERIFY(second);
+            QCOMPARE(c->submitResult(b, fakeResult(*second)).status, SubmitStatus::Assimilated);
+            QVERIFY(!c->requestSubtask(b));
+            QVERIFY(!c->requestSubtask(b));
+            QCOMPARE(c->dismissesIdle(), dismiss);
+            QCOMPARE(countEvents(*c, QStringLiteral("worker-dismissed")), dismiss ? 1 : 0);
+            // The job still finishes with the worker that holds the last subtask.
+            QCOMPARE(c->submitResult(a, fakeResult(*first)).status, SubmitStatus::Assimilated);
+            QVERIFY(c->finished());
+            QVERIFY(!c->dismissesIdle());
+        }
+    }
+
     void preemptionAfterTheEndIsNotCounted()
     {
         // A local fleet's preemption timer can fire after the job's last assimilation: the

@@ -65,6 +65,7 @@ JobSpec customJob()
     j.fleet.epochsAhead = 3;
     j.fleet.shareTail = true;
     j.fleet.speculate = true;
+    j.fleet.dismissIdle = true;
     j.fleet.instanceType = QStringLiteral("gcp/e2-standard-4");
     j.fleet.priceClass = QStringLiteral("on-demand");
     j.fleet.priceTable = QStringLiteral("/etc/prices.json");

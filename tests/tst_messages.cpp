@@ -162,6 +162,10 @@ private Q_SLOTS:
         QCOMPARE(noWork.retryMs, qint64(750));
         QVERIFY(noWork.finished);
         QCOMPARE(keysOf(noWork.encode()), sorted({ "retry_ms", "finished" }));
+        // Dismissed only when it is: an older worker's decoder never sees the key otherwise.
+        const NoWorkMsg dismissed = roundTrip(NoWorkMsg { 500, false, true });
+        QVERIFY(dismissed.dismissed && !dismissed.finished);
+        QCOMPARE(keysOf(dismissed.encode()), sorted({ "retry_ms", "finished", "dismissed" }));
 
         QCOMPARE(roundTrip(ShardRequestMsg { 3 }).shard, qint64(3));
         QCOMPARE(keysOf(ShardRequestMsg {}.encode()), sorted({ "shard" }));

@@ -368,7 +368,7 @@ private Q_SLOTS:
         QCOMPARE(sync.versions, qint64(3));
     }
 
-    void releasingIdleWorkersCutsPaidTimeNotTheJob()
+    void dismissingIdleWorkersCutsPaidTimeNotTheJob()
     {
         // The same churning fleet with the three goodput policies, then also releasing the
         // workers that ask for work when none is left: every shard still exactly once, the
@@ -386,20 +386,20 @@ private Q_SLOTS:
         policy.shareTail = true;
         policy.speculate = true;
         SimulationConfig release = policy;
-        release.releaseIdle = true;
+        release.dismissIdle = true;
         const SimulationResult kept = simulate(policy);
-        const SimulationResult released = simulate(release);
-        QVERIFY2(released.exactlyOnce, qPrintable(released.integrityError));
-        QCOMPARE(released.positionsAssimilated, qint64(80 * 16 * 3));
-        QVERIFY(released.released > 0);
-        QVERIFY(kept.released == 0);
-        QVERIFY2(released.onlineSeconds < kept.onlineSeconds,
-            qPrintable(QStringLiteral("online %1 s → %2 s").arg(kept.onlineSeconds).arg(released.onlineSeconds)));
-        QVERIFY2(released.busyShare() > kept.busyShare(),
-            qPrintable(QStringLiteral("busy %1 → %2").arg(kept.busyShare()).arg(released.busyShare())));
-        QVERIFY(!released.evaluations.empty() && !kept.evaluations.empty());
+        const SimulationResult dismissed = simulate(release);
+        QVERIFY2(dismissed.exactlyOnce, qPrintable(dismissed.integrityError));
+        QCOMPARE(dismissed.positionsAssimilated, qint64(80 * 16 * 3));
+        QVERIFY(dismissed.dismissed > 0);
+        QVERIFY(kept.dismissed == 0);
+        QVERIFY2(dismissed.onlineSeconds < kept.onlineSeconds,
+            qPrintable(QStringLiteral("online %1 s → %2 s").arg(kept.onlineSeconds).arg(dismissed.onlineSeconds)));
+        QVERIFY2(dismissed.busyShare() > kept.busyShare(),
+            qPrintable(QStringLiteral("busy %1 → %2").arg(kept.busyShare()).arg(dismissed.busyShare())));
+        QVERIFY(!dismissed.evaluations.empty() && !kept.evaluations.empty());
         // Released workers never come back: the fleet ends smaller than it started.
-        QVERIFY(released.fleet.back().online < kept.fleet.back().online || released.fleet.back().online == 0);
+        QVERIFY(dismissed.fleet.back().online < kept.fleet.back().online || dismissed.fleet.back().online == 0);
     }
 
     void badBufferAndPolicyOptionsAreRefused()
