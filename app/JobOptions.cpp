@@ -251,6 +251,13 @@ void printSummary(const JobProgress &p, const QString &runDir, qint64 wallMs)
     if (p.resultsReceived > 0)
         std::printf("  results' weights     %.1f KiB each on the way in (mean of %lld)\n",
                     double(p.resultBytes) / double(p.resultsReceived) / 1024.0, static_cast<long long>(p.resultsReceived));
+    if (p.weightsSent > 0)
+        std::printf("  global weights       %.1f KiB each on the way out (mean of %lld: %lld whole, %lld as a change, "
+                    "%lld as an anchor and a change)\n",
+                    double(p.weightsSentBytes) / double(p.weightsSent) / 1024.0, static_cast<long long>(p.weightsSent),
+                    static_cast<long long>(p.weightsSentWhole),
+                    static_cast<long long>(p.weightsSent - p.weightsSentWhole - p.weightsSentAnchored),
+                    static_cast<long long>(p.weightsSentAnchored));
     std::printf("  worker time          %.0f s useful, %.0f s wasted by preemptions (%.1f%%)\n", c.usefulSeconds,
                 c.wastedSeconds, wasteShare);
     std::printf("  cost                 $%.4f at spot prices, $%.4f at on-demand prices, $%.4f paid: savings %.0f%%\n",

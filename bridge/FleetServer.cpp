@@ -43,6 +43,8 @@ Result<std::unique_ptr<FleetServer>> FleetServer::create(CoordinatorThread *coor
         s->m_data = c.data();
         s->m_layout = c.layout();
     });
+    s->m_downlink = std::make_unique<DownlinkEncoder>(
+        compressionFromName(s->m_spec.fleet.compression).value_or(Compression::None));
     if (s->m_spec.model.kind == QLatin1String("torchscript")) {
         QFile model(s->m_spec.model.path);
         if (!model.open(QIODevice::ReadOnly))
@@ -206,6 +208,8 @@ void FleetServer::onMessage(qint64 connectionId, const net::Message &message)
         Pending pending;
         pending.connectionId = connectionId;
         pending.workerId = worker.workerId;
+        pending.takesChanges = request->takesChanges;
+        pending.anchor = request->anchor;
         m_requests[m_coordinator->request(worker.workerId, request->samplesPerSecond)] = pending;
         return;
     }
@@ -242,16 +246,6 @@ void FleetServer::onMessage(qint64 connectionId, const net::Message &message)
     default:
         m_listener->close(connectionId, QStringLiteral("sent an unexpected %1 message").arg(net::describe(message.type)));
     }
-}
-
-const QByteArray &FleetServer::weightBytes(const Assignment &a)
-{
-    // Every worker that asks at the same version gets the same bytes: encode them once.
-    if (m_encodedSeq != a.baseSeq) {
-        m_encodedWeights = weightsToBytes(a.weights);
-        m_encodedSeq = a.baseSeq;
-    }
-    return m_encodedWeights;
 }
 
 QByteArray FleetServer::shardSha(int shard)
@@ -304,7 +298,16 @@ void FleetServer::onAssigned(qint64 ticket, const std::optional<Assignment> &a, 
     assign.localEpochs = c.localEpochs;
     assign.localSteps = c.localSteps;
     assign.seed = c.seed;
-    m_listener->send(connectionId, assign, weightBytes(*a));
+    // A new anchor every 8 assignments per worker online: a worker is sent an anchor whole
+    // about once per 8 to 16 of its subtasks, and a change from it for the others.
+    const qint64 refresh = std::max<qint64>(32, 8 * qint64(m_connected.size()));
+    const auto weights = m_downlink->encode(a->baseSeq, a->weights, pending.anchor, pending.takesChanges, refresh);
+    assign.change = compressionName(weights.form.change);
+    assign.anchor = weights.form.anchor;
+    assign.anchorIncluded = weights.form.anchorIncluded;
+    m_coordinator->countWeightsSent(weights.payload.size(), weights.form.change == Compression::None,
+                                    weights.form.anchorIncluded);
+    m_listener->send(connectionId, assign, weights.payload);
 }
 
 void FleetServer::sendShard(qint64 connectionId, const net::ShardRequestMsg &request)

@@ -9,6 +9,7 @@
 
 #include "bridge/OperatorService.h"
 #include "engine/CoordinatorThread.h"
+#include "engine/Downlink.h"
 #include "net/TlsListener.h"
 
 #include <QHash>
@@ -57,6 +58,8 @@ private:
         qint64 workerId = 0;
         qint64 leaseId = 0;
         net::PeerInfo peer; // joins
+        bool takesChanges = false; // requests: how the worker can take the weights
+        qint64 anchor = 0;
         bool closed = false; // the connection closed meanwhile
     };
 
@@ -71,7 +74,6 @@ private:
     void onSubmitted(qint64 ticket, const SubmitReply &reply);
     void onClosed(qint64 connectionId);
     QByteArray shardSha(int shard);
-    const QByteArray &weightBytes(const Assignment &a);
 
     CoordinatorThread *m_coordinator = nullptr;
     std::unique_ptr<net::TlsListener> m_listener;
@@ -87,8 +89,7 @@ private:
     std::map<int, QByteArray> m_shardSha;
     mutable QMutex m_addressMutex;
     QHash<qint64, QString> m_addresses;
-    qint64 m_encodedSeq = -1;
-    QByteArray m_encodedWeights;
+    std::unique_ptr<DownlinkEncoder> m_downlink;
 };
 
 } // namespace flotilla

@@ -120,6 +120,7 @@ void WorkerAgent::onWelcomed(const QCborMap &header)
     m_compression = compression.value_or(Compression::None);
     if (!m_session || layout != m_layout) {
         m_encoder.reset();
+        m_downlink.reset();
         if (m_training.isRunning()) {
             m_cancel = true;
             m_training.waitForFinished();
@@ -211,7 +212,7 @@ void WorkerAgent::requestWork()
     if (m_preempting || m_finished || m_suspended || m_current || m_asked || !m_client->isConnected())
         return;
     m_asked = true;
-    m_client->send(net::RequestMsg{m_speed});
+    m_client->send(net::RequestMsg{m_speed, true, m_downlink.anchor()});
 }
 
 void WorkerAgent::onMessage(const net::Message &message)
@@ -286,9 +287,21 @@ void WorkerAgent::onAssign(const net::Message &message)
         m_client->send(net::HandBackMsg{a.lease, QStringLiteral("the worker was not ready")});
         return;
     }
-    auto weights = weightsFromBytes(message.payload, m_session->layout());
+    const auto change = compressionFromName(a.change);
+    if (!change) {
+        m_client->send(net::HandBackMsg{
+            a.lease, QStringLiteral("the weights came as '%1', which is not none, fp16 or int8").arg(a.change.left(40))});
+        return;
+    }
+    auto weights = m_downlink.decode(WeightsForm{*change, a.anchor, a.anchorIncluded}, message.payload,
+                                     m_session->layout());
     if (!weights) {
+        // The next request says which anchor this worker holds (none, if that was the trouble),
+        // and the coordinator sends what it can use.
+        qCWarning(lcBridge).noquote() << "handing back lease" << a.lease << "-" << weights.error();
+        m_downlink.reset();
         m_client->send(net::HandBackMsg{a.lease, weights.error()});
+        m_retry.start(1000);
         return;
     }
     Current c;

@@ -9,6 +9,7 @@
 // of the agent's pool and owns the WorkerJob while it runs.
 
 #include "engine/Compression.h"
+#include "engine/Downlink.h"
 #include "engine/ShardCache.h"
 #include "engine/WorkerJob.h"
 #include "net/WorkerClient.h"
@@ -116,6 +117,7 @@ private:
     quint64 m_jobSeed = 0;
     Compression m_compression = Compression::None; // as the coordinator's Welcome asked
     UpdateEncoder m_encoder;
+    DownlinkDecoder m_downlink; // the anchor the global weights come as changes from
     ShardCache m_shards;
     std::optional<Current> m_current;
     std::optional<Pending> m_pending;

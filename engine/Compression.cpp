@@ -66,17 +66,13 @@ qint64 encodedBytes(Compression kind, qint64 numel)
     return numel * 4;
 }
 
-QByteArray UpdateEncoder::encode(Compression kind, const torch::Tensor &weights, const torch::Tensor &base)
+namespace {
+
+// `delta` rounded to `kind`; `sent` receives what the receiver will decode.
+QByteArray quantize(Compression kind, const torch::Tensor &delta, torch::Tensor &sent)
 {
-    Q_ASSERT(kind != Compression::None);
-    torch::NoGradGuard noGrad;
-    torch::Tensor delta = weights.to(torch::kCPU, torch::kFloat32).contiguous()
-                          - base.to(torch::kCPU, torch::kFloat32).contiguous();
-    if (m_residual.defined() && m_residual.numel() == delta.numel())
-        delta.add_(m_residual);
     const qint64 n = delta.numel();
     QByteArray out;
-    torch::Tensor sent;
     if (kind == Compression::Fp16) {
         const torch::Tensor half = delta.clamp(-kHalfMax, kHalfMax).to(torch::kHalf).contiguous();
         out = tensorBytes(half, 2);
@@ -92,8 +88,35 @@ QByteArray UpdateEncoder::encode(Compression kind, const torch::Tensor &weights,
         out.append(static_cast<const char *>(q.data_ptr()), static_cast<qsizetype>(n));
         sent = (q.to(torch::kFloat32) * scales.unsqueeze(1)).view({-1}).narrow(0, 0, n);
     }
+    return out;
+}
+
+torch::Tensor difference(const torch::Tensor &weights, const torch::Tensor &base)
+{
+    return weights.to(torch::kCPU, torch::kFloat32).contiguous() - base.to(torch::kCPU, torch::kFloat32).contiguous();
+}
+
+} // namespace
+
+QByteArray UpdateEncoder::encode(Compression kind, const torch::Tensor &weights, const torch::Tensor &base)
+{
+    Q_ASSERT(kind != Compression::None);
+    torch::NoGradGuard noGrad;
+    torch::Tensor delta = difference(weights, base);
+    if (m_residual.defined() && m_residual.numel() == delta.numel())
+        delta.add_(m_residual);
+    torch::Tensor sent;
+    QByteArray out = quantize(kind, delta, sent);
     m_residual = delta - sent;
     return out;
+}
+
+QByteArray encodeChange(Compression kind, const torch::Tensor &weights, const torch::Tensor &base)
+{
+    Q_ASSERT(kind != Compression::None);
+    torch::NoGradGuard noGrad;
+    torch::Tensor sent;
+    return quantize(kind, difference(weights, base), sent);
 }
 
 Result<torch::Tensor> decodeUpdate(Compression kind, QByteArrayView bytes, const torch::Tensor &base)

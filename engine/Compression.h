@@ -44,7 +44,11 @@ private:
     torch::Tensor m_residual;
 };
 
-// The coordinator's side: base + the decoded delta, as a new float32 tensor. Refuses bytes of
+// weights − base in `kind` (not None), without error feedback: for a change from weights the
+// receiver holds exactly, whose rounding is never added to another's (engine/Downlink.h).
+QByteArray encodeChange(Compression kind, const torch::Tensor &weights, const torch::Tensor &base);
+
+// The receiver's side: base + the decoded delta, as a new float32 tensor. Refuses bytes of
 // the wrong size for the model, non-finite or negative scales and non-finite values, naming
 // what was wrong.
 Result<torch::Tensor> decodeUpdate(Compression kind, QByteArrayView bytes, const torch::Tensor &base);

@@ -750,6 +750,14 @@ Result<torch::Tensor> Coordinator::baseWeights(const Lease &lease)
                     .arg(lease.baseVersion));
 }
 
+void Coordinator::countWeightsSent(qint64 bytes, bool whole, bool anchored)
+{
+    ++m_weightsSent;
+    m_weightsSentBytes += bytes;
+    m_weightsSentWhole += whole ? 1 : 0;
+    m_weightsSentAnchored += anchored ? 1 : 0;
+}
+
 bool Coordinator::keepsBases() const
 {
     return m_core->rule().needsBase() || m_compression != Compression::None;
@@ -1824,6 +1832,10 @@ JobProgress Coordinator::progress() const
     p.duplicates = m_duplicates;
     p.resultsReceived = m_resultsReceived;
     p.resultBytes = m_resultBytes;
+    p.weightsSent = m_weightsSent;
+    p.weightsSentBytes = m_weightsSentBytes;
+    p.weightsSentWhole = m_weightsSentWhole;
+    p.weightsSentAnchored = m_weightsSentAnchored;
     p.verified = m_verified;
     p.disagreements = m_disagreements;
     p.cost = m_costTotals;

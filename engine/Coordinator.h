@@ -138,6 +138,10 @@ struct JobProgress
     qint64 duplicates = 0;
     qint64 resultsReceived = 0; // results whose weights were counted on their way in
     qint64 resultBytes = 0;     // and the bytes those weights took
+    qint64 weightsSent = 0;      // global weights sent to workers over the network (Assign)
+    qint64 weightsSentBytes = 0; // and the bytes they took
+    qint64 weightsSentWhole = 0;    // of which as float32 weights, not as a change (engine/Downlink.h)
+    qint64 weightsSentAnchored = 0; // and as an anchor whole followed by a change from it
     int quarantined = 0; // workers in quarantine now
     qint64 verified = 0;      // results confirmed by another worker's (redundancy)
     qint64 disagreements = 0; // subtasks whose replicas disagreed
@@ -227,6 +231,9 @@ public:
     // A note from whoever runs the fleet (e.g. a simulated preemption), stored as an event.
     void recordEvent(EventKind kind, qint64 workerId, const QString &detail);
     void heartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps, qint64 plannedSampleSteps);
+    // The network layer sent a lease's weights in `bytes`: as float32 weights (whole), as an
+    // anchor and a change from it (anchored), or as a change alone (neither).
+    void countWeightsSent(qint64 bytes, bool whole, bool anchored);
     // Whether the worker is known and online (a revoked or timed-out worker is not).
     bool isOnline(qint64 workerId) const;
     // The worker's own measurement of its speed; used until results give a measured one.
@@ -442,6 +449,10 @@ private:
     qint64 m_duplicates = 0;
     qint64 m_resultsReceived = 0;
     qint64 m_resultBytes = 0;
+    qint64 m_weightsSent = 0;
+    qint64 m_weightsSentBytes = 0;
+    qint64 m_weightsSentWhole = 0;
+    qint64 m_weightsSentAnchored = 0;
     qint64 m_verified = 0;
     qint64 m_disagreements = 0;
     qint64 m_startedMs = 0;

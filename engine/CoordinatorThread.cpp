@@ -302,6 +302,11 @@ void CoordinatorThread::recordEvent(EventKind kind, qint64 workerId, const QStri
     post([kind, workerId, detail](Coordinator &c) { c.recordEvent(kind, workerId, detail); });
 }
 
+void CoordinatorThread::countWeightsSent(qint64 bytes, bool whole, bool anchored)
+{
+    post([=](Coordinator &c) { c.countWeightsSent(bytes, whole, anchored); }, false); // writes nothing
+}
+
 void CoordinatorThread::setPausedAsync(bool paused)
 {
     post([paused](Coordinator &c) { c.setPaused(paused); });

@@ -47,6 +47,7 @@ public:
     void handBack(qint64 workerId, qint64 leaseId, const QString &reason);
     void heartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps, qint64 planned);
     void recordEvent(EventKind kind, qint64 workerId, const QString &detail);
+    void countWeightsSent(qint64 bytes, bool whole, bool anchored);
     void setPausedAsync(bool paused);
     // Lifts a worker's quarantine, as the operator in the control center decided.
     void releaseAsync(qint64 workerId, const QString &by);

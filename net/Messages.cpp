@@ -219,7 +219,12 @@ Result<EnrolledMsg> EnrolledMsg::decode(const QCborMap &header)
 
 QCborMap RequestMsg::encode() const
 {
-    return QCborMap { { key("samples_per_second"), samplesPerSecond } };
+    QCborMap m { { key("samples_per_second"), samplesPerSecond } };
+    if (takesChanges) {
+        m.insert(key("takes_changes"), true);
+        m.insert(key("anchor"), anchor);
+    }
+    return m;
 }
 
 Result<RequestMsg> RequestMsg::decode(const QCborMap &header)
@@ -227,17 +232,26 @@ Result<RequestMsg> RequestMsg::decode(const QCborMap &header)
     RequestMsg m;
     HeaderReader r(header, type);
     r.number("samples_per_second", m.samplesPerSecond);
+    r.boolean("takes_changes", m.takesChanges);
+    r.nonNegative("anchor", m.anchor);
     return r.finish(std::move(m));
 }
 
 QCborMap AssignMsg::encode() const
 {
-    return QCborMap { { key("lease"), lease }, { key("subtask"), subtask }, { key("epoch"), epoch },
+    QCborMap m { { key("lease"), lease }, { key("subtask"), subtask }, { key("epoch"), epoch },
         { key("shard"), shard }, { key("begin"), begin }, { key("end"), end }, { key("base_version"), baseVersion },
         { key("deadline_ms"), deadlineMs }, { key("shard_samples"), shardSamples },
         { key("shard_sha256"), shardSha256 }, { key("optimizer"), optimizer }, { key("learning_rate"), learningRate },
         { key("momentum"), momentum }, { key("weight_decay"), weightDecay }, { key("batch_size"), batchSize },
         { key("local_epochs"), localEpochs }, { key("local_steps"), localSteps }, { key("seed"), qint64(seed) } };
+    if (change != QLatin1String("none"))
+        m.insert(key("change"), change);
+    if (anchor != 0)
+        m.insert(key("anchor"), anchor);
+    if (anchorIncluded)
+        m.insert(key("anchor_included"), true);
+    return m;
 }
 
 Result<AssignMsg> AssignMsg::decode(const QCborMap &header)
@@ -262,6 +276,9 @@ Result<AssignMsg> AssignMsg::decode(const QCborMap &header)
     r.integer("local_epochs", m.localEpochs, Need::Required);
     r.integer("local_steps", m.localSteps, Need::Required);
     r.unsignedInteger("seed", m.seed, Need::Required);
+    r.text("change", m.change);
+    r.nonNegative("anchor", m.anchor);
+    r.boolean("anchor_included", m.anchorIncluded);
     return r.finish(std::move(m));
 }
 

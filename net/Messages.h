@@ -86,12 +86,18 @@ struct RequestMsg
 {
     static constexpr MessageType type = MessageType::Request;
     double samplesPerSecond = 0;
+    // The worker takes the global weights as a change from an anchor it holds (0: none);
+    // an older worker says neither and is sent the weights whole.
+    bool takesChanges = false;
+    qint64 anchor = 0;
 
     QCborMap encode() const;
     static Result<RequestMsg> decode(const QCborMap &header);
 };
 
-// Payload: the global weights (raw float32).
+// Payload: the global weights (raw float32); or, when `change` is fp16 or int8, the change
+// from anchor `anchor` in that form, preceded by the anchor's float32 weights when
+// `anchor_included` (engine/Downlink.h).
 struct AssignMsg
 {
     static constexpr MessageType type = MessageType::Assign;
@@ -113,6 +119,9 @@ struct AssignMsg
     qint64 localEpochs = 0;
     qint64 localSteps = 0;
     quint64 seed = 0;
+    QString change = QStringLiteral("none");
+    qint64 anchor = 0; // whole weights: keep them under this id (0: don't); a change: its anchor
+    bool anchorIncluded = false;
 
     QCborMap encode() const;
     static Result<AssignMsg> decode(const QCborMap &header);

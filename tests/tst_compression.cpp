@@ -6,6 +6,8 @@
 #include "TestSupport.h"
 #include "engine/Compression.h"
 #include "engine/Coordinator.h"
+#include "engine/Downlink.h"
+#include "engine/WireFormat.h"
 
 #include <QtTest>
 
@@ -281,6 +283,153 @@ private Q_SLOTS:
         a = c->requestSubtask(w);
         UpdateEncoder unused;
         QCOMPARE(c->submitResult(w, compressedResult(*a, Compression::None, unused)).status, SubmitStatus::Assimilated);
+    }
+
+    // Global weights on their way to workers: a change from an anchor the worker holds, which
+    // never adds one rounding to the next; the anchor whole for a worker that has none.
+    void downlinkSendsChangesFromAnAnchorTheWorkerHolds()
+    {
+        const qint64 n = 1000;
+        WeightLayout layout;
+        layout.totalNumel = n;
+        DownlinkEncoder encoder(Compression::Int8);
+        DownlinkDecoder worker;
+        const qint64 refresh = 1000;
+
+        // No anchor yet: the weights travel whole and become the anchor.
+        torch::Tensor global = randomWeights(n);
+        const torch::Tensor first = global.clone();
+        auto sent = encoder.encode(0, global, worker.anchor(), true, refresh);
+        QCOMPARE(sent.form.change, Compression::None);
+        QVERIFY(sent.form.anchor != 0);
+        QCOMPARE(sent.payload.size(), qsizetype(4 * n));
+        auto got = worker.decode(sent.form, sent.payload, layout);
+        QVERIFY2(got, qPrintable(got.error()));
+        QVERIFY(torch::equal(*got, global));
+        const qint64 anchor = worker.anchor();
+        QCOMPARE(anchor, sent.form.anchor);
+
+        // Fifty versions later, each a change from the same anchor: the error stays one
+        // rounding of the distance from the anchor (half an int8 step per block), not fifty.
+        for (qint64 seq = 1; seq <= 50; ++seq) {
+            global = global + randomWeights(n, 0.01);
+            sent = encoder.encode(seq, global, worker.anchor(), true, refresh);
+            QCOMPARE(sent.form.change, Compression::Int8);
+            QCOMPARE(sent.form.anchor, anchor);
+            QVERIFY(!sent.form.anchorIncluded);
+            QCOMPARE(sent.payload.size(), qsizetype(encodedBytes(Compression::Int8, n)));
+            got = worker.decode(sent.form, sent.payload, layout);
+            QVERIFY2(got, qPrintable(got.error()));
+        }
+        const double halfStep = (global - first).abs().max().item<double>() / 127.0 / 2.0;
+        const double error = (*got - global).abs().max().item<double>();
+        QVERIFY2(error <= halfStep + 1e-5, qPrintable(QStringLiteral("%1 > %2").arg(error).arg(halfStep)));
+        QCOMPARE(worker.anchor(), anchor);
+
+        // A worker without the anchor gets it whole followed by the change, and keeps it.
+        DownlinkDecoder newcomer;
+        sent = encoder.encode(50, global, newcomer.anchor(), true, refresh);
+        QCOMPARE(sent.form.change, Compression::Int8);
+        QVERIFY(sent.form.anchorIncluded);
+        QCOMPARE(sent.payload.size(), qsizetype(4 * n + encodedBytes(Compression::Int8, n)));
+        got = newcomer.decode(sent.form, sent.payload, layout);
+        QVERIFY2(got, qPrintable(got.error()));
+        QVERIFY((*got - global).abs().max().item<double>() <= halfStep + 1e-5);
+        QCOMPARE(newcomer.anchor(), anchor);
+
+        // An older worker, or a job that does not compress: the weights whole, kept by nobody.
+        sent = encoder.encode(50, global, 0, false, refresh);
+        QCOMPARE(sent.form.change, Compression::None);
+        QCOMPARE(sent.form.anchor, qint64(0));
+        QCOMPARE(sent.payload.size(), qsizetype(4 * n));
+        DownlinkEncoder plain(Compression::None);
+        sent = plain.encode(50, global, anchor, true, refresh);
+        QCOMPARE(sent.form.change, Compression::None);
+        QCOMPARE(sent.form.anchor, qint64(0));
+        QVERIFY(torch::equal(weightsFromBytes(sent.payload, layout).value(), global));
+    }
+
+    void downlinkAnchorsAreRefreshedAndOnlyTwoKept()
+    {
+        const qint64 n = 300;
+        WeightLayout layout;
+        layout.totalNumel = n;
+        DownlinkEncoder encoder(Compression::Fp16);
+        DownlinkDecoder early;
+        DownlinkDecoder late;
+        const qint64 refresh = 10;
+        torch::Tensor w = randomWeights(n);
+        const auto first = encoder.encode(0, w, 0, true, refresh);
+        QVERIFY(early.decode(first.form, first.payload, layout));
+        const qint64 a0 = early.anchor();
+        // Ten assimilations on, a new anchor is made from the lease's weights, which travel
+        // whole to a worker without one; the first worker still gets changes from its own.
+        w = w + 0.1;
+        auto sent = encoder.encode(10, w, late.anchor(), true, refresh);
+        QCOMPARE(sent.form.change, Compression::None);
+        QVERIFY(sent.form.anchor != a0);
+        QVERIFY(late.decode(sent.form, sent.payload, layout));
+        const qint64 a1 = late.anchor();
+        QCOMPARE(encoder.anchorsKept(), 2);
+        sent = encoder.encode(11, w + 0.1, early.anchor(), true, refresh);
+        QCOMPARE(sent.form.anchor, a0);
+        QVERIFY(!sent.form.anchorIncluded);
+        QVERIFY(early.decode(sent.form, sent.payload, layout));
+        // A third anchor drops the first: its holder is sent the newest whole, with the change.
+        w = w + 0.1;
+        sent = encoder.encode(25, w, late.anchor(), true, refresh);
+        QCOMPARE(encoder.anchorsKept(), 2);
+        QCOMPARE(sent.form.anchor, a1);
+        QVERIFY(!sent.form.anchorIncluded);
+        sent = encoder.encode(25, w, early.anchor(), true, refresh);
+        QVERIFY(sent.form.anchor != a0 && sent.form.anchor != a1);
+        QCOMPARE(sent.form.change, Compression::None); // the lease's weights are the newest anchor
+        auto got = early.decode(sent.form, sent.payload, layout);
+        QVERIFY(got && torch::equal(*got, w));
+        QCOMPARE(early.anchor(), sent.form.anchor);
+    }
+
+    void downlinkDecoderRefusesWhatItCannotUse()
+    {
+        const qint64 n = 512;
+        WeightLayout layout;
+        layout.totalNumel = n;
+        DownlinkEncoder encoder(Compression::Int8);
+        DownlinkDecoder worker;
+        const torch::Tensor w0 = randomWeights(n);
+        auto whole = encoder.encode(0, w0, 0, true, 100);
+        QVERIFY(worker.decode(whole.form, whole.payload, layout));
+        const qint64 anchor = worker.anchor();
+        const torch::Tensor w1 = w0 + randomWeights(n, 0.01);
+        const auto change = encoder.encode(1, w1, anchor, true, 100);
+        QVERIFY(!change.form.anchorIncluded);
+
+        auto expectRefused = [&](const WeightsForm &form, const QByteArray &payload, const QString &why) {
+            const auto got = worker.decode(form, payload, layout);
+            QVERIFY2(!got, "decoded what it should have refused");
+            QVERIFY2(got.error().contains(why), qPrintable(got.error()));
+            QCOMPARE(worker.anchor(), anchor); // a refusal never replaces the anchor
+        };
+        // A change from an anchor this worker does not hold.
+        expectRefused(WeightsForm{Compression::Int8, anchor + 1, false}, change.payload, QStringLiteral("does not hold"));
+        // Bytes of the wrong size, a NaN scale, a change in another form than it was made in.
+        expectRefused(change.form, change.payload.left(change.payload.size() - 1), QStringLiteral("bytes"));
+        QByteArray nanScale = change.payload;
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        std::memcpy(nanScale.data(), &nan, 4);
+        expectRefused(change.form, nanScale, QStringLiteral("NaN"));
+        expectRefused(WeightsForm{Compression::Fp16, anchor, false}, change.payload, QStringLiteral("bytes"));
+        // An included anchor that is cut short, or not finite.
+        WeightsForm withAnchor{Compression::Int8, 77, true};
+        QByteArray anchorAndChange = weightsToBytes(w0) + change.payload;
+        expectRefused(withAnchor, anchorAndChange.left(4 * n - 4), QStringLiteral("fewer than"));
+        QByteArray nanAnchor = anchorAndChange;
+        std::memcpy(nanAnchor.data() + 8, &nan, 4);
+        expectRefused(withAnchor, nanAnchor, QStringLiteral("anchor's weights"));
+        // What the coordinator sent is still taken after all that.
+        const auto got = worker.decode(change.form, change.payload, layout);
+        QVERIFY2(got, qPrintable(got.error()));
+        QVERIFY((*got - w1).abs().max().item<double>() < 0.01);
     }
 };
 

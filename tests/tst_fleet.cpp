@@ -309,6 +309,26 @@ private Q_SLOTS:
         QVERIFY(coordinator.open(QIODevice::ReadOnly));
         const QString log = QString::fromUtf8(coordinator.readAll());
         QVERIFY2(log.contains(QStringLiteral("results' weights     223.2 KiB each")), qPrintable(log.right(1500)));
+        // And the global weights went out as int8 changes from an anchor each worker holds: the
+        // bytes are exactly what the forms counted take (float32 whole, a change alone, or an
+        // anchor followed by a change), and together less than float32 weights each.
+        const auto downlink = QRegularExpression(QStringLiteral("global weights\\s+([0-9.]+) KiB each on the way out \\(mean "
+                                                           "of (\\d+): (\\d+) whole, (\\d+) as a change, (\\d+) as an "
+                                                           "anchor and a change\\)"))
+                             .match(log);
+        QVERIFY2(downlink.hasMatch(), qPrintable(log.right(1500)));
+        const double meanKiB = downlink.captured(1).toDouble();
+        const int sent = downlink.captured(2).toInt();
+        const int whole = downlink.captured(3).toInt();
+        const int changes = downlink.captured(4).toInt();
+        const int anchored = downlink.captured(5).toInt();
+        QCOMPARE(whole + changes + anchored, sent);
+        QVERIFY2(sent >= 16 && changes > 0, qPrintable(downlink.captured(0)));
+        const double float32KiB = 225034 * 4 / 1024.0;
+        const double int8KiB = (225034 + 4 * ((225034 + 255) / 256)) / 1024.0;
+        const double expected = (whole * float32KiB + changes * int8KiB + anchored * (float32KiB + int8KiB)) / sent;
+        QVERIFY2(std::abs(meanKiB - expected) < 0.1, qPrintable(QStringLiteral("%1 vs %2").arg(meanKiB).arg(expected)));
+        QVERIFY2(meanKiB < float32KiB, qPrintable(downlink.captured(0)));
     }
 
     // A worker asks for its next subtask together with its result instead of after the Ack:

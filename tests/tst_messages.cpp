@@ -151,12 +151,29 @@ private Q_SLOTS:
             sorted({ "lease", "subtask", "epoch", "shard", "begin", "end", "base_version", "deadline_ms",
                 "shard_samples", "shard_sha256", "optimizer", "learning_rate", "momentum", "weight_decay", "batch_size",
                 "local_epochs", "local_steps", "seed" }));
+        // Whole weights kept by nobody say nothing of changes or anchors, as before.
+        QCOMPARE(m.change, QStringLiteral("none"));
+        QCOMPARE(m.anchor, qint64(0));
+        QVERIFY(!m.anchorIncluded);
+        AssignMsg change = assign();
+        change.change = QStringLiteral("int8");
+        change.anchor = 1234567890123;
+        change.anchorIncluded = true;
+        const AssignMsg back = roundTrip(change);
+        QCOMPARE(back.change, QStringLiteral("int8"));
+        QCOMPARE(back.anchor, qint64(1234567890123));
+        QVERIFY(back.anchorIncluded);
+        QVERIFY(keysOf(change.encode()).contains(QStringLiteral("anchor_included")));
     }
 
     void smallMessagesRoundTrip()
     {
         QCOMPARE(roundTrip(RequestMsg { 12.5 }).samplesPerSecond, 12.5);
         QCOMPARE(keysOf(RequestMsg {}.encode()), sorted({ "samples_per_second" }));
+        const RequestMsg takes = roundTrip(RequestMsg { 3.0, true, 99 });
+        QVERIFY(takes.takesChanges);
+        QCOMPARE(takes.anchor, qint64(99));
+        QCOMPARE(keysOf(takes.encode()), sorted({ "samples_per_second", "takes_changes", "anchor" }));
 
         const NoWorkMsg noWork = roundTrip(NoWorkMsg { 750, true });
         QCOMPARE(noWork.retryMs, qint64(750));
@@ -326,6 +343,17 @@ private Q_SLOTS:
         QCborMap textRate = assign().encode();
         textRate.insert(QStringLiteral("learning_rate"), QStringLiteral("0.1"));
         row("Assign with a text learning rate", refusal<AssignMsg>(textRate), "learning_rate", "Assign");
+        QCborMap textAnchor = assign().encode();
+        textAnchor.insert(QStringLiteral("anchor"), QStringLiteral("7"));
+        row("Assign with a text anchor", refusal<AssignMsg>(textAnchor), "anchor", "Assign");
+        QCborMap negativeAnchor = assign().encode();
+        negativeAnchor.insert(QStringLiteral("anchor"), -7);
+        row("Assign with a negative anchor", refusal<AssignMsg>(negativeAnchor), "anchor", "Assign");
+        QCborMap numericChange = assign().encode();
+        numericChange.insert(QStringLiteral("change"), 8);
+        row("Assign with a change that is not text", refusal<AssignMsg>(numericChange), "change", "Assign");
+        row("Request with a takes_changes that is not a boolean", refusal<RequestMsg>(QCborMap { { QStringLiteral("takes_changes"), 1 } }),
+            "takes_changes", "Request");
         row("Ack without a status", refusal<AckMsg>(QCborMap { { QStringLiteral("lease"), 1 } }), "status", "Ack");
         row("NoWork with a text retry",
             refusal<NoWorkMsg>(QCborMap { { QStringLiteral("retry_ms"), QStringLiteral("1") } }), "retry_ms", "NoWork");
