@@ -146,6 +146,28 @@ private Q_SLOTS:
         QVERIFY(refused.error().contains(QStringLiteral("training.epochs")));
     }
 
+    // The goodput policies of the fleet page reach the job and come back from a job file.
+    void wizardOffersTheFleetPolicies()
+    {
+        ui::JobWizard wizard(JobSpec::defaultJob(), 1);
+        const JobSpec before = wizard.job();
+        QVERIFY(!before.fleet.dismissIdle && !before.fleet.speculate && !before.fleet.shareTail);
+        qobject_cast<QSpinBox *>(wizard.field(QStringLiteral("fleet.epochs_ahead")))->setValue(2);
+        qobject_cast<QCheckBox *>(wizard.field(QStringLiteral("fleet.share_tail")))->setChecked(true);
+        qobject_cast<QCheckBox *>(wizard.field(QStringLiteral("fleet.speculate")))->setChecked(true);
+        qobject_cast<QCheckBox *>(wizard.field(QStringLiteral("fleet.dismiss_idle")))->setChecked(true);
+        const JobSpec job = wizard.job();
+        QCOMPARE(job.fleet.epochsAhead, 2);
+        QVERIFY(job.fleet.shareTail && job.fleet.speculate && job.fleet.dismissIdle);
+        const QString file = m_dir.filePath(QStringLiteral("policies.json"));
+        QVERIFY(wizard.saveJobFile(file));
+        ui::JobWizard other(JobSpec::defaultJob(), 1);
+        QVERIFY(!qobject_cast<QCheckBox *>(other.field(QStringLiteral("fleet.dismiss_idle")))->isChecked());
+        QVERIFY(other.loadJobFile(file));
+        QVERIFY(qobject_cast<QCheckBox *>(other.field(QStringLiteral("fleet.dismiss_idle")))->isChecked());
+        QVERIFY(other.job().fleet.dismissIdle && other.job().fleet.speculate);
+    }
+
     void wizardOffersImageFolders()
     {
         ui::JobWizard wizard(JobSpec::defaultJob(), 1);

@@ -230,6 +230,10 @@ void JobWizard::build()
     add(fleet, QStringLiteral("fleet.share_tail"), QString(), m_shareTail);
     m_speculate = new QCheckBox(tr("Copies of overdue subtasks at the job's end"));
     add(fleet, QStringLiteral("fleet.speculate"), QString(), m_speculate);
+    m_dismissIdle = new QCheckBox(tr("Let idle workers go at the job's end"));
+    add(fleet, QStringLiteral("fleet.dismiss_idle"), QString(), m_dismissIdle,
+        tr("Once the last epoch is open and nothing is left to hand out, a remote worker that asks for work is "
+           "dismissed and stops costing money, instead of waiting for the job to finish"));
     m_heartbeatTimeout = dspin(0, 24 * 3600, 0, 5);
     m_heartbeatTimeout->setSuffix(tr(" s"));
     add(fleet, QStringLiteral("fleet.heartbeat_timeout_s"), tr("Worker gone after silence of"), m_heartbeatTimeout);
@@ -343,6 +347,7 @@ void JobWizard::setJob(const JobSpec &j)
     m_epochsAhead->setValue(j.fleet.epochsAhead);
     m_shareTail->setChecked(j.fleet.shareTail);
     m_speculate->setChecked(j.fleet.speculate);
+    m_dismissIdle->setChecked(j.fleet.dismissIdle);
     m_leaseTimeout->setValue(j.fleet.leaseTimeoutSeconds);
     m_targetSubtask->setValue(j.fleet.targetSubtaskSeconds);
     m_heartbeatTimeout->setValue(j.fleet.heartbeatTimeoutSeconds);
@@ -405,6 +410,7 @@ JobSpec JobWizard::job() const
     j.fleet.epochsAhead = m_epochsAhead->value();
     j.fleet.shareTail = m_shareTail->isChecked();
     j.fleet.speculate = m_speculate->isChecked();
+    j.fleet.dismissIdle = m_dismissIdle->isChecked();
     j.fleet.workers = m_localWorkers->value();
     j.fleet.leaseTimeoutSeconds = m_leaseTimeout->value();
     j.fleet.targetSubtaskSeconds = m_targetSubtask->value();

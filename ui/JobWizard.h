@@ -95,6 +95,7 @@ private:
     QSpinBox *m_epochsAhead = nullptr;
     QCheckBox *m_shareTail = nullptr;
     QCheckBox *m_speculate = nullptr;
+    QCheckBox *m_dismissIdle = nullptr;
     QSpinBox *m_localWorkers = nullptr;
     QDoubleSpinBox *m_leaseTimeout = nullptr;
     QDoubleSpinBox *m_targetSubtask = nullptr;
