@@ -43,8 +43,11 @@ Result<std::unique_ptr<FleetServer>> FleetServer::create(CoordinatorThread *coor
         s->m_data = c.data();
         s->m_layout = c.layout();
     });
+    // Replicas of a subtask are compared with each other (fleet.redundancy): they must start
+    // from the same weights bit for bit, not from two roundings of them.
     s->m_downlink = std::make_unique<DownlinkEncoder>(
-        compressionFromName(s->m_spec.fleet.compression).value_or(Compression::None));
+        s->m_spec.fleet.redundancy > 0 ? Compression::None
+                                       : compressionFromName(s->m_spec.fleet.compression).value_or(Compression::None));
     if (s->m_spec.model.kind == QLatin1String("torchscript")) {
         QFile model(s->m_spec.model.path);
         if (!model.open(QIODevice::ReadOnly))
