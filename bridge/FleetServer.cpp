@@ -47,7 +47,8 @@ Result<std::unique_ptr<FleetServer>> FleetServer::create(CoordinatorThread *coor
     // from the same weights bit for bit, not from two roundings of them.
     s->m_downlink = std::make_unique<DownlinkEncoder>(
         s->m_spec.fleet.redundancy > 0 ? Compression::None
-                                       : compressionFromName(s->m_spec.fleet.compression).value_or(Compression::None));
+                                       : compressionFromName(s->m_spec.fleet.compression).value_or(Compression::None),
+        s->m_layout);
     if (s->m_spec.model.kind == QLatin1String("torchscript")) {
         QFile model(s->m_spec.model.path);
         if (!model.open(QIODevice::ReadOnly))
@@ -301,8 +302,9 @@ void FleetServer::onAssigned(qint64 ticket, const std::optional<Assignment> &a, 
     assign.localEpochs = c.localEpochs;
     assign.localSteps = c.localSteps;
     assign.seed = c.seed;
-    // A new anchor every 8 assignments per worker online: a worker is sent an anchor whole
-    // about once per 8 to 16 of its subtasks, and a change from it for the others.
+    // A new anchor every 8 assimilations per worker connected: with about one assimilation per
+    // subtask, a worker is sent an anchor whole once per 8 to 16 of its subtasks, and a change
+    // from it for the others.
     const qint64 refresh = std::max<qint64>(32, 8 * qint64(m_connected.size()));
     const auto weights = m_downlink->encode(a->baseSeq, a->weights, pending.anchor, pending.takesChanges, refresh);
     assign.change = compressionName(weights.form.change);

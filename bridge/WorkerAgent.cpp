@@ -291,6 +291,7 @@ void WorkerAgent::onAssign(const net::Message &message)
     if (!change) {
         m_client->send(net::HandBackMsg{
             a.lease, QStringLiteral("the weights came as '%1', which is not none, fp16 or int8").arg(a.change.left(40))});
+        m_retry.start(1000);
         return;
     }
     auto weights = m_downlink.decode(WeightsForm{*change, a.anchor, a.anchorIncluded}, message.payload,

@@ -4,6 +4,8 @@
 
 #include <QRandomGenerator>
 
+#include <cstring>
+
 namespace flotilla {
 
 namespace {
@@ -24,6 +26,17 @@ torch::Tensor viewOf(const QByteArray &bytes)
 
 } // namespace
 
+qint64 changeBytes(Compression kind, const WeightLayout &layout)
+{
+    const qint64 quantized = layout.segments().parameterEnd;
+    return encodedBytes(kind, quantized) + 4 * (layout.totalNumel - quantized);
+}
+
+DownlinkEncoder::DownlinkEncoder(Compression kind, const WeightLayout &layout)
+    : m_kind(kind), m_quantized(layout.segments().parameterEnd)
+{
+}
+
 const QByteArray &DownlinkEncoder::whole(qint64 seq, const torch::Tensor &weights)
 {
     for (const Anchor &a : m_anchors)
@@ -41,44 +54,60 @@ DownlinkEncoder::Encoded DownlinkEncoder::encode(qint64 seq, const torch::Tensor
 {
     if (m_kind == Compression::None || !takesChanges)
         return {WeightsForm{}, whole(seq, weights)};
-    if (m_anchors.empty() || std::abs(seq - m_anchors.back().seq) >= std::max<qint64>(1, refresh)) {
-        m_anchors.push_back(Anchor{newAnchorId(), seq, weightsToBytes(weights)});
+    if (m_anchors.empty() || seq - m_anchors.back().seq >= std::max<qint64>(1, refresh)) {
+        Anchor anchor;
+        anchor.id = newAnchorId();
+        anchor.seq = seq;
+        anchor.bytes = weightsToBytes(weights);
+        m_anchors.push_back(std::move(anchor));
         while (int(m_anchors.size()) > kAnchors)
             m_anchors.pop_front();
     }
-    const Anchor *from = nullptr;
-    for (const Anchor &a : m_anchors)
+    Anchor *from = nullptr;
+    for (Anchor &a : m_anchors)
         if (workerAnchor != 0 && a.id == workerAnchor)
             from = &a;
-    const Anchor &newest = m_anchors.back();
+    Anchor &newest = m_anchors.back();
     if (!from && newest.seq == seq)
         return {WeightsForm{Compression::None, newest.id, false}, newest.bytes};
-    const Anchor &base = from ? *from : newest;
-    if (m_changeSeq != seq || m_changeAnchor != base.id) {
-        m_changeBytes = encodeChange(m_kind, weights, viewOf(base.bytes));
-        m_changeSeq = seq;
-        m_changeAnchor = base.id;
+    Anchor &base = from ? *from : newest;
+    if (base.changeSeq != seq) {
+        const torch::Tensor flat = weights.to(torch::kCPU, torch::kFloat32).contiguous();
+        base.change = encodeChange(m_kind, flat.narrow(0, 0, m_quantized), viewOf(base.bytes).narrow(0, 0, m_quantized));
+        base.change.append(weightsToBytes(flat.narrow(0, m_quantized, flat.numel() - m_quantized)));
+        base.changeSeq = seq;
     }
     if (from)
-        return {WeightsForm{m_kind, base.id, false}, m_changeBytes};
-    return {WeightsForm{m_kind, base.id, true}, base.bytes + m_changeBytes};
+        return {WeightsForm{m_kind, base.id, false}, base.change};
+    return {WeightsForm{m_kind, base.id, true}, base.bytes + base.change};
 }
 
 Result<torch::Tensor> DownlinkDecoder::decode(const WeightsForm &form, const QByteArray &payload,
                                               const WeightLayout &layout)
 {
-    if (form.change == Compression::None) {
-        auto weights = weightsFromBytes(payload, layout);
-        if (weights && form.anchor != 0) {
-            m_anchor = form.anchor;
-            m_weights = *weights;
-        }
+    m_included = torch::Tensor();
+    auto weights = decodeWeights(form, payload, layout);
+    if (!weights)
         return weights;
+    if (!torch::isfinite(*weights).all().item<bool>())
+        return fail(QStringLiteral("the weights sent contain NaN or infinite values"));
+    if (form.anchor != 0 && (form.change == Compression::None || form.anchorIncluded)) {
+        m_anchor = form.anchor;
+        m_weights = form.change == Compression::None ? *weights : m_included;
     }
+    m_included = torch::Tensor();
+    return weights;
+}
+
+Result<torch::Tensor> DownlinkDecoder::decodeWeights(const WeightsForm &form, const QByteArray &payload,
+                                                     const WeightLayout &layout)
+{
+    if (form.change == Compression::None)
+        return weightsFromBytes(payload, layout);
     torch::Tensor base;
     QByteArray change = payload;
+    const qint64 wholeSize = layout.totalNumel * 4;
     if (form.anchorIncluded) {
-        const qint64 wholeSize = layout.totalNumel * 4;
         if (payload.size() < wholeSize)
             return fail(QStringLiteral("the weights came as an anchor and a change in %1 bytes, fewer than the "
                                        "anchor's %2 alone")
@@ -89,6 +118,7 @@ Result<torch::Tensor> DownlinkDecoder::decode(const WeightsForm &form, const QBy
         base = *anchor;
         if (!torch::isfinite(base).all().item<bool>())
             return fail(QStringLiteral("the anchor's weights contain NaN or infinite values"));
+        m_included = base;
         change = QByteArray::fromRawData(payload.constData() + wholeSize, payload.size() - wholeSize);
     } else if (form.anchor == 0 || form.anchor != m_anchor) {
         return fail(QStringLiteral("the weights came as a change from anchor %1, which this worker does not hold (%2)")
@@ -97,14 +127,19 @@ Result<torch::Tensor> DownlinkDecoder::decode(const WeightsForm &form, const QBy
     } else {
         base = m_weights;
     }
-    auto weights = decodeUpdate(form.change, change, base);
-    if (!weights)
-        return fail(QStringLiteral("the weights' change from anchor %1: %2").arg(form.anchor).arg(weights.error()));
-    if (form.anchorIncluded) {
-        m_anchor = form.anchor;
-        m_weights = base;
-    }
-    return weights;
+    const qint64 quantized = layout.segments().parameterEnd;
+    const qint64 rounded = encodedBytes(form.change, quantized);
+    if (change.size() != changeBytes(form.change, layout))
+        return fail(QStringLiteral("the weights' %1 change from anchor %2 is %3 bytes; the model's %4 parameters and "
+                                   "%5 other values need %6")
+                        .arg(compressionName(form.change)).arg(form.anchor).arg(change.size()).arg(quantized)
+                        .arg(layout.totalNumel - quantized).arg(changeBytes(form.change, layout)));
+    auto parameters = decodeUpdate(form.change, QByteArrayView(change).first(rounded), base.narrow(0, 0, quantized));
+    if (!parameters)
+        return fail(QStringLiteral("the weights' change from anchor %1: %2").arg(form.anchor).arg(parameters.error()));
+    torch::Tensor rest = torch::empty({layout.totalNumel - quantized}, torch::kFloat32);
+    std::memcpy(rest.data_ptr<float>(), change.constData() + rounded, static_cast<std::size_t>(rest.numel() * 4));
+    return torch::cat({*parameters, rest});
 }
 
 void DownlinkDecoder::reset()

@@ -1,18 +1,21 @@
 #pragma once
 // Global weights on their way to a worker (Assign) in fewer bytes. When the job compresses
 // (Compression.h), a worker that holds an *anchor* — float32 weights it once received whole,
-// named by a random id — is sent the change from its anchor to the lease's weights in the
+// named by a random id — is sent the change from its anchor to the lease's parameters in the
 // job's form (fp16, or int8 with a scale per block) instead of the float32 weights. Every
 // change is from weights the worker holds exactly, so rounding never adds up from one
 // assignment to the next, and what the worker trains from differs from the global weights
-// by one rounding only; its result is a change too, which the coordinator adds to its exact
-// base, so that rounding never reaches the global model either.
+// by one rounding of the parameters only. Buffers (BatchNorm's running statistics) and
+// counters follow the parameters as float32 values, exact: they are not additive, and a
+// counter's change would set the int8 scale of the statistics sharing its block.
 //
 // The coordinator keeps the two newest anchors (so memory does not grow with the fleet) and
 // makes a new one from the lease's weights when the newest is `refresh` assimilations old, so
 // that changes stay small enough for int8 to round finely. A worker whose anchor is gone (or
 // that has none) is sent the newest anchor whole followed by the change from it — once per
-// anchor — unless the lease's weights are that anchor, which then travel alone.
+// anchor — unless the lease's weights are that anchor, which then travel alone. A job with
+// redundancy sends whole weights (bridge/FleetServer.cpp): replicas that are compared must
+// start from the same weights bit for bit.
 //
 // Threads: a DownlinkEncoder belongs to the network thread that sends Assigns; a
 // DownlinkDecoder to the worker's.
@@ -42,7 +45,7 @@ struct WeightsForm
 class DownlinkEncoder
 {
 public:
-    explicit DownlinkEncoder(Compression kind) : m_kind(kind) {}
+    DownlinkEncoder(Compression kind, const WeightLayout &layout);
 
     struct Encoded
     {
@@ -63,32 +66,38 @@ private:
         qint64 id = 0;
         qint64 seq = 0;
         QByteArray bytes; // its float32 weights: sent whole as they are, and the base of changes
+        // The latest change from it, which the next holder asking at the same version reuses.
+        qint64 changeSeq = -1;
+        QByteArray change;
     };
     const QByteArray &whole(qint64 seq, const torch::Tensor &weights);
 
     Compression m_kind;
+    qint64 m_quantized = 0; // values rounded in a change: the parameters, which come first
     std::deque<Anchor> m_anchors; // oldest first
-    // The latest encodings, which the next worker asking at the same version reuses.
     qint64 m_wholeSeq = -1;
     QByteArray m_wholeBytes;
-    qint64 m_changeSeq = -1;
-    qint64 m_changeAnchor = 0;
-    QByteArray m_changeBytes;
 };
+
+// Bytes of a change of `layout`'s weights in `kind`: its parameters rounded, the rest float32.
+qint64 changeBytes(Compression kind, const WeightLayout &layout);
 
 class DownlinkDecoder
 {
 public:
     // The weights an Assign carries. Refuses a change from an anchor this worker does not hold,
-    // bytes of the wrong size and non-finite values, naming what was wrong; the anchor held is
-    // replaced only by weights that decoded.
+    // bytes of the wrong size and weights that are not all finite, naming what was wrong; the
+    // anchor held is replaced only by weights that decoded.
     Result<torch::Tensor> decode(const WeightsForm &form, const QByteArray &payload, const WeightLayout &layout);
     qint64 anchor() const { return m_anchor; }
     void reset();
 
 private:
+    Result<torch::Tensor> decodeWeights(const WeightsForm &form, const QByteArray &payload, const WeightLayout &layout);
+
     qint64 m_anchor = 0;
     torch::Tensor m_weights;
+    torch::Tensor m_included; // an anchor that came with the weights, kept once they decoded
 };
 
 } // namespace flotilla

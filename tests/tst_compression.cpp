@@ -26,6 +26,22 @@ torch::Tensor randomWeights(qint64 n, double scale = 1.0)
     return torch::randn({n}) * scale;
 }
 
+// A flat layout of `parameters` values followed by `buffers` running statistics and
+// `counters` batch counters, as a model with BatchNorm has.
+WeightLayout layoutOf(qint64 parameters, qint64 buffers = 0, qint64 counters = 0)
+{
+    WeightLayout layout;
+    const auto add = [&](const char *name, qint64 numel, TensorKind kind) {
+        if (numel > 0)
+            layout.entries.push_back({name, {numel}, layout.totalNumel, numel, kind});
+        layout.totalNumel += numel;
+    };
+    add("weight", parameters, TensorKind::Parameter);
+    add("running_mean", buffers, TensorKind::Buffer);
+    add("num_batches_tracked", counters, TensorKind::Counter);
+    return layout;
+}
+
 // A trained-looking result of lease `a`, moved by `step` everywhere, compressed as `kind`.
 SubtaskResult compressedResult(const Assignment &a, Compression kind, UpdateEncoder &encoder, float step = 0.01f)
 {
@@ -290,9 +306,8 @@ private Q_SLOTS:
     void downlinkSendsChangesFromAnAnchorTheWorkerHolds()
     {
         const qint64 n = 1000;
-        WeightLayout layout;
-        layout.totalNumel = n;
-        DownlinkEncoder encoder(Compression::Int8);
+        const WeightLayout layout = layoutOf(n);
+        DownlinkEncoder encoder(Compression::Int8, layout);
         DownlinkDecoder worker;
         const qint64 refresh = 1000;
 
@@ -321,9 +336,13 @@ private Q_SLOTS:
             got = worker.decode(sent.form, sent.payload, layout);
             QVERIFY2(got, qPrintable(got.error()));
         }
-        const double halfStep = (global - first).abs().max().item<double>() / 127.0 / 2.0;
-        const double error = (*got - global).abs().max().item<double>();
-        QVERIFY2(error <= halfStep + 1e-5, qPrintable(QStringLiteral("%1 > %2").arg(error).arg(halfStep)));
+        for (qint64 b = 0; b * kInt8Block < n; ++b) {
+            const qint64 len = std::min(kInt8Block, n - b * kInt8Block);
+            const double halfStep = (global - first).narrow(0, b * kInt8Block, len).abs().max().item<double>() / 254.0;
+            const double error = (*got - global).narrow(0, b * kInt8Block, len).abs().max().item<double>();
+            QVERIFY2(error <= halfStep + 1e-5, qPrintable(QStringLiteral("block %1: %2 > %3").arg(b).arg(error).arg(halfStep)));
+        }
+        const double halfStep = (global - first).abs().max().item<double>() / 254.0;
         QCOMPARE(worker.anchor(), anchor);
 
         // A worker without the anchor gets it whole followed by the change, and keeps it.
@@ -342,7 +361,7 @@ private Q_SLOTS:
         QCOMPARE(sent.form.change, Compression::None);
         QCOMPARE(sent.form.anchor, qint64(0));
         QCOMPARE(sent.payload.size(), qsizetype(4 * n));
-        DownlinkEncoder plain(Compression::None);
+        DownlinkEncoder plain(Compression::None, layout);
         sent = plain.encode(50, global, anchor, true, refresh);
         QCOMPARE(sent.form.change, Compression::None);
         QCOMPARE(sent.form.anchor, qint64(0));
@@ -352,35 +371,50 @@ private Q_SLOTS:
     void downlinkAnchorsAreRefreshedAndOnlyTwoKept()
     {
         const qint64 n = 300;
-        WeightLayout layout;
-        layout.totalNumel = n;
-        DownlinkEncoder encoder(Compression::Fp16);
+        const WeightLayout layout = layoutOf(n);
+        DownlinkEncoder encoder(Compression::Fp16, layout);
         DownlinkDecoder early;
         DownlinkDecoder late;
         const qint64 refresh = 10;
+        const auto expectClose = [&](DownlinkDecoder &worker, const DownlinkEncoder::Encoded &sent,
+                                     const torch::Tensor &expected) {
+            const auto got = worker.decode(sent.form, sent.payload, layout);
+            QVERIFY2(got, qPrintable(got.error()));
+            QVERIFY2(torch::allclose(*got, expected, 0, 2e-3), "decoded weights differ from the lease's");
+        };
         torch::Tensor w = randomWeights(n);
-        const auto first = encoder.encode(0, w, 0, true, refresh);
-        QVERIFY(early.decode(first.form, first.payload, layout));
+        auto sent = encoder.encode(0, w, 0, true, refresh);
+        QVERIFY(torch::equal(weightsFromBytes(sent.payload, layout).value(), w));
+        expectClose(early, sent, w);
         const qint64 a0 = early.anchor();
         // Ten assimilations on, a new anchor is made from the lease's weights, which travel
         // whole to a worker without one; the first worker still gets changes from its own.
         w = w + 0.1;
-        auto sent = encoder.encode(10, w, late.anchor(), true, refresh);
+        sent = encoder.encode(10, w, late.anchor(), true, refresh);
         QCOMPARE(sent.form.change, Compression::None);
         QVERIFY(sent.form.anchor != a0);
-        QVERIFY(late.decode(sent.form, sent.payload, layout));
+        QVERIFY(torch::equal(weightsFromBytes(sent.payload, layout).value(), w));
+        expectClose(late, sent, w);
         const qint64 a1 = late.anchor();
         QCOMPARE(encoder.anchorsKept(), 2);
-        sent = encoder.encode(11, w + 0.1, early.anchor(), true, refresh);
-        QCOMPARE(sent.form.anchor, a0);
-        QVERIFY(!sent.form.anchorIncluded);
-        QVERIFY(early.decode(sent.form, sent.payload, layout));
-        // A third anchor drops the first: its holder is sent the newest whole, with the change.
-        w = w + 0.1;
+        // At one version, a holder of each anchor gets the change from its own anchor.
+        const torch::Tensor w11 = w + randomWeights(n, 0.05);
+        const auto fromA0 = encoder.encode(11, w11, a0, true, refresh);
+        const auto fromA1 = encoder.encode(11, w11, a1, true, refresh);
+        QCOMPARE(fromA0.form.anchor, a0);
+        QCOMPARE(fromA1.form.anchor, a1);
+        QVERIFY(!fromA0.form.anchorIncluded && !fromA1.form.anchorIncluded);
+        QVERIFY(fromA0.payload != fromA1.payload);
+        expectClose(early, fromA0, w11);
+        expectClose(late, fromA1, w11);
+        expectClose(early, encoder.encode(11, w11, a0, true, refresh), w11); // from the cache
+        // A third anchor drops the first: its holder is sent the newest whole.
+        w = w11 + 0.1;
         sent = encoder.encode(25, w, late.anchor(), true, refresh);
         QCOMPARE(encoder.anchorsKept(), 2);
         QCOMPARE(sent.form.anchor, a1);
         QVERIFY(!sent.form.anchorIncluded);
+        expectClose(late, sent, w);
         sent = encoder.encode(25, w, early.anchor(), true, refresh);
         QVERIFY(sent.form.anchor != a0 && sent.form.anchor != a1);
         QCOMPARE(sent.form.change, Compression::None); // the lease's weights are the newest anchor
@@ -389,12 +423,37 @@ private Q_SLOTS:
         QCOMPARE(early.anchor(), sent.form.anchor);
     }
 
+    // BatchNorm's running statistics are not additive, and a counter's change would set the
+    // int8 scale of the statistics in its block: everything but the parameters arrives exact.
+    void downlinkSendsBuffersAndCountersExactly()
+    {
+        const WeightLayout layout = layoutOf(600, 100, 3);
+        const qint64 n = layout.totalNumel;
+        DownlinkEncoder encoder(Compression::Int8, layout);
+        DownlinkDecoder worker;
+        torch::Tensor w = randomWeights(n);
+        w.narrow(0, 700, 3).fill_(1000.0f);
+        auto sent = encoder.encode(0, w, 0, true, 100);
+        QVERIFY(worker.decode(sent.form, sent.payload, layout));
+        // Statistics move a little, the counters by thousands of batches.
+        torch::Tensor next = w.clone();
+        next.narrow(0, 0, 600).add_(randomWeights(600, 0.01));
+        next.narrow(0, 600, 100).add_(randomWeights(100, 0.001));
+        next.narrow(0, 700, 3).add_(5000.0f);
+        sent = encoder.encode(1, next, worker.anchor(), true, 100);
+        QCOMPARE(sent.payload.size(), qsizetype(encodedBytes(Compression::Int8, 600) + 4 * 103));
+        QCOMPARE(qint64(sent.payload.size()), changeBytes(Compression::Int8, layout));
+        const auto got = worker.decode(sent.form, sent.payload, layout);
+        QVERIFY2(got, qPrintable(got.error()));
+        QVERIFY(torch::equal(got->narrow(0, 600, 103), next.narrow(0, 600, 103)));
+        QVERIFY((*got - next).narrow(0, 0, 600).abs().max().item<double>() < 0.01);
+    }
+
     void downlinkDecoderRefusesWhatItCannotUse()
     {
         const qint64 n = 512;
-        WeightLayout layout;
-        layout.totalNumel = n;
-        DownlinkEncoder encoder(Compression::Int8);
+        const WeightLayout layout = layoutOf(n);
+        DownlinkEncoder encoder(Compression::Int8, layout);
         DownlinkDecoder worker;
         const torch::Tensor w0 = randomWeights(n);
         auto whole = encoder.encode(0, w0, 0, true, 100);
@@ -426,6 +485,18 @@ private Q_SLOTS:
         QByteArray nanAnchor = anchorAndChange;
         std::memcpy(nanAnchor.data() + 8, &nan, 4);
         expectRefused(withAnchor, nanAnchor, QStringLiteral("anchor's weights"));
+        // Whole weights that are not finite, and a change that overflows its anchor.
+        QByteArray nanWhole = weightsToBytes(w0);
+        std::memcpy(nanWhole.data() + 40, &nan, 4);
+        expectRefused(WeightsForm{Compression::None, 99, false}, nanWhole, QStringLiteral("NaN or infinite"));
+        // An anchor of finite values and a change of finite values whose sum is not: 3e38 + 3e38.
+        torch::Tensor huge = w0.clone();
+        huge[3] = 3e38f;
+        QByteArray overflow(int(encodedBytes(Compression::Int8, n)), '\0');
+        const float scales[2] = {3e38f / 127.0f, 0.0f};
+        std::memcpy(overflow.data(), scales, sizeof scales);
+        overflow[8 + 3] = char(127);
+        expectRefused(withAnchor, weightsToBytes(huge) + overflow, QStringLiteral("NaN or infinite"));
         // What the coordinator sent is still taken after all that.
         const auto got = worker.decode(change.form, change.payload, layout);
         QVERIFY2(got, qPrintable(got.error()));

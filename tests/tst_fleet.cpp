@@ -322,7 +322,6 @@ private Q_SLOTS:
         const int whole = downlink.captured(3).toInt();
         const int changes = downlink.captured(4).toInt();
         const int anchored = downlink.captured(5).toInt();
-        QCOMPARE(whole + changes + anchored, sent);
         QVERIFY2(sent >= 16 && changes > 0, qPrintable(downlink.captured(0)));
         const double float32KiB = 225034 * 4 / 1024.0;
         const double int8KiB = (225034 + 4 * ((225034 + 255) / 256)) / 1024.0;
