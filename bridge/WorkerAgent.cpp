@@ -431,7 +431,8 @@ void WorkerAgent::onTrained()
         payload = weightsToBytes(result.weights);
     } else {
         header.encoding = compressionName(m_compression);
-        payload = m_encoder.encode(m_compression, result.weights, c.weights);
+        payload = m_encoder.encode(m_compression, result.weights, c.weights,
+                                   m_session->layout().segments().parameterEnd);
     }
     m_pending = Pending{c.leaseId, std::move(header), std::move(payload)};
     sendPending();

@@ -53,13 +53,16 @@ std::optional<Compression> compressionFromName(const QString &name)
     return std::nullopt;
 }
 
-qint64 encodedBytes(Compression kind, qint64 numel)
+qint64 encodedBytes(Compression kind, qint64 numel, qint64 rounded)
 {
+    if (rounded < 0 || rounded > numel)
+        rounded = numel;
+    const qint64 exact = 4 * (numel - rounded);
     switch (kind) {
     case Compression::Fp16:
-        return numel * 2;
+        return rounded * 2 + exact;
     case Compression::Int8:
-        return blocksOf(numel) * 4 + numel;
+        return blocksOf(rounded) * 4 + rounded + exact;
     case Compression::None:
         break;
     }
@@ -98,42 +101,67 @@ torch::Tensor difference(const torch::Tensor &weights, const torch::Tensor &base
 
 } // namespace
 
-QByteArray UpdateEncoder::encode(Compression kind, const torch::Tensor &weights, const torch::Tensor &base)
+namespace {
+
+qint64 roundedOf(qint64 rounded, qint64 numel)
+{
+    return rounded < 0 || rounded > numel ? numel : rounded;
+}
+
+// The float32 values after the rounded ones, appended as they are.
+void appendExact(QByteArray &out, const torch::Tensor &weights, qint64 rounded)
+{
+    const torch::Tensor rest = weights.to(torch::kCPU, torch::kFloat32).contiguous().narrow(0, rounded, weights.numel() - rounded);
+    out.append(static_cast<const char *>(rest.data_ptr()), static_cast<qsizetype>(rest.numel() * 4));
+}
+
+} // namespace
+
+QByteArray UpdateEncoder::encode(Compression kind, const torch::Tensor &weights, const torch::Tensor &base,
+                                 qint64 rounded)
 {
     Q_ASSERT(kind != Compression::None);
     torch::NoGradGuard noGrad;
-    torch::Tensor delta = difference(weights, base);
+    rounded = roundedOf(rounded, weights.numel());
+    torch::Tensor delta = difference(weights, base).narrow(0, 0, rounded);
     if (m_residual.defined() && m_residual.numel() == delta.numel())
         delta.add_(m_residual);
     torch::Tensor sent;
     QByteArray out = quantize(kind, delta, sent);
     m_residual = delta - sent;
+    appendExact(out, weights, rounded);
     return out;
 }
 
-QByteArray encodeChange(Compression kind, const torch::Tensor &weights, const torch::Tensor &base)
+QByteArray encodeChange(Compression kind, const torch::Tensor &weights, const torch::Tensor &base, qint64 rounded)
 {
     Q_ASSERT(kind != Compression::None);
     torch::NoGradGuard noGrad;
+    rounded = roundedOf(rounded, weights.numel());
     torch::Tensor sent;
-    return quantize(kind, difference(weights, base), sent);
+    QByteArray out = quantize(kind, difference(weights, base).narrow(0, 0, rounded), sent);
+    appendExact(out, weights, rounded);
+    return out;
 }
 
-Result<torch::Tensor> decodeUpdate(Compression kind, QByteArrayView bytes, const torch::Tensor &base)
+Result<torch::Tensor> decodeUpdate(Compression kind, QByteArrayView bytes, const torch::Tensor &base, qint64 rounded)
 {
     torch::NoGradGuard noGrad;
-    const qint64 n = base.numel();
+    const qint64 total = base.numel();
+    const qint64 n = roundedOf(rounded, total);
     const QString name = compressionName(kind);
     if (kind == Compression::None)
         return fail(QStringLiteral("an update named 'none' is the weights themselves, not a delta"));
-    if (bytes.size() != encodedBytes(kind, n))
+    if (bytes.size() != encodedBytes(kind, total, n))
         return fail(QStringLiteral("the %1 update is %2 bytes; the model's %3 values need %4")
-                        .arg(name).arg(bytes.size()).arg(n).arg(encodedBytes(kind, n)));
+                        .arg(name).arg(bytes.size()).arg(total).arg(encodedBytes(kind, total, n)));
     torch::Tensor delta;
+    qint64 used = 0;
     if (kind == Compression::Fp16) {
         torch::Tensor half = torch::empty({n}, torch::kHalf);
-        std::memcpy(half.data_ptr(), bytes.data(), static_cast<std::size_t>(bytes.size()));
+        std::memcpy(half.data_ptr(), bytes.data(), static_cast<std::size_t>(n * 2));
         delta = half.to(torch::kFloat32);
+        used = n * 2;
     } else {
         const qint64 blocks = blocksOf(n);
         torch::Tensor scales = torch::empty({blocks}, torch::kFloat32);
@@ -143,10 +171,14 @@ Result<torch::Tensor> decodeUpdate(Compression kind, QByteArrayView bytes, const
         torch::Tensor q = torch::empty({n}, torch::kInt8);
         std::memcpy(q.data_ptr(), bytes.data() + blocks * 4, static_cast<std::size_t>(n));
         delta = (asBlocks(q.to(torch::kFloat32)) * scales.unsqueeze(1)).view({-1}).narrow(0, 0, n);
+        used = blocks * 4 + n;
     }
-    if (!torch::isfinite(delta).all().item<bool>())
+    torch::Tensor rest = torch::empty({total - n}, torch::kFloat32);
+    std::memcpy(rest.data_ptr(), bytes.data() + used, static_cast<std::size_t>((total - n) * 4));
+    if (!torch::isfinite(delta).all().item<bool>() || !torch::isfinite(rest).all().item<bool>())
         return fail(QStringLiteral("the %1 update contains NaN or infinite values").arg(name));
-    return base.to(torch::kCPU, torch::kFloat32) + delta;
+    torch::Tensor out = base.to(torch::kCPU, torch::kFloat32).narrow(0, 0, n) + delta;
+    return n == total ? out : torch::cat({out, rest});
 }
 
 } // namespace flotilla

@@ -50,13 +50,13 @@ SubtaskResult SubtaskResult::fromOutcome(qint64 leaseId, const TrainOutcome &out
 }
 
 SubtaskResult SubtaskResult::fromOutcome(qint64 leaseId, const TrainOutcome &outcome, Compression encoding,
-                                         UpdateEncoder &encoder, const torch::Tensor &base)
+                                         UpdateEncoder &encoder, const torch::Tensor &base, qint64 rounded)
 {
     SubtaskResult r = fromOutcome(leaseId, outcome);
     if (encoding == Compression::None || !outcome.weights.defined())
         return r;
     r.encoding = encoding;
-    r.update = encoder.encode(encoding, outcome.weights, base);
+    r.update = encoder.encode(encoding, outcome.weights, base, rounded);
     r.wireBytes = r.update.size();
     r.weights = torch::Tensor();
     return r;
@@ -779,7 +779,7 @@ bool Coordinator::decodeResult(const Lease &lease, SubtaskResult &result)
     auto base = baseWeights(lease);
     if (!base)
         return false;
-    auto weights = decodeUpdate(result.encoding, result.update, *base);
+    auto weights = decodeUpdate(result.encoding, result.update, *base, m_layout.segments().parameterEnd);
     if (!weights) {
         result.invalidReason = weights.error();
         return true;

@@ -95,9 +95,10 @@ struct SubtaskResult
     QString invalidReason;
 
     static SubtaskResult fromOutcome(qint64 leaseId, const TrainOutcome &outcome);
-    // The same, compressed by `encoder` against `base` when `encoding` is not None.
+    // The same, compressed by `encoder` against `base` when `encoding` is not None, rounding
+    // the first `rounded` values, the parameters (-1: all; Compression.h).
     static SubtaskResult fromOutcome(qint64 leaseId, const TrainOutcome &outcome, Compression encoding,
-                                     UpdateEncoder &encoder, const torch::Tensor &base);
+                                     UpdateEncoder &encoder, const torch::Tensor &base, qint64 rounded = -1);
 };
 
 // Held: kept aside until another worker's result of the same subtask can be compared with it

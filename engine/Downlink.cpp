@@ -4,8 +4,6 @@
 
 #include <QRandomGenerator>
 
-#include <cstring>
-
 namespace flotilla {
 
 namespace {
@@ -28,8 +26,7 @@ torch::Tensor viewOf(const QByteArray &bytes)
 
 qint64 changeBytes(Compression kind, const WeightLayout &layout)
 {
-    const qint64 quantized = layout.segments().parameterEnd;
-    return encodedBytes(kind, quantized) + 4 * (layout.totalNumel - quantized);
+    return encodedBytes(kind, layout.totalNumel, layout.segments().parameterEnd);
 }
 
 DownlinkEncoder::DownlinkEncoder(Compression kind, const WeightLayout &layout)
@@ -72,9 +69,7 @@ DownlinkEncoder::Encoded DownlinkEncoder::encode(qint64 seq, const torch::Tensor
         return {WeightsForm{Compression::None, newest.id, false}, newest.bytes};
     Anchor &base = from ? *from : newest;
     if (base.changeSeq != seq) {
-        const torch::Tensor flat = weights.to(torch::kCPU, torch::kFloat32).contiguous();
-        base.change = encodeChange(m_kind, flat.narrow(0, 0, m_quantized), viewOf(base.bytes).narrow(0, 0, m_quantized));
-        base.change.append(weightsToBytes(flat.narrow(0, m_quantized, flat.numel() - m_quantized)));
+        base.change = encodeChange(m_kind, weights, viewOf(base.bytes), m_quantized);
         base.changeSeq = seq;
     }
     if (from)
@@ -127,19 +122,10 @@ Result<torch::Tensor> DownlinkDecoder::decodeWeights(const WeightsForm &form, co
     } else {
         base = m_weights;
     }
-    const qint64 quantized = layout.segments().parameterEnd;
-    const qint64 rounded = encodedBytes(form.change, quantized);
-    if (change.size() != changeBytes(form.change, layout))
-        return fail(QStringLiteral("the weights' %1 change from anchor %2 is %3 bytes; the model's %4 parameters and "
-                                   "%5 other values need %6")
-                        .arg(compressionName(form.change)).arg(form.anchor).arg(change.size()).arg(quantized)
-                        .arg(layout.totalNumel - quantized).arg(changeBytes(form.change, layout)));
-    auto parameters = decodeUpdate(form.change, QByteArrayView(change).first(rounded), base.narrow(0, 0, quantized));
-    if (!parameters)
-        return fail(QStringLiteral("the weights' change from anchor %1: %2").arg(form.anchor).arg(parameters.error()));
-    torch::Tensor rest = torch::empty({layout.totalNumel - quantized}, torch::kFloat32);
-    std::memcpy(rest.data_ptr<float>(), change.constData() + rounded, static_cast<std::size_t>(rest.numel() * 4));
-    return torch::cat({*parameters, rest});
+    auto weights = decodeUpdate(form.change, change, base, layout.segments().parameterEnd);
+    if (!weights)
+        return fail(QStringLiteral("the weights' change from anchor %1: %2").arg(form.anchor).arg(weights.error()));
+    return weights;
 }
 
 void DownlinkDecoder::reset()

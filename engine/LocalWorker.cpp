@@ -99,8 +99,9 @@ void LocalWorker::run()
     // compression can be tried on one machine.
     const Compression compression = compressionFromName(m_spec.fleet.compression).value_or(Compression::None);
     UpdateEncoder encoder;
+    const qint64 parameters = (*session)->layout().segments().parameterEnd;
     const auto resultOf = [&](qint64 leaseId, const TrainOutcome &outcome, const torch::Tensor &base) {
-        return SubtaskResult::fromOutcome(leaseId, outcome, compression, encoder, base);
+        return SubtaskResult::fromOutcome(leaseId, outcome, compression, encoder, base, parameters);
     };
 
     while (!m_stop) {

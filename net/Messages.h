@@ -171,8 +171,9 @@ struct HeartbeatMsg
     static Result<HeartbeatMsg> decode(const QCborMap &header);
 };
 
-// Payload: the new weights (raw float32), or, with an encoding other than none, the change
-// from the lease's base weights in that form (engine/Compression.h).
+// Payload: the new weights (raw float32), or, with an encoding other than none, the change of
+// the parameters from the lease's base weights in that form, then the buffers and counters as
+// float32 (engine/Compression.h).
 struct ResultMsg
 {
     static constexpr MessageType type = MessageType::Result;

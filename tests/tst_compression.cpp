@@ -301,6 +301,44 @@ private Q_SLOTS:
         QCOMPARE(c->submitResult(w, compressedResult(*a, Compression::None, unused)).status, SubmitStatus::Assimilated);
     }
 
+    // A result of a model with BatchNorm: its parameters are a rounded change with error
+    // feedback, its running statistics and counters arrive exact, and the residual covers the
+    // parameters only.
+    void resultsCarryStatisticsAndCountersExactly()
+    {
+        const WeightLayout layout = layoutOf(600, 100, 3);
+        const qint64 n = layout.totalNumel;
+        const qint64 parameters = layout.segments().parameterEnd;
+        QCOMPARE(parameters, qint64(600));
+        const torch::Tensor base = randomWeights(n);
+        torch::Tensor trained = base.clone();
+        trained.narrow(0, 0, 600).add_(randomWeights(600, 0.01));
+        trained.narrow(0, 600, 100).add_(randomWeights(100, 0.001));
+        trained.narrow(0, 700, 3).add_(3000.0f);
+        for (const auto kind : {Compression::Fp16, Compression::Int8}) {
+            UpdateEncoder encoder;
+            const QByteArray bytes = encoder.encode(kind, trained, base, parameters);
+            QCOMPARE(qint64(bytes.size()), encodedBytes(kind, n, parameters));
+            QCOMPARE(encodedBytes(kind, n, parameters), encodedBytes(kind, 600) + 4 * 103);
+            QCOMPARE(encoder.residual().numel(), qint64(600));
+            auto back = decodeUpdate(kind, bytes, base, parameters);
+            QVERIFY2(back, qPrintable(back.error()));
+            QVERIFY(torch::equal(back->narrow(0, 600, 103), trained.narrow(0, 600, 103)));
+            QVERIFY(torch::allclose(back->narrow(0, 0, 600) + encoder.residual(), trained.narrow(0, 0, 600), 1e-5, 1e-5));
+            // Decoded as if every value were rounded, the same bytes are the wrong size.
+            const auto wrong = decodeUpdate(kind, bytes, base);
+            QVERIFY(!wrong);
+            QVERIFY2(wrong.error().contains(QStringLiteral("bytes")), qPrintable(wrong.error()));
+            // A NaN among the exact values is refused like one among the rounded.
+            QByteArray nanStatistic = bytes;
+            const float nan = std::numeric_limits<float>::quiet_NaN();
+            std::memcpy(nanStatistic.data() + nanStatistic.size() - 4 * 50, &nan, 4);
+            const auto refused = decodeUpdate(kind, nanStatistic, base, parameters);
+            QVERIFY(!refused);
+            QVERIFY2(refused.error().contains(QStringLiteral("NaN")), qPrintable(refused.error()));
+        }
+    }
+
     // Global weights on their way to workers: a change from an anchor the worker holds, which
     // never adds one rounding to the next; the anchor whole for a worker that has none.
     void downlinkSendsChangesFromAnAnchorTheWorkerHolds()
