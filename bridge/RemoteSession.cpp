@@ -244,19 +244,32 @@ void RemoteSession::start(const JobSpec &, const QString &)
     Q_EMIT commandAnswered({}, tr("this window watches the coordinator at %1: jobs start there").arg(endpoint()));
 }
 
+namespace {
+
+// A command to the coordinator; send() gives it its id.
+net::CommandMsg command(const QString &action, const QString &target = {})
+{
+    net::CommandMsg c;
+    c.action = action;
+    c.target = target;
+    return c;
+}
+
+} // namespace
+
 void RemoteSession::setPaused(bool paused)
 {
-    send(net::CommandMsg{0, paused ? QStringLiteral("pause") : QStringLiteral("resume")});
+    send(command(paused ? QStringLiteral("pause") : QStringLiteral("resume")));
 }
 
 void RemoteSession::stop()
 {
-    send(net::CommandMsg{0, QStringLiteral("stop")});
+    send(command(QStringLiteral("stop")));
 }
 
 void RemoteSession::issueToken(int uses, qint64 validSeconds)
 {
-    net::CommandMsg c{0, QStringLiteral("issue-token")};
+    net::CommandMsg c = command(QStringLiteral("issue-token"));
     c.uses = uses;
     c.validSeconds = validSeconds;
     send(c);
@@ -273,24 +286,24 @@ Result<QList<ui::JoinTokenRow>> RemoteSession::joinTokens(bool includeSpent)
 
 void RemoteSession::revokeToken(const QString &id)
 {
-    send(net::CommandMsg{0, QStringLiteral("revoke-token"), id});
+    send(command(QStringLiteral("revoke-token"), id));
 }
 
 void RemoteSession::revoke(const QString &workerName)
 {
-    send(net::CommandMsg{0, QStringLiteral("revoke-worker"), workerName});
+    send(command(QStringLiteral("revoke-worker"), workerName));
 }
 
 void RemoteSession::release(qint64 workerId)
 {
-    net::CommandMsg c{0, QStringLiteral("release")};
+    net::CommandMsg c = command(QStringLiteral("release"));
     c.workerId = workerId;
     send(c);
 }
 
 void RemoteSession::refreshSubtasks()
 {
-    send(net::CommandMsg{0, QStringLiteral("subtasks")});
+    send(command(QStringLiteral("subtasks")));
 }
 
 Result<void> RemoteSession::exportMetrics(const QString &path)
