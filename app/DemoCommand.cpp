@@ -34,6 +34,7 @@ struct DemoStats
 {
     int kills = 0;
     int started = 0;
+    int failedWorkers = 0; // stopped by themselves with an error
     QString attack; // empty: every worker is honest
 };
 
@@ -107,8 +108,11 @@ void printDemoSummary(const QString &db, const DemoStats &stats, qint64 wallMs)
     std::printf("\nDemo finished (%s):\n", (*job)->state.toUtf8().constData());
     std::printf("  test accuracy        %.2f%% after %d epochs\n", 100.0 * accuracy, epochs);
     std::printf("  versions             %lld\n", rows->empty() ? 0LL : static_cast<long long>(rows->back().version));
-    std::printf("  preemptions          %d workers SIGKILLed, %d worker processes started in all\n", stats.kills,
-                stats.started);
+    std::printf("  preemptions          %d workers SIGKILLed, %d worker processes started in all%s\n", stats.kills,
+                stats.started,
+                stats.failedWorkers > 0
+                    ? QStringLiteral(", %1 stopped with an error").arg(stats.failedWorkers).toUtf8().constData()
+                    : "");
     std::printf("  detected by the coordinator: %d workers gone (missed heartbeats or left), %d subtasks reassigned\n",
                 int(gone->size()), int(reassigned->size()));
     std::printf("  staleness            mean %.2f, max %lld; histogram %s\n", rows->empty() ? 0.0 : sum / double(rows->size()),
@@ -257,6 +261,8 @@ int runDemoCommand(const QStringList &arguments)
     }
 
     std::vector<std::unique_ptr<QProcess>> fleet;
+    int pendingReplacements = 0;
+    int exitCode = ExitOk;
     auto startWorker = [&](bool attacker) {
         const int n = ++stats.started;
         const QString name = QStringLiteral("%1-%2").arg(attacker ? QStringLiteral("attacker") : QStringLiteral("worker")).arg(n);
@@ -272,6 +278,32 @@ int runDemoCommand(const QStringList &arguments)
                   << QStringLiteral("--instance-type") << job.fleet.instanceType << QStringLiteral("--price-class")
                   << job.fleet.priceClass << QStringLiteral("--threads") << QString::number(job.training.threads)
                   << QStringLiteral("--device") << job.training.device;
+        // A TorchScript model is code: every worker loads its own copy, here the user's file.
+        if (job.model.kind == QLatin1String("torchscript"))
+            arguments << QStringLiteral("--model-file") << job.model.path;
+        QProcess *started = p.get();
+        // A worker that stops by itself with an error (not one the chaos killed, not one
+        // dismissed) is named with its last words; when none is left, the demo ends.
+        QObject::connect(started, &QProcess::finished, started, [&, started, name](int code, QProcess::ExitStatus status) {
+            if (status != QProcess::NormalExit || code == 0)
+                return;
+            ++stats.failedWorkers;
+            QFile log(dir.filePath(QStringLiteral("workers/%1.log").arg(name)));
+            const QStringList lines = log.open(QIODevice::ReadOnly)
+                                          ? QString::fromUtf8(log.readAll()).split(u'\n', Qt::SkipEmptyParts)
+                                          : QStringList();
+            std::fprintf(stderr, "flotilla demo: %s stopped (exit %d): %s\n", name.toUtf8().constData(), code,
+                         lines.isEmpty() ? "no output" : lines.constLast().toUtf8().constData());
+            const bool anyLeft = std::any_of(fleet.begin(), fleet.end(), [&](const std::unique_ptr<QProcess> &w) {
+                return w.get() != started && w->state() != QProcess::NotRunning;
+            });
+            if (!anyLeft && pendingReplacements == 0) {
+                std::fprintf(stderr, "flotilla demo: no worker is left; see %s\n",
+                             dir.filePath(QStringLiteral("workers")).toUtf8().constData());
+                exitCode = ExitFailure;
+                QCoreApplication::quit();
+            }
+        });
         p->start(binary, arguments);
         p->setProperty("attacker", attacker);
         fleet.push_back(std::move(p));
@@ -298,7 +330,9 @@ int runDemoCommand(const QStringList &arguments)
             ++stats.kills;
             std::printf("  SIGKILL a worker (%d so far); a replacement starts in %.0f s\n", stats.kills, rejoinDelay);
             std::fflush(stdout);
+            ++pendingReplacements;
             QTimer::singleShot(int(rejoinDelay * 1000), &chaos, [&, attacker] {
+                --pendingReplacements;
                 if (serve.state() == QProcess::Running)
                     startWorker(attacker);
             });
@@ -307,7 +341,6 @@ int runDemoCommand(const QStringList &arguments)
     });
     scheduleChaos();
 
-    int exitCode = ExitOk;
     QObject::connect(&serve, &QProcess::finished, &serve, [&](int code, QProcess::ExitStatus status) {
         if (status != QProcess::NormalExit || code != 0) {
             std::fprintf(stderr, "flotilla demo: the coordinator stopped (exit %d); see %s\n", code,
@@ -327,6 +360,10 @@ int runDemoCommand(const QStringList &arguments)
     poll.start(100);
     QCoreApplication::exec();
     chaos.stop();
+    // From here on the demo stops its own processes: their ends are not news.
+    QObject::disconnect(&serve, nullptr, nullptr, nullptr);
+    for (auto &p : fleet)
+        QObject::disconnect(p.get(), nullptr, nullptr, nullptr);
     for (auto &p : fleet)
         if (p->state() == QProcess::Running)
             p->terminate(); // a preemption notice: they hand in what they have and leave

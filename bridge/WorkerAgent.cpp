@@ -139,11 +139,19 @@ void WorkerAgent::onWelcomed(const QCborMap &header)
             modelSpec.path = m_options.modelFile;
             QFile file(m_options.modelFile);
             QCryptographicHash hash(QCryptographicHash::Sha256);
-            if (m_options.modelFile.isEmpty() || !file.open(QIODevice::ReadOnly) || !hash.addData(&file)
-                || QString::fromLatin1(hash.result().toHex()) != welcome->modelSha256) {
+            if (m_options.modelFile.isEmpty()) {
                 finish(1, QStringLiteral("the job trains a TorchScript model; start the worker with --model-file pointing "
                                          "to a copy of it (SHA-256 %1)")
                               .arg(welcome->modelSha256));
+                return;
+            }
+            if (!file.open(QIODevice::ReadOnly) || !hash.addData(&file)) {
+                finish(1, QStringLiteral("cannot read the model file '%1': %2").arg(m_options.modelFile, file.errorString()));
+                return;
+            }
+            if (const QString sha = QString::fromLatin1(hash.result().toHex()); sha != welcome->modelSha256) {
+                finish(1, QStringLiteral("'%1' is not the job's model: its SHA-256 is %2, the job's %3")
+                              .arg(m_options.modelFile, sha, welcome->modelSha256));
                 return;
             }
         }

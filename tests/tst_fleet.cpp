@@ -275,6 +275,28 @@ private Q_SLOTS:
         QVERIFY2(rows->front().credit > 0 && rows->front().credit < 1, qPrintable(QString::number(rows->front().credit)));
     }
 
+    // A demo whose workers cannot start (here: a GPU no machine has) ends with an error that
+    // names each worker and its own words, instead of waiting for ever for workers that left.
+    void aDemoWhoseWorkersCannotStartSaysWhy()
+    {
+        QTemporaryDir dir;
+        const test::ProcessRun r = test::runFlotilla(
+            {QStringLiteral("demo"), QStringLiteral("--run-dir"), dir.filePath(QStringLiteral("demo")),
+             QStringLiteral("--device"), QStringLiteral("cuda:99"), QStringLiteral("--train-limit"), QStringLiteral("1000"),
+             QStringLiteral("--test-limit"), QStringLiteral("200"), QStringLiteral("--epochs"), QStringLiteral("1"),
+             QStringLiteral("--shards"), QStringLiteral("2"), QStringLiteral("--workers"), QStringLiteral("2"),
+             QStringLiteral("--chaos-mean"), QStringLiteral("0")},
+            120000);
+        QVERIFY2(r.finished, "the demo was still waiting after 120 s");
+        QCOMPARE(r.exitCode, 1);
+        for (const QString &worker : {QStringLiteral("worker-1"), QStringLiteral("worker-2")})
+            QVERIFY2(r.err.contains(worker + QStringLiteral(" stopped (exit 2): flotilla worker: device 'cuda:99'")),
+                     qPrintable(r.err));
+        QVERIFY2(r.err.contains(QStringLiteral("no worker is left")), qPrintable(r.err));
+        // Its own stopping of the coordinator is not reported as the coordinator's failure.
+        QVERIFY2(!r.err.contains(QStringLiteral("the coordinator stopped")), qPrintable(r.err));
+    }
+
     void demoRunsAFleetWithChaos()
     {
         QTemporaryDir dir;

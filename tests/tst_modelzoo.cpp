@@ -6,9 +6,12 @@
 // test time by tests/modelzoo.py with Debian's python3-torch.
 #include "TestSupport.h"
 
+#include <QCryptographicHash>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QProcess>
+#include <QRegularExpression>
 #include <QtTest>
 
 using namespace flotilla;
@@ -82,6 +85,49 @@ private:
                                  timeoutMs);
     }
 
+    // What Python found in one run's model.pt against what Flotilla measured: the problems.
+    static QStringList checkReport(const QJsonObject &r, const QString &label, double flotilla, int expectedBuffers)
+    {
+        QStringList problems;
+        const double python = r.value(QStringLiteral("accuracy")).toDouble(-1);
+        const QJsonObject counters = r.value(QStringLiteral("counters")).toObject();
+        QStringList counts;
+        for (auto it = counters.begin(); it != counters.end(); ++it)
+            counts << QString::number(it.value().toInt());
+        qInfo("%-28s Flotilla %.4f  Python %.4f  num_batches_tracked %s", qPrintable(label), flotilla, python,
+              qPrintable(counts.isEmpty() ? QStringLiteral("-") : counts.join(u' ')));
+
+        if (flotilla < 0)
+            problems << label + QStringLiteral(": metrics.csv has no final test accuracy");
+        // Chance is 0.1; a short run of any of these models gets past 0.4 (the ResNet is the
+        // slowest), and stale or broken running statistics bring it back near 0.1.
+        if (flotilla < 0.3)
+            problems << QStringLiteral("%1: Flotilla's accuracy %2 is near chance").arg(label).arg(flotilla);
+        if (qAbs(python - flotilla) > 0.003)
+            problems << QStringLiteral("%1: Python's accuracy on model.pt is %2, Flotilla's %3")
+                            .arg(label).arg(python).arg(flotilla);
+        if (r.value(QStringLiteral("training")).toBool(true))
+            problems << label + QStringLiteral(": model.pt is in training mode");
+        const int buffers = r.value(QStringLiteral("buffers")).toArray().size();
+        if (buffers != expectedBuffers)
+            problems << QStringLiteral("%1: model.pt has %2 buffers, the model %3").arg(label).arg(buffers).arg(expectedBuffers);
+        // Running statistics that still hold their initial values were never folded in;
+        // non-finite ones or a variance <= 0 make evaluation meaningless.
+        for (const char *key : {"unchanged", "invalid"}) {
+            const QByteArray names = QJsonDocument(r.value(QLatin1String(key)).toArray()).toJson(QJsonDocument::Compact);
+            if (names != "[]")
+                problems << QStringLiteral("%1: %2 buffers %3").arg(label, QLatin1String(key), QString::fromUtf8(names));
+        }
+        // Every BatchNorm layer sees every batch, and counters are folded by max: one count.
+        counts.removeDuplicates();
+        if (counts.size() > 1)
+            problems << QStringLiteral("%1: the layers' num_batches_tracked differ: %2").arg(label, counts.join(u' '));
+        for (auto it = counters.begin(); it != counters.end(); ++it)
+            if (it.value().toInt() <= 0)
+                problems << QStringLiteral("%1: %2 is %3").arg(label, it.key()).arg(it.value().toInt());
+        return problems;
+    }
+
 private Q_SLOTS:
     void initTestCase()
     {
@@ -135,45 +181,7 @@ private Q_SLOTS:
                 continue;
             }
             ++reports;
-            const QString label = labelOf[runDir];
-            const double flotilla = flotillaAccuracy[runDir];
-            const double python = r.value(QStringLiteral("accuracy")).toDouble(-1);
-            const QJsonObject counters = r.value(QStringLiteral("counters")).toObject();
-            QStringList counts;
-            for (auto it = counters.begin(); it != counters.end(); ++it)
-                counts << QString::number(it.value().toInt());
-            qInfo("%-28s Flotilla %.4f  Python %.4f  num_batches_tracked %s", qPrintable(label), flotilla, python,
-                  qPrintable(counts.isEmpty() ? QStringLiteral("-") : counts.join(u' ')));
-
-            if (flotilla < 0)
-                problems << label + QStringLiteral(": metrics.csv has no final test accuracy");
-            // Chance is 0.1; a short run of any of these models gets past 0.4 (the ResNet is the
-            // slowest), and stale or broken running statistics bring it back near 0.1.
-            if (flotilla < 0.3)
-                problems << QStringLiteral("%1: Flotilla's accuracy %2 is near chance").arg(label).arg(flotilla);
-            if (qAbs(python - flotilla) > 0.003)
-                problems << QStringLiteral("%1: Python's accuracy on model.pt is %2, Flotilla's %3")
-                                .arg(label).arg(python).arg(flotilla);
-            if (r.value(QStringLiteral("training")).toBool(true))
-                problems << label + QStringLiteral(": model.pt is in training mode");
-            const int buffers = r.value(QStringLiteral("buffers")).toArray().size();
-            if (buffers != expectedBuffers[runDir])
-                problems << QStringLiteral("%1: model.pt has %2 buffers, the model %3")
-                                .arg(label).arg(buffers).arg(expectedBuffers[runDir]);
-            // Running statistics that still hold their initial values were never folded in;
-            // non-finite ones or a variance <= 0 make evaluation meaningless.
-            for (const char *key : {"unchanged", "invalid"}) {
-                const QByteArray names = QJsonDocument(r.value(QLatin1String(key)).toArray()).toJson(QJsonDocument::Compact);
-                if (names != "[]")
-                    problems << QStringLiteral("%1: %2 buffers %3").arg(label, QLatin1String(key), QString::fromUtf8(names));
-            }
-            // Every BatchNorm layer sees every batch, and counters are folded by max: one count.
-            counts.removeDuplicates();
-            if (counts.size() > 1)
-                problems << QStringLiteral("%1: the layers' num_batches_tracked differ: %2").arg(label, counts.join(u' '));
-            for (auto it = counters.begin(); it != counters.end(); ++it)
-                if (it.value().toInt() <= 0)
-                    problems << QStringLiteral("%1: %2 is %3").arg(label, it.key()).arg(it.value().toInt());
+            problems << checkReport(r, labelOf[runDir], flotillaAccuracy[runDir], expectedBuffers[runDir]);
         }
         if (reports != runs.size())
             problems << QStringLiteral("modelzoo.py reported on %1 of %2 runs").arg(reports).arg(runs.size());
@@ -202,6 +210,103 @@ private Q_SLOTS:
                      && r.err.contains(QStringLiteral("model.float()")),
                  qPrintable(r.err));
         QVERIFY(!QFileInfo::exists(runDir + QStringLiteral("/model.pt")));
+    }
+    void aUsersModelTrainsOverTheNetworkInInt8_data()
+    {
+        QTest::addColumn<QString>("rule");
+        QTest::newRow("vc-asgd") << QStringLiteral("vc-asgd");
+        QTest::newRow("async-delta") << QStringLiteral("async-delta");
+    }
+
+    // The way a lab runs a user's model: a coordinator and two worker processes over TLS
+    // (`flotilla demo`), each worker loading its own copy of the model file, results and
+    // global weights in int8. BatchNorm's running statistics and counters travel exact beside
+    // the rounded parameters; Python must find model.pt as accurate as Flotilla did, its
+    // statistics moved and its counters counted, under a blending rule and the delta rule.
+    void aUsersModelTrainsOverTheNetworkInInt8()
+    {
+        QFETCH(QString, rule);
+        const QString demoDir = m_dir.filePath(QStringLiteral("net-") + rule);
+        const test::ProcessRun r = test::runFlotilla(
+            {QStringLiteral("demo"), QStringLiteral("--job"), jobFile(rule), QStringLiteral("--model-file"),
+             modelFile(QStringLiteral("bn-cnn")), QStringLiteral("--run-dir"), demoDir, QStringLiteral("--chaos-mean"),
+             QStringLiteral("0"), QStringLiteral("--compression"), QStringLiteral("int8")},
+            300000);
+        QVERIFY2(r.finished && r.exitCode == 0, qPrintable(r.out + r.err));
+        QVERIFY2(!r.err.contains(QStringLiteral("stopped (exit")), qPrintable(r.err));
+        // Every result was taken (none refused by size or as corrupt)...
+        QVERIFY2(QRegularExpression(QStringLiteral("honest results +[1-9]\\d* assimilated, 0 rejected")).match(r.out).hasMatch(),
+                 qPrintable(r.out));
+        // ... and some leases went out as int8 changes from an anchor, not all as float32 weights.
+        QFile coordinator(demoDir + QStringLiteral("/coordinator.out"));
+        QVERIFY(coordinator.open(QIODevice::ReadOnly));
+        const QString log = QString::fromUtf8(coordinator.readAll());
+        static const QRegularExpression sent(QStringLiteral("global weights .*mean of (\\d+): (\\d+) whole, (\\d+) as a change"));
+        const QRegularExpressionMatch m = sent.match(log);
+        QVERIFY2(m.hasMatch(), qPrintable(log.right(1500)));
+        QVERIFY2(m.captured(3).toInt() > 0, qPrintable(m.captured(0)));
+
+        const QString runDir = demoDir + QStringLiteral("/coordinator");
+        const test::ProcessRun evaluated = test::runPython(
+            zooScript(), {QStringLiteral("evaluate"), test::fashionMnistDir(), kTestLimit,
+                          runDir + u'=' + modelFile(QStringLiteral("bn-cnn"))},
+            300000);
+        QVERIFY2(evaluated.finished && evaluated.exitCode == 0, qPrintable(evaluated.err));
+        const QJsonObject report = QJsonDocument::fromJson(evaluated.out.trimmed().toUtf8()).object();
+        QCOMPARE(report.value(QStringLiteral("run")).toString(), runDir);
+        const QStringList problems = checkReport(report, QStringLiteral("bn-cnn/%1/int8 over TLS").arg(rule),
+                                                 test::finalTestAccuracy(runDir), kZoo[0].buffers);
+        QVERIFY2(problems.isEmpty(), qPrintable(problems.join(u'\n')));
+    }
+
+    // A worker joining a job that trains a TorchScript model must bring its own copy of the
+    // model: without one, or with another model, it is told which file the job needs (by its
+    // SHA-256) and stops with an error instead of training something else.
+    void aWorkerWithoutTheJobsModelIsToldWhichItNeeds()
+    {
+        const QString dir = m_dir.filePath(QStringLiteral("serve-torchscript"));
+        const QString tokenFile = dir + QStringLiteral("/token");
+        QProcess serve;
+        serve.setProcessChannelMode(QProcess::MergedChannels);
+        serve.start(test::flotillaBinary(),
+                    {QStringLiteral("serve"), QStringLiteral("--job"), jobFile(kRules[0]), QStringLiteral("--model-file"),
+                     modelFile(QStringLiteral("bn-cnn")), QStringLiteral("--run-dir"), dir + QStringLiteral("/run"),
+                     QStringLiteral("--identity-dir"), dir + QStringLiteral("/identity"), QStringLiteral("--listen"),
+                     QStringLiteral("127.0.0.1"), QStringLiteral("--host"), QStringLiteral("127.0.0.1"),
+                     QStringLiteral("--port"), QStringLiteral("0"), QStringLiteral("--token-file"), tokenFile,
+                     QStringLiteral("--token-uses"), QStringLiteral("10"), QStringLiteral("--quiet")});
+        QTRY_VERIFY_WITH_TIMEOUT(QFileInfo::exists(tokenFile) || serve.state() == QProcess::NotRunning, 60000);
+        QFile token(tokenFile);
+        QVERIFY2(token.open(QIODevice::ReadOnly), serve.readAll().constData());
+        const QString join = QString::fromUtf8(token.readAll()).trimmed();
+        QFile model(modelFile(QStringLiteral("bn-cnn")));
+        QVERIFY(model.open(QIODevice::ReadOnly));
+        const QString sha = QString::fromLatin1(QCryptographicHash::hash(model.readAll(), QCryptographicHash::Sha256).toHex());
+
+        const auto worker = [&](const QString &name, const QStringList &extra) {
+            return test::runFlotilla(QStringList{QStringLiteral("worker"), QStringLiteral("--join"), join,
+                                                 QStringLiteral("--state-dir"), dir + u'/' + name, QStringLiteral("--name"), name}
+                                         + extra,
+                                     60000);
+        };
+        const test::ProcessRun without = worker(QStringLiteral("no-model"), {});
+        const test::ProcessRun other = worker(QStringLiteral("other-model"),
+                                              {QStringLiteral("--model-file"), modelFile(QStringLiteral("norm-mlp"))});
+        const test::ProcessRun missing = worker(QStringLiteral("missing-model"),
+                                                {QStringLiteral("--model-file"), dir + QStringLiteral("/nowhere.pt")});
+        serve.kill();
+        serve.waitForFinished(10000);
+
+        // Each must stop with an error whose words name what is wrong.
+        const auto check = [](const test::ProcessRun &run, const QStringList &words) {
+            const QString said = run.out + run.err;
+            QVERIFY2(run.finished && run.exitCode == 1, qPrintable(said));
+            for (const QString &w : words)
+                QVERIFY2(said.contains(w), qPrintable(QStringLiteral("'%1' not in: %2").arg(w, said)));
+        };
+        check(without, {QStringLiteral("start the worker with --model-file"), sha});
+        check(other, {QStringLiteral("is not the job's model"), sha});
+        check(missing, {QStringLiteral("cannot read the model file"), QStringLiteral("nowhere.pt")});
     }
 };
 
