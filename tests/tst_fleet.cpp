@@ -6,7 +6,13 @@
 // partial result that is credited.
 #include "FakeMetadata.h"
 #include "TestSupport.h"
+#include "engine/Compression.h"
+#include "engine/Model.h"
+#include "engine/WireFormat.h"
+#include "net/TlsListener.h"
 
+#include <QJsonArray>
+#include <QJsonDocument>
 #include <QRegularExpression>
 #include <QTcpServer>
 #include <QtTest>
@@ -295,6 +301,174 @@ private Q_SLOTS:
         QVERIFY2(r.err.contains(QStringLiteral("no worker is left")), qPrintable(r.err));
         // Its own stopping of the coordinator is not reported as the coordinator's failure.
         QVERIFY2(!r.err.contains(QStringLiteral("the coordinator stopped")), qPrintable(r.err));
+    }
+
+    // A coordinator that sends a worker global weights it cannot use: a change from an anchor
+    // it does not hold, a form it does not know, weights cut short, weights with a NaN, an
+    // anchor with a NaN. An honest coordinator never does; one with a bug, or one that encodes
+    // differently, might. The `flotilla worker` process must hand each lease back naming what
+    // was wrong, drop its anchor, ask again after a pause (not in a tight loop), and train as
+    // soon as it is sent weights it can use. The coordinator here is the real TLS endpoint
+    // with a script of its own in place of the engine.
+    void aWorkerRefusesWeightsItCannotUseAndAsksAgain()
+    {
+        QTemporaryDir dir;
+        net::TlsListener::Options options;
+        options.identityDir = dir.filePath(QStringLiteral("identity"));
+        options.bindAddress = QHostAddress(QHostAddress::LocalHost);
+        auto created = net::TlsListener::create(options);
+        QVERIFY2(created, qPrintable(created ? QString() : created.error()));
+        std::unique_ptr<net::TlsListener> listener = std::move(*created);
+        const Result<void> listening = listener->listen();
+        QVERIFY2(listening, qPrintable(listening ? QString() : listening.error()));
+        const auto token = listener->trust().issueToken(QStringLiteral("127.0.0.1"), listener->port(),
+                                                        listener->caFingerprint(), 600, 1,
+                                                        QDateTime::currentMSecsSinceEpoch());
+        QVERIFY2(token, qPrintable(token ? QString() : token.error()));
+
+        // The job: a small MLP on 28×28 images, results and global weights in int8.
+        const auto spec = JobSpec::fromJson(QJsonObject{
+            {QStringLiteral("model"), QJsonObject{{QStringLiteral("kind"), QStringLiteral("mlp")},
+                                                  {QStringLiteral("hidden"), QJsonArray{16}}}}});
+        QVERIFY2(spec, qPrintable(spec ? QString() : spec.error()));
+        auto model = createModel(spec->model, {1, 28, 28}, 10);
+        QVERIFY2(model, qPrintable(model ? QString() : model.error()));
+        const WeightLayout layout = (*model)->layout();
+        const torch::Tensor weights = (*model)->flatWeights();
+        const QByteArray whole = weightsToBytes(weights);
+        torch::Tensor withNaN = weights.clone();
+        withNaN[7].fill_(std::numeric_limits<float>::quiet_NaN());
+        const QByteArray wholeNaN = weightsToBytes(withNaN);
+        const QByteArray change = encodeChange(Compression::Int8, weights + 0.01, weights, layout.segments().parameterEnd);
+
+        struct Sent
+        {
+            QString form;
+            qint64 anchor;
+            bool anchorIncluded;
+            QByteArray payload;
+            QString refusal; // what the hand-back must say; empty: weights the worker can use
+        };
+        const std::vector<Sent> script{
+            {QStringLiteral("int8"), 4242, false, change,
+             QStringLiteral("a change from anchor 4242, which this worker does not hold (it holds none)")},
+            {QStringLiteral("zstd"), 0, false, whole, QStringLiteral("came as 'zstd', which is not none, fp16 or int8")},
+            {QStringLiteral("none"), 0, false, whole.left(whole.size() - 4),
+             QStringLiteral("the weights are %1 bytes").arg(whole.size() - 4)},
+            {QStringLiteral("none"), 7, false, wholeNaN, QStringLiteral("NaN or infinite")},
+            {QStringLiteral("int8"), 9, true, wholeNaN + change, QStringLiteral("the anchor's weights contain NaN")},
+            {QStringLiteral("none"), 11, false, whole, {}},
+        };
+
+        struct Heard
+        {
+            net::RequestMsg request;
+            qint64 atMs = 0;
+        };
+        std::vector<Heard> requests;
+        std::vector<net::HandBackMsg> handBacks;
+        std::vector<qint64> handBackMs;
+        std::vector<qint64> shardsAsked;
+        QStringList problems;
+        QElapsedTimer clock;
+        clock.start();
+        connect(listener.get(), &net::TlsListener::helloReceived, this,
+                [&](const net::PeerInfo &peer, const net::HelloMsg &) {
+                    net::WelcomeMsg welcome;
+                    welcome.workerId = 1;
+                    welcome.job = QStringLiteral("refusals");
+                    welcome.model = QString::fromUtf8(
+                        QJsonDocument(spec->toJson().value(QStringLiteral("model")).toObject()).toJson(QJsonDocument::Compact));
+                    welcome.inputShape = {1, 28, 28};
+                    welcome.classes = 10;
+                    welcome.layout = layout.digest();
+                    welcome.weights = weightManifest(layout);
+                    welcome.seed = 1;
+                    welcome.compression = QStringLiteral("int8");
+                    listener->send(peer.connectionId, welcome);
+                });
+        connect(listener.get(), &net::TlsListener::messageReceived, this,
+                [&](qint64 connection, const net::Message &message) {
+                    switch (message.type) {
+                    case net::MessageType::Request: {
+                        const auto request = net::RequestMsg::decode(message.header);
+                        if (!request) {
+                            problems << request.error();
+                            return;
+                        }
+                        requests.push_back({*request, clock.elapsed()});
+                        const std::size_t step = requests.size() - 1;
+                        if (step >= script.size()) {
+                            listener->send(connection, net::NoWorkMsg{60000, false, false});
+                            return;
+                        }
+                        net::AssignMsg assign;
+                        assign.lease = qint64(100 + step);
+                        assign.subtask = qint64(step + 1);
+                        assign.end = 64;
+                        assign.deadlineMs = 60000;
+                        assign.shardSamples = 64;
+                        assign.shardSha256 = QByteArray(32, '\x11');
+                        assign.optimizer = QStringLiteral("sgd");
+                        assign.learningRate = 0.01;
+                        assign.momentum = 0.9;
+                        assign.batchSize = 32;
+                        assign.localEpochs = 1;
+                        assign.seed = 1;
+                        assign.change = script[step].form;
+                        assign.anchor = script[step].anchor;
+                        assign.anchorIncluded = script[step].anchorIncluded;
+                        listener->send(connection, assign, script[step].payload);
+                        return;
+                    }
+                    case net::MessageType::HandBack:
+                        if (const auto handBack = net::HandBackMsg::decode(message.header)) {
+                            handBacks.push_back(*handBack);
+                            handBackMs.push_back(clock.elapsed());
+                        }
+                        return;
+                    case net::MessageType::ShardRequest:
+                        if (const auto asked = net::ShardRequestMsg::decode(message.header))
+                            shardsAsked.push_back(asked->shard);
+                        return;
+                    default:
+                        return; // heartbeats
+                    }
+                });
+
+        QProcess worker;
+        worker.setProcessChannelMode(QProcess::MergedChannels);
+        worker.start(test::flotillaBinary(),
+                     {QStringLiteral("worker"), QStringLiteral("--join"), token->encode(), QStringLiteral("--state-dir"),
+                      dir.filePath(QStringLiteral("worker")), QStringLiteral("--name"), QStringLiteral("refuser"),
+                      QStringLiteral("--threads"), QStringLiteral("1")});
+        QTRY_VERIFY_WITH_TIMEOUT(!shardsAsked.empty() || worker.state() == QProcess::NotRunning, 60000);
+        worker.kill();
+        worker.waitForFinished(10000);
+        QObject::disconnect(listener.get(), nullptr, this, nullptr);
+        const QString said = QString::fromUtf8(worker.readAll());
+        QVERIFY2(problems.isEmpty(), qPrintable(problems.join(u'\n')));
+
+        // Each bad lease came back, naming its trouble; the good one was kept.
+        QCOMPARE(handBacks.size(), script.size() - 1);
+        for (std::size_t i = 0; i + 1 < script.size(); ++i) {
+            QCOMPARE(handBacks[i].lease, qint64(100 + i));
+            QVERIFY2(handBacks[i].reason.contains(script[i].refusal),
+                     qPrintable(QStringLiteral("lease %1 handed back with '%2', not '%3'")
+                                    .arg(100 + i).arg(handBacks[i].reason, script[i].refusal)));
+        }
+        // After each refusal it asked again a second later, still taking changes, and holding no
+        // anchor: not the 7 of NaN weights, nor the 9 of a NaN anchor, which it must not keep.
+        QCOMPARE(requests.size(), script.size());
+        for (std::size_t i = 1; i < requests.size(); ++i) {
+            QVERIFY2(requests[i].request.takesChanges, qPrintable(QString::number(i)));
+            QCOMPARE(requests[i].request.anchor, qint64(0));
+            QVERIFY2(requests[i].atMs - handBackMs[i - 1] >= 900,
+                     qPrintable(QStringLiteral("asked again %1 ms after a refusal").arg(requests[i].atMs - handBackMs[i - 1])));
+        }
+        // And with weights it could use, it went on to fetch the shard to train on.
+        QCOMPARE(shardsAsked, std::vector<qint64>{0});
+        QVERIFY2(!said.contains(QStringLiteral("Segmentation")), qPrintable(said));
     }
 
     void demoRunsAFleetWithChaos()
