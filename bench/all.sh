@@ -12,7 +12,8 @@
 #   fleet        simulate 100,000 workers: as is, with the goodput policies, with --buffer auto
 # Each command's output goes to OUT_DIR/NN-name.txt; OUT_DIR/index.txt lists the commands
 # with their start time, wall seconds and exit status. Run it on an otherwise idle machine:
-# anything else running shows in every figure. About two hours on 2 cores.
+# anything else running shows in every figure. About 105 minutes on 2 cores without the
+# scale and fleet sections, which add about 25.
 set -uo pipefail
 out="${1:?usage: bench/all.sh OUT_DIR [FLOTILLA] [SECTION...]}"
 flotilla="${2:-build/release/app/flotilla}"
@@ -93,6 +94,10 @@ for section in "${sections[@]}"; do
         ;;
     esac
 done
-# Demo run directories hold checkpoints of up to 45 MB each; the figures are in the outputs.
-rm -rf "$out"/demo-* "$out"/big-*/ 2>/dev/null
+# Demo run directories hold checkpoints of up to 45 MB each. The bytes per assimilation are
+# in each coordinator's own output, kept beside the demo's; the rest goes.
+for d in "$out"/demo-* "$out"/big-*; do
+    [ -f "$d/coordinator.out" ] && cp "$d/coordinator.out" "$d.coordinator.txt"
+    [ -d "$d" ] && rm -rf "$d"
+done
 cat "$index"
