@@ -152,6 +152,9 @@ int runDemoCommand(const QStringList &arguments)
                       QStringLiteral("Give each worker's connection an emulated link: a rate and a round trip, e.g. "
                                      "50mbit/40ms or 10mbit/80ms (a relay in this process paces and delays the bytes)."),
                       QStringLiteral("rate/rtt")});
+    parser.addOption({QStringLiteral("slow-worker"),
+                      QStringLiteral("Benchmarks: the first worker trains this many times slower than the others."),
+                      QStringLiteral("factor"), QStringLiteral("1")});
     parser.addOption({QStringLiteral("attackers"),
                       QStringLiteral("How many of the --workers are attackers (with --attack)."), QStringLiteral("n"),
                       QStringLiteral("1")});
@@ -281,6 +284,8 @@ int runDemoCommand(const QStringList &arguments)
         // A TorchScript model is code: every worker loads its own copy, here the user's file.
         if (job.model.kind == QLatin1String("torchscript"))
             arguments << QStringLiteral("--model-file") << job.model.path;
+        if (n == 1 && !attacker && parser.value(QStringLiteral("slow-worker")).toDouble() > 1.0)
+            arguments << QStringLiteral("--slowdown") << parser.value(QStringLiteral("slow-worker"));
         QProcess *started = p.get();
         // A worker that stops by itself with an error (not one the chaos killed, not one
         // dismissed) is named with its last words; when none is left, the demo ends.

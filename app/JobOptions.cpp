@@ -35,14 +35,19 @@ const Flag kFlags[] = {
     {"save-job", "file", "Write the effective job file and exit without training."},
     {"workers", "n", "Number of local workers (threads of this process)."},
     {"epochs", "n", "Epochs to train: every shard trained once per epoch."},
-    {"shards", "n", "Shards the training set is split into (one subtask per shard per epoch)."},
+    {"shards", "n", "Shards the training set is split into (one subtask per shard per epoch; 0 = from the data and the "
+                    "batch, each subtask at least 16 optimizer steps)."},
     {"local-epochs", "n", "Passes over its shard a subtask makes."},
     {"local-steps", "n", "If > 0, a subtask trains this many steps instead of local epochs."},
     {"batch-size", "n", "Mini-batch size."},
     {"optimizer", "name", "Local optimizer: sgd (with momentum) or adam."},
     {"lr", "rate", "Learning rate of the local optimizer (epoch 0 of the schedule)."},
     {"momentum", "m", "Momentum of SGD."},
-    {"lr-schedule", "name", "Learning-rate schedule over epochs: constant, step or cosine."},
+    {"lr-schedule", "name", "Learning-rate schedule, per optimizer step over the whole job: constant, step or cosine."},
+    {"lr-warmup", "steps", "Linear warmup of the learning rate over this many optimizer steps (0 = none)."},
+    {"lr-floor", "f", "Cosine: the last step's rate as a share of --lr (default 0.05)."},
+    {"fresh-optimizer", nullptr, "Start every subtask with a fresh optimizer (by default a worker keeps its momentum "
+                                 "or Adam moments from one subtask to the next, as one process would)."},
     {"seed", "n", "Seed of shards, sample orders, initial weights and simulated preemptions."},
     {"threads", "n", "LibTorch threads per worker."},
     {"device", "name", "auto, cpu, cuda or cuda:N (the N-th GPU)."},
@@ -64,8 +69,14 @@ const Flag kFlags[] = {
     {"label-column", "col", "CSV label column: a header name or a 1-based number (default: the last)."},
     {"train-limit", "n", "Train on only the first n training samples (0 = all)."},
     {"test-limit", "n", "Evaluate on only the first n test samples (0 = all)."},
-    {"rule", "name", "Aggregation rule: vc-asgd, staleness-aware, async-delta or sync-average."},
+    {"rule", "name", "Aggregation rule: async-delta (the default), vc-asgd (the paper's), staleness-aware or "
+                     "sync-average."},
     {"alpha", "a", "VC-ASGD: the weight the global model keeps, W <- a*W + (1-a)*W_c."},
+    {"outer-lr", "rate", "async-delta: the outer learning rate applied to each result's change (default 1)."},
+    {"outer-momentum", "m", "async-delta: outer (Nesterov) momentum on the changes (default 0: none)."},
+    {"momentum-period", "n", "async-delta with outer momentum: update the momentum once every n results (Delayed "
+                             "Nesterov; 0 = the number of workers online; default 1)."},
+    {"staleness-damping", "p", "async-delta: a result s versions stale counts (1+s)^-p (default 1; 0: fully)."},
     {"buffer", "k", "Asynchronous rules: fold the mean of k results as one version (1 = each result is its own; "
                     "auto or 0 = the square root of the workers online, rounded up). Default: 1."},
     {"epochs-ahead", "n", "Asynchronous rules: how many epochs past the oldest unfinished one may be open (default 1)."},
@@ -148,6 +159,12 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
         integer("image-size", job.dataset.imageSize),
         integer("crop-padding", job.dataset.cropPadding),
         number("alpha", job.aggregation.alpha),
+        number("outer-lr", job.aggregation.outerLearningRate),
+        number("outer-momentum", job.aggregation.outerMomentum),
+        integer("momentum-period", job.aggregation.momentumPeriod),
+        number("staleness-damping", job.aggregation.stalenessDamping),
+        integer("lr-warmup", job.training.lrWarmupSteps),
+        number("lr-floor", job.training.lrFloor),
         [&]() -> Result<void> {
             if (p.value(QStringLiteral("buffer")) != QLatin1String("auto"))
                 return integer("buffer", job.aggregation.buffer);
@@ -192,6 +209,8 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
     text("bad-images", job.dataset.badImages);
     if (p.isSet(QStringLiteral("hflip")))
         job.dataset.horizontalFlip = true;
+    if (p.isSet(QStringLiteral("fresh-optimizer")))
+        job.training.carryOptimizer = false;
     if (p.isSet(QStringLiteral("share-tail")))
         job.fleet.shareTail = true;
     if (p.isSet(QStringLiteral("speculate")))
@@ -221,6 +240,10 @@ QString progressLine(const JobProgress &p, int alive, int workers)
 {
     const QString accuracy = p.testAccuracy < 0 ? QStringLiteral("  -  ")
                                                 : QStringLiteral("%1%").arg(100.0 * p.testAccuracy, 0, 'f', 2);
+    if (!p.stalled.isEmpty())
+        return QStringLiteral("epoch %1/%2 | version %3 | test acc %4 | STALLED: %5 | %6")
+            .arg(p.epochsDone).arg(p.epochs).arg(p.version)
+            .arg(accuracy, p.stalled, duration(p.elapsedMs));
     return QStringLiteral("epoch %1/%2 | version %3 | loss %4 | test acc %5 | workers %6/%7 | staleness %8 (max %9)"
                           " | savings %10% | %11")
         .arg(p.epochsDone).arg(p.epochs).arg(p.version)

@@ -16,6 +16,7 @@
 #include <QStandardPaths>
 #include <QTimer>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -32,6 +33,9 @@ int runTrainCommand(const QStringList &arguments)
         "Interrupt it (Ctrl-C) or kill it at any moment and run it again with the same --run-dir to resume."));
     parser.addHelpOption();
     addJobOptions(parser);
+    parser.addOption({QStringLiteral("slow-worker"),
+                      QStringLiteral("Benchmarks: the first local worker trains this many times slower than the others."),
+                      QStringLiteral("factor"), QStringLiteral("1")});
     if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("train")))
         return *stop;
     if (!parser.positionalArguments().isEmpty()) {
@@ -77,13 +81,14 @@ int runTrainCommand(const QStringList &arguments)
         return ExitFailure;
     }
     LocalFleet &f = **fleet;
+    f.setSlowWorker(std::clamp(parser.value(QStringLiteral("slow-worker")).toDouble(), 1.0, 1000.0));
     const JobSpec &spec = f.spec();
-    std::printf("%s job '%s' in %s\n  %s on %s, %d epochs x %d shards, rule %s (alpha %.2f), %d local workers, "
+    std::printf("%s job '%s' in %s\n  %s on %s, %d epochs x %d shards, rule %s, %d local workers, "
                 "preemptions %s\n",
                 f.resumed() ? "Resuming" : "Starting", spec.name.toUtf8().constData(),
                 f.runDir().toUtf8().constData(), spec.model.kind.toUtf8().constData(),
                 spec.dataset.kind.toUtf8().constData(), spec.training.epochs, spec.training.shards,
-                spec.aggregation.rule.toUtf8().constData(), spec.aggregation.alpha, spec.fleet.workers,
+                spec.aggregation.rule.toUtf8().constData(), spec.fleet.workers,
                 spec.fleet.preemption.meanIntervalSeconds > 0
                     ? QStringLiteral("every %1 s on average").arg(spec.fleet.preemption.meanIntervalSeconds)
                           .toUtf8().constData()

@@ -12,6 +12,7 @@
 #include <QStandardPaths>
 #include <QTimer>
 
+#include <algorithm>
 #include <cstdio>
 
 namespace flotilla {
@@ -68,6 +69,8 @@ int runWorker(const QStringList &arguments, const std::function<void(TrainOutcom
          QStringLiteral("Memory for decoded shards, in MiB; the least recently used go first."), QStringLiteral("MiB"),
          QStringLiteral("1024")},
         {QStringLiteral("verbose"), QStringLiteral("Print connection and subtask events to standard error.")},
+        {QStringLiteral("slowdown"), QStringLiteral("Benchmarks: train this many times slower than this machine can."),
+         QStringLiteral("factor"), QStringLiteral("1")},
     });
     if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("worker")))
         return *stop;
@@ -103,6 +106,7 @@ int runWorker(const QStringList &arguments, const std::function<void(TrainOutcom
     options.instanceType = parser.value(QStringLiteral("instance-type"));
     options.priceClass = parser.value(QStringLiteral("price-class"));
     options.modelFile = parser.value(QStringLiteral("model-file"));
+    options.slowdown = std::clamp(parser.value(QStringLiteral("slowdown")).toDouble(), 1.0, 1000.0);
     options.graceMs = std::max(1, parser.value(QStringLiteral("grace")).toInt()) * 1000;
     options.resultHook = resultHook;
     for (const auto &[flag, field] : {std::pair{"shard-cache-mb", &options.shardCacheBytes},

@@ -7,6 +7,7 @@
 #include "app/NetworkCommands.h"
 #include "bench/Attacks.h"
 #include "bench/BenchFlood.h"
+#include "bench/BenchParity.h"
 #include "bench/BenchPeers.h"
 #include "bench/BenchScale.h"
 
@@ -358,6 +359,10 @@ int runBenchCommand(const QStringList &arguments)
         return runAttackWorker(arguments.mid(1));
     if (arguments.value(1) == QLatin1String("flood"))
         return runBenchFlood(arguments.mid(1));
+    if (arguments.value(1) == QLatin1String("parity"))
+        return runBenchParity(arguments.mid(1));
+    if (arguments.value(1) == QLatin1String("parity-loop"))
+        return runBenchParityLoop(arguments.mid(1));
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral(
         "Benchmarks against a peer run in the same invocation, alternating, with min/median/max over repeats.\n"
@@ -367,6 +372,8 @@ int runBenchCommand(const QStringList &arguments)
         "  accuracy     time to a test accuracy on Fashion-MNIST: Flotilla (2 worker processes) vs PyTorch DDP\n"
         "               (2 processes, gloo) vs a single-process LibTorch loop; --preemption-every adds runs\n"
         "               with workers SIGKILLed\n"
+        "  parity       Flotilla vs the plain single-process loop and DDP on several jobs and data sets, 1, 2 and 4\n"
+        "               workers, each rule (flotilla bench parity --help)\n"
         "  scale        K simulated workers over TLS against one coordinator (flotilla bench scale --help)\n"
         "  flood        idle and stalled connections against a coordinator training with honest workers\n"
         "               (flotilla bench flood --help)"));
@@ -432,7 +439,8 @@ int runBenchCommand(const QStringList &arguments)
         if (which == QLatin1String("bare-loop"))
             return benchBareLoop(parser);
     }
-    std::fprintf(stderr, "flotilla bench: name one benchmark: trainer, aggregation, transfer, accuracy, scale or flood\n");
+    std::fprintf(stderr, "flotilla bench: name one benchmark: trainer, aggregation, transfer, accuracy, parity, scale or "
+                         "flood\n");
     return ExitUsage;
 }
 

@@ -13,6 +13,7 @@
 
 #include "app/CommandLine.h"
 #include "bench/Benchmarks.h"
+#include "bench/Contenders.h"
 #include "engine/ResultScreen.h"
 #include "engine/Store.h"
 
@@ -38,107 +39,6 @@
 namespace flotilla {
 
 namespace {
-
-struct Spread
-{
-    double min = 0, median = 0, max = 0;
-};
-
-Spread spread(std::vector<double> v)
-{
-    if (v.empty())
-        return {};
-    std::sort(v.begin(), v.end());
-    return {v.front(), v[v.size() / 2], v.back()};
-}
-
-// A child in a process group of its own, so that the whole tree (DDP's ranks, the demo's
-// coordinator and workers) can be stopped at once.
-class Contender
-{
-public:
-    Contender(const QString &program, const QStringList &arguments, const QString &logFile)
-    {
-#ifdef Q_OS_UNIX
-        m_process.setChildProcessModifier([] { ::setsid(); });
-#endif
-        m_process.setProcessChannelMode(QProcess::MergedChannels);
-        if (!logFile.isEmpty())
-            m_process.setStandardOutputFile(logFile);
-        m_timer.start();
-        m_process.start(program, arguments);
-    }
-    ~Contender() { stop(); }
-
-    double seconds() const { return double(m_timer.nsecsElapsed()) / 1e9; }
-    bool running() const { return m_process.state() != QProcess::NotRunning; }
-    QProcess &process() { return m_process; }
-
-    void stop()
-    {
-        if (m_process.state() == QProcess::NotRunning)
-            return;
-#ifdef Q_OS_UNIX
-        ::kill(-static_cast<pid_t>(m_process.processId()), SIGKILL);
-#endif
-        m_process.kill();
-        m_process.waitForFinished(10000);
-    }
-
-private:
-    QProcess m_process;
-    QElapsedTimer m_timer;
-};
-
-struct Outcome
-{
-    double seconds = -1; // to the target, evaluation excluded; < 0: not reached
-    int epoch = 0;
-    QString note;
-};
-
-// A contender that prints one JSON line per epoch: {"epoch", "accuracy", "eval_seconds"} or
-// {"failed"}. Its clock runs from starting the process to the line of the epoch that reached
-// the target, less the seconds its evaluations took (eval_seconds, summed so far).
-Outcome runLines(const QString &program, const QStringList &arguments, double target, double maxSeconds)
-{
-    Contender c(program, arguments, {});
-    Outcome out;
-    QByteArray pending;
-    QByteArray tail;
-    while (c.seconds() < maxSeconds) {
-        c.process().waitForReadyRead(200);
-        pending += c.process().readAll();
-        qsizetype newline;
-        while ((newline = pending.indexOf('\n')) >= 0) {
-            const QByteArray line = pending.left(newline).trimmed();
-            pending.remove(0, newline + 1);
-            tail = line;
-            const QJsonObject o = QJsonDocument::fromJson(line).object();
-            if (o.contains(QStringLiteral("failed"))) {
-                out.note = QStringLiteral("failed after %1 s: %2")
-                               .arg(o.value(QStringLiteral("seconds")).toDouble(), 0, 'f', 0)
-                               .arg(o.value(QStringLiteral("failed")).toString());
-                return out;
-            }
-            if (o.value(QStringLiteral("accuracy")).toDouble() >= target) {
-                out.seconds = c.seconds() - o.value(QStringLiteral("eval_seconds")).toDouble();
-                out.epoch = o.value(QStringLiteral("epoch")).toInt();
-                return out;
-            }
-            out.epoch = o.value(QStringLiteral("epoch")).toInt();
-        }
-        if (!c.running() && pending.isEmpty() && c.process().bytesAvailable() == 0) {
-            out.note = QStringLiteral("ended (exit %1) without reaching the target after %2 epochs; last output: %3")
-                           .arg(c.process().exitCode())
-                           .arg(out.epoch)
-                           .arg(QString::fromUtf8(tail.left(200)));
-            return out;
-        }
-    }
-    out.note = QStringLiteral("not reached in %1 s (%2 epochs)").arg(maxSeconds).arg(out.epoch);
-    return out;
-}
 
 // Flotilla: `flotilla demo` (a coordinator and worker processes on loopback, real TLS); the
 // store is read while it runs, as the dashboard does. The coordinator evaluates on a thread

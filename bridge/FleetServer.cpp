@@ -232,7 +232,8 @@ void FleetServer::onMessage(qint64 connectionId, const net::Message &message)
     case MessageType::HandBack:
         if (const auto handBack = decoded<net::HandBackMsg>(*m_listener, connectionId, message))
             m_coordinator->handBack(worker.workerId, handBack->lease,
-                                QStringLiteral("handed back by the worker: %1").arg(handBack->reason.left(500)));
+                                    QStringLiteral("handed back by the worker: %1").arg(handBack->reason.left(500)),
+                                    handBack->failed);
         return;
     case MessageType::Bye: {
         const auto bye = decoded<net::ByeMsg>(*m_listener, connectionId, message);
@@ -302,6 +303,17 @@ void FleetServer::onAssigned(qint64 ticket, const std::optional<Assignment> &a, 
     assign.localEpochs = c.localEpochs;
     assign.localSteps = c.localSteps;
     assign.seed = c.seed;
+    if (c.schedule.active()) {
+        assign.lrSchedule = c.schedule.kind;
+        assign.lrBase = c.schedule.base;
+        assign.lrTotalSteps = c.schedule.totalSteps;
+        assign.lrWarmupSteps = c.schedule.warmupSteps;
+        assign.lrFloor = c.schedule.floor;
+        assign.lrStepEvery = c.schedule.stepEvery;
+        assign.lrGamma = c.schedule.gamma;
+        assign.firstStep = c.firstStep;
+    }
+    assign.freshOptimizer = c.freshOptimizer;
     // A new anchor every 8 assimilations per worker connected: with about one assimilation per
     // subtask, a worker is sent an anchor whole once per 8 to 16 of its subtasks, and a change
     // from it for the others.

@@ -101,6 +101,7 @@ QCborMap encodeSnapshot(const ui::Snapshot &s)
                     {key("elapsed_ms"), s.elapsedMs},
                     {key("paused"), s.paused},
                     {key("finished"), s.finished},
+                    {key("stalled"), s.stalled},
                     {key("at_ms"), s.atMs},
                     {key("workers"), workers}};
 }
@@ -123,6 +124,7 @@ Result<ui::Snapshot> decodeSnapshot(const QCborValue &value)
     s.elapsedMs = cborInteger(m.value(key("elapsed_ms")));
     s.paused = m.value(key("paused")).toBool();
     s.finished = m.value(key("finished")).toBool();
+    s.stalled = m.value(key("stalled")).toString().left(2000);
     s.atMs = cborInteger(m.value(key("at_ms")));
     auto workers = eachRow(m, "workers", [&s](const QCborValue &v) -> Result<void> {
         Row r(v, 20, "worker");
@@ -175,6 +177,7 @@ ui::Snapshot toSnapshot(const JobProgress &p, const std::vector<WorkerStatus> &w
     s.elapsedMs = p.elapsedMs;
     s.paused = p.paused;
     s.finished = p.finished;
+    s.stalled = p.stalled;
     s.atMs = QDateTime::currentMSecsSinceEpoch();
     for (const auto &w : workers) {
         ui::WorkerRow r;

@@ -165,7 +165,8 @@ void WorkerAgent::onWelcomed(const QCborMap &header)
         m_session = std::move(session).value();
         m_layout = layout;
         // How fast this machine is, so the coordinator can size its subtasks and deadlines.
-        m_speed = m_session->measureThroughput(32, m_options.threads, 0.5);
+        m_speed = m_session->measureThroughput(32, m_options.threads, 0.5) / std::max(1.0, m_options.slowdown);
+        m_session->setSlowdown(m_options.slowdown);
         qCInfo(lcBridge).noquote() << "measured" << qRound(m_speed) << "samples/s on" << m_options.device;
     }
     m_asked = false;
@@ -332,6 +333,18 @@ void WorkerAgent::onAssign(const net::Message &message)
     c.work.config.localSteps = int(a.localSteps);
     c.work.config.seed = a.seed;
     c.work.config.threads = m_options.threads;
+    if (a.lrTotalSteps > 0 && std::isfinite(a.lrBase) && a.lrBase > 0) {
+        LearningRateSchedule &schedule = c.work.config.schedule;
+        schedule.kind = a.lrSchedule;
+        schedule.base = a.lrBase;
+        schedule.totalSteps = a.lrTotalSteps;
+        schedule.warmupSteps = a.lrWarmupSteps;
+        schedule.floor = std::isfinite(a.lrFloor) ? std::clamp(a.lrFloor, 0.0, 1.0) : 0.0;
+        schedule.stepEvery = a.lrStepEvery;
+        schedule.gamma = std::isfinite(a.lrGamma) ? std::clamp(a.lrGamma, 0.0, 1.0) : 1.0;
+        c.work.config.firstStep = a.firstStep;
+    }
+    c.work.config.freshOptimizer = a.freshOptimizer;
     c.weights = *weights;
     if (auto cached = m_shards.find(c.shardSha)) {
         qCInfo(lcBridge).noquote() << "shard" << c.shard << "read from the cache";
@@ -411,7 +424,7 @@ void WorkerAgent::onTrained()
     }
     if (!outcome) {
         qCWarning(lcBridge).noquote() << "subtask failed:" << outcome.error();
-        m_client->send(net::HandBackMsg{c.leaseId, outcome.error()});
+        m_client->send(net::HandBackMsg{c.leaseId, outcome.error(), true});
         if (m_preempting)
             finish(0, QStringLiteral("preempted"));
         else

@@ -43,6 +43,7 @@ public:
         int threads = 1;
         QString modelFile;   // TorchScript jobs: this machine's copy of the model
         int graceMs = 20000; // after a preemption notice
+        double slowdown = 1.0; // benchmarks: train this many times slower (WorkerJob::setSlowdown)
         // Sees every finished result before it is sent, with the weights its subtask started
         // from. Empty for every real worker; the bench tool's attackers (app/Attacks.h) use
         // it to play a dishonest worker without a branch of their own in this class.

@@ -148,16 +148,24 @@ private:
 class AsyncDelta final : public AggregationRule
 {
 public:
-    AsyncDelta(double learningRate, double momentum, bool nesterov, const WeightSegments &segments)
-        : m_lr(learningRate), m_momentum(momentum), m_nesterov(nesterov), m_ranges(segments)
+    AsyncDelta(double learningRate, double momentum, bool nesterov, int period, double damping,
+               const WeightSegments &segments)
+        : m_lr(learningRate), m_momentum(momentum), m_nesterov(nesterov), m_period(period), m_damping(damping),
+          m_ranges(segments)
     {
     }
+    void setFleetSize(int workers) override { m_fleet = std::max(1, workers); }
     QString name() const override { return QStringLiteral("async-delta"); }
     bool needsBase() const override { return true; }
     void initialize(AggregationState &state) const override
     {
         if (m_momentum > 0 && (!state.momentum.defined() || state.momentum.numel() != state.weights.numel()))
             state.momentum = torch::zeros_like(state.weights);
+        if (m_momentum > 0 && period() > 1
+            && (!state.periodSum.defined() || state.periodSum.numel() != state.weights.numel())) {
+            state.periodSum = torch::zeros_like(state.weights);
+            state.periodResults = 0;
+        }
     }
     bool assimilate(AggregationState &state, const Contribution &c) override
     {
@@ -183,7 +191,8 @@ public:
                 m_ranges.counters(m_sum).copy_(m_ranges.counters(c.result));
         }
         torch::Tensor delta = m_ranges.parameters(m_sum);
-        delta.add_(m_ranges.parameters(c.result), c.credit).sub_(m_ranges.parameters(c.base), c.credit);
+        const double weight = c.credit * damping(c);
+        delta.add_(m_ranges.parameters(c.result), weight).sub_(m_ranges.parameters(c.base), weight);
         if (m_ranges.hasBuffers())
             m_ranges.buffers(m_sum).add_(m_ranges.buffers(c.result), c.credit);
         m_ranges.foldCounters(m_sum, c.result);
@@ -217,10 +226,17 @@ private:
         if (!m_delta.defined() || m_delta.numel() != result.numel())
             m_delta = torch::empty_like(result);
         torch::sub_out(m_delta, result, m_ranges.parameters(c.base));
-        if (c.credit != 1.0)
-            m_delta.mul_(c.credit);
+        if (const double weight = c.credit * damping(c); weight != 1.0)
+            m_delta.mul_(weight);
         step(state);
     }
+
+    // FedBuff's staleness weight: (1 + s)^-d.
+    double damping(const Contribution &c) const
+    {
+        return m_damping > 0 ? std::pow(1.0 + double(std::max<std::int64_t>(0, c.staleness)), -m_damping) : 1.0;
+    }
+    int period() const { return m_period > 0 ? m_period : m_fleet; }
 
     // The outer step with m_delta.
     void step(AggregationState &state)
@@ -231,6 +247,27 @@ private:
             return;
         }
         initialize(state);
+        const int n = period();
+        if (n > 1) {
+            // Delayed Nesterov: every change is applied at once at η/N, as one of the N of a
+            // period; the momentum takes in their mean once the period is full, and only then
+            // adds its look-ahead step η·μ·m (with the momentum before the update when not
+            // Nesterov). With N = 1 these are the two forms below.
+            torch::Tensor pending = m_ranges.parameters(state.periodSum);
+            weights.add_(m_delta, m_lr / double(n));
+            pending.add_(m_delta);
+            if (++state.periodResults < n)
+                return;
+            torch::Tensor momentum = m_ranges.parameters(state.momentum);
+            if (!m_nesterov)
+                weights.add_(momentum, m_lr * m_momentum);
+            momentum.mul_(m_momentum).add_(pending, 1.0 / double(state.periodResults));
+            if (m_nesterov)
+                weights.add_(momentum, m_lr * m_momentum);
+            pending.zero_();
+            state.periodResults = 0;
+            return;
+        }
         // m ← μ·m + Δ;  W ← W + η·(μ·m + Δ) with Nesterov, W ← W + η·m without. The momentum
         // buffer's entries past the parameters stay zero.
         torch::Tensor momentum = m_ranges.parameters(state.momentum);
@@ -244,6 +281,9 @@ private:
     double m_lr;
     double m_momentum;
     bool m_nesterov;
+    int m_period;     // 0: the fleet's size
+    double m_damping; // d
+    int m_fleet = 1;
     Ranges m_ranges;
     torch::Tensor m_delta; // scratch, reused between assimilations
     torch::Tensor m_sum;   // gathered: Σ c_i·Δ_i (parameters), Σ c_i·B_i (buffers), the largest counters
@@ -311,7 +351,8 @@ Result<std::unique_ptr<AggregationRule>> createAggregationRule(const Aggregation
             std::make_unique<StalenessAwareVcAsgd>(spec.alpha, spec.stalenessExponent, segments));
     if (spec.rule == QLatin1String("async-delta"))
         return std::unique_ptr<AggregationRule>(
-            std::make_unique<AsyncDelta>(spec.outerLearningRate, spec.outerMomentum, spec.nesterov, segments));
+            std::make_unique<AsyncDelta>(spec.outerLearningRate, spec.outerMomentum, spec.nesterov, spec.momentumPeriod,
+                                         spec.stalenessDamping, segments));
     if (spec.rule == QLatin1String("sync-average"))
         return std::unique_ptr<AggregationRule>(std::make_unique<SyncAverage>(segments));
     return fail(QStringLiteral("unknown aggregation rule '%1' (vc-asgd, staleness-aware, async-delta, sync-average)")

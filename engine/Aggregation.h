@@ -3,7 +3,8 @@
 // One interface, four rules, all working in place on flat contiguous float32 buffers:
 //   vc-asgd          W ← α·W + (1−α)·c·W_c                       (the seed's rule)
 //   staleness-aware  as vc-asgd with α_s = 1 − (1−α)/(1+s)^p     (stale results count less)
-//   async-delta      W ← W + η·c·(W_c − W_base), optionally through outer (Nesterov) momentum
+//   async-delta      W ← W + η·c·(W_c − W_base)/(1+s)^d, optionally through outer (Nesterov)
+//                    momentum, updated every result or once every N (Delayed Nesterov)
 //   sync-average     results of a round are summed, W ← Σ c_i·W_i / Σ c_i when it closes
 // where c ∈ (0, 1] is the credit of a result (the fraction of a full shard's work it did;
 // for vc-asgd and staleness-aware the mixing weight is scaled by it: (1−α)·c) and s its
@@ -31,6 +32,10 @@ struct AggregationState
     torch::Tensor roundSum; // sync-average: Σ c_i·W_i of the open round
     double roundCredit = 0.0;
     int roundResults = 0;
+    // async-delta with a momentum period N > 1 (Delayed Nesterov): the changes since the
+    // momentum was last updated, and how many.
+    torch::Tensor periodSum;
+    int periodResults = 0;
 };
 
 struct Contribution
@@ -67,6 +72,9 @@ public:
     virtual bool foldGathered(AggregationState &state) = 0;
     int gathered() const { return m_gathered; }
     void discardGathered() { m_gathered = 0; }
+    // Workers online now, for the settings that follow the fleet's size (a momentum period
+    // of 0); called whenever it changes.
+    virtual void setFleetSize(int workers) { Q_UNUSED(workers); }
 
 protected:
     int m_gathered = 0;

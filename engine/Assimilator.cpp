@@ -29,7 +29,7 @@ bool isFinite(const torch::Tensor &t)
 AggregationState copyOf(const AggregationState &s)
 {
     AggregationState c = s;
-    for (torch::Tensor *t : {&c.weights, &c.momentum, &c.roundSum})
+    for (torch::Tensor *t : {&c.weights, &c.momentum, &c.roundSum, &c.periodSum})
         if (t->defined())
             *t = t->clone();
     return c;
@@ -134,7 +134,8 @@ Assimilator::Admission Assimilator::admit(const Subtask &subtask, qint64 sampleS
 
 bool Assimilator::stateIsFinite() const
 {
-    return isFinite(m_state.weights) && isFinite(m_state.momentum) && isFinite(m_state.roundSum);
+    return isFinite(m_state.weights) && isFinite(m_state.momentum) && isFinite(m_state.roundSum)
+           && isFinite(m_state.periodSum);
 }
 
 FoldOutcome Assimilator::fold(const Lease &lease, const Subtask &subtask, const Admission &admission,

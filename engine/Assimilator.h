@@ -138,6 +138,8 @@ public:
     // A buffer that follows the fleet's size: the buffer folds at the next result that finds
     // it holding k − 1 or more.
     void setBufferSize(int k) { m_config.buffer = std::max(1, k); }
+    // Workers online now (the rule's settings that follow the fleet, AggregationRule::setFleetSize).
+    void setFleetSize(int workers) { m_rule->setFleetSize(workers); }
     // Whether the buffer must fold now: nothing else can arrive to fill it (nothing queued,
     // no active lease), and the epoch it holds open would otherwise never close.
     bool flushDue() const;

@@ -27,7 +27,8 @@ constexpr qint64 kMaxHeader = 1 << 20;
 Result<QString> writeCheckpoint(const QString &path, const Checkpoint &c)
 {
     const std::pair<const char *, torch::Tensor> tensors[] = {
-        {"weights", c.state.weights}, {"momentum", c.state.momentum}, {"round_sum", c.state.roundSum}};
+        {"weights", c.state.weights}, {"momentum", c.state.momentum}, {"round_sum", c.state.roundSum},
+        {"period_sum", c.state.periodSum}};
     QCborArray entries;
     qint64 payload = 0;
     for (const auto &[name, t] : tensors) {
@@ -42,6 +43,7 @@ Result<QString> writeCheckpoint(const QString &path, const Checkpoint &c)
                                        {QStringLiteral("layout"), c.layoutDigest},
                                        {QStringLiteral("round_credit"), c.state.roundCredit},
                                        {QStringLiteral("round_results"), c.state.roundResults},
+                                       {QStringLiteral("period_results"), c.state.periodResults},
                                        {QStringLiteral("tensors"), entries}}
                                   .toCborValue()
                                   .toCbor();
@@ -91,6 +93,7 @@ Result<Checkpoint> readCheckpoint(const QString &path, const QString &expectedSh
     c.layoutDigest = header.value(QStringLiteral("layout")).toString();
     c.state.roundCredit = header.value(QStringLiteral("round_credit")).toDouble();
     c.state.roundResults = static_cast<int>(cborInteger(header.value(QStringLiteral("round_results"))));
+    c.state.periodResults = static_cast<int>(cborInteger(header.value(QStringLiteral("period_results"))));
     qsizetype offset = prefix + headerSize;
     for (const auto &entryValue : header.value(QStringLiteral("tensors")).toArray()) {
         const QCborMap entry = entryValue.toMap();
@@ -107,6 +110,8 @@ Result<Checkpoint> readCheckpoint(const QString &path, const QString &expectedSh
             c.state.momentum = t;
         else if (name == QLatin1String("round_sum"))
             c.state.roundSum = t;
+        else if (name == QLatin1String("period_sum"))
+            c.state.periodSum = t;
         else
             return fail(QStringLiteral("checkpoint '%1' holds an unknown tensor '%2'").arg(path, name));
     }

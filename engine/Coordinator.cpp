@@ -28,6 +28,7 @@ constexpr qint64 kEvaluationRetryMs = 2000; // times the attempt number
 constexpr qint64 kScreenedBases = 256;      // recent versions whose samples are kept
 constexpr std::ptrdiff_t kOldBaseSampleSlack = 64; // older ones kept until this many gather
 constexpr int kVerdictWindow = 10;          // a worker's recent results that quarantine looks at
+constexpr int kFailuresToStall = 3;         // subtasks in a row a worker failed: it cannot train this job
 constexpr int kCosineWindow = 10; // a worker's recent accepted updates the direction test averages
 constexpr qint64 kOperatorPollMs = 2000;
 constexpr double kNormFactor = 1000.0;
@@ -120,6 +121,9 @@ Result<std::unique_ptr<Coordinator>> Coordinator::open(const JobSpec &spec, cons
         data = *loaded;
     }
     c->m_data = std::move(data);
+    // training.shards 0: the count the data set gave (JobData), recorded with the job so that
+    // a resumed job keeps it.
+    c->m_spec.training.shards = c->m_data->plan.numShards();
     if (auto r = c->prepare(); !r)
         return r.takeError();
     auto r = existing->has_value() ? c->resume(**existing) : c->createNew(c->m_spec);
@@ -166,6 +170,9 @@ Result<void> Coordinator::prepare()
     config.buffer = std::max(1, m_spec.aggregation.buffer);
     config.shareTail = m_spec.fleet.shareTail;
     config.schedule.epochsAhead = m_spec.fleet.epochsAhead;
+    m_steps = StepPlan(config.schedule.shardSizes, m_spec.training.batchSize, m_spec.training.localEpochs,
+                       m_spec.training.localSteps);
+    m_schedule = learningRateSchedule(m_spec.training, m_steps.stepsPerEpoch());
     m_core = std::make_unique<Assimilator>(std::move(config), std::move(rule).value(), m_clock);
     m_scheduler = &m_core->scheduler();
     return {};
@@ -435,6 +442,7 @@ Result<qint64> Coordinator::workerJoined(const WorkerInfo &info, qint64 knownWor
         WorkerState &w = known->second;
         w.online = true;
         w.dismissed = false;
+        w.trusted = info.trusted;
         w.rates = *rates;
         w.record.instanceType = info.instanceType;
         w.record.priceClass = info.priceClass;
@@ -459,6 +467,7 @@ Result<qint64> Coordinator::workerJoined(const WorkerInfo &info, qint64 knownWor
     state.record = record;
     state.rates = *rates;
     state.online = true;
+    state.trusted = info.trusted;
     state.trust.workerId = *id;
     m_core->reportSpeed(*id, info.samplesPerSecond);
     m_workers[*id] = state;
@@ -503,6 +512,7 @@ void Coordinator::heartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps,
     const auto it = m_workers.find(workerId);
     if (it == m_workers.end())
         return;
+    reviveIfGone(workerId, "it sent a heartbeat");
     it->second.record.lastSeenMs = m_clock->nowMs();
     if (it->second.leaseId == leaseId) {
         it->second.sampleSteps = sampleSteps;
@@ -527,12 +537,26 @@ double Coordinator::workerSpeed(qint64 workerId) const
     return m_core->speed(workerId);
 }
 
+double Coordinator::screeningRate(const Subtask &subtask) const
+{
+    const TrainingSpec &t = m_spec.training;
+    const qint64 first = m_steps.firstStep(subtask.epoch, subtask.shard, subtask.begin);
+    const qint64 last = first + std::max<std::int64_t>(1, subtaskSteps(subtask.size(), t.batchSize, t.localEpochs, t.localSteps)) - 1;
+    if (first < m_schedule.warmupSteps && last >= m_schedule.warmupSteps)
+        return m_schedule.base;
+    return std::max(m_schedule.at(first), m_schedule.at(last));
+}
+
 TrainConfig Coordinator::trainConfigFor(const Subtask &subtask) const
 {
     const TrainingSpec &t = m_spec.training;
     TrainConfig c;
     c.optimizer = t.optimizer;
-    c.learningRate = scheduledLearningRate(t, subtask.epoch);
+    c.schedule = m_schedule;
+    c.firstStep = m_steps.firstStep(subtask.epoch, subtask.shard, subtask.begin);
+    c.learningRate = m_schedule.at(c.firstStep);
+    // Replicas are compared with each other: they start alike, from no optimizer state.
+    c.freshOptimizer = !t.carryOptimizer || m_quorums.count(subtask.id) > 0;
     c.momentum = t.momentum;
     c.weightDecay = t.weightDecay;
     c.batchSize = t.batchSize;
@@ -543,6 +567,10 @@ TrainConfig Coordinator::trainConfigFor(const Subtask &subtask) const
         c.localSteps = std::max(1, int(std::lround(t.localSteps * share)));
     }
     c.seed = mixSeed(mixSeed(t.seed, static_cast<std::uint64_t>(subtask.id)), 0xC0FFEE);
+    // A subtask whose result was refused is trained again with other draws (augmentation,
+    // the later passes' orders), never the same way twice.
+    if (const auto refused = m_refusals.find(subtask.id); refused != m_refusals.end())
+        c.seed = mixSeed(c.seed, static_cast<std::uint64_t>(refused->second));
     c.threads = t.threads;
     return c;
 }
@@ -605,8 +633,9 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
     if (!m_fatal.isEmpty() || m_finished || m_paused)
         return std::nullopt;
     const auto wit = m_workers.find(workerId);
-    if (wit == m_workers.end() || !wit->second.online)
+    if (wit == m_workers.end())
         return std::nullopt;
+    reviveIfGone(workerId, "it asked for work");
     WorkerState &worker = wit->second;
     worker.record.lastSeenMs = m_clock->nowMs();
     if (worker.trust.quarantined)
@@ -796,8 +825,10 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
         reply.reason = m_fatal;
         return reply;
     }
-    if (const auto it = m_workers.find(workerId); it != m_workers.end())
+    if (const auto it = m_workers.find(workerId); it != m_workers.end()) {
+        reviveIfGone(workerId, "it sent a result");
         it->second.record.lastSeenMs = m_clock->nowMs();
+    }
     const Scheduler::Check check = m_scheduler->check(result.leaseId);
     if (check.verdict == Scheduler::Verdict::Unknown || (!check.forgotten && check.lease.workerId != workerId)) {
         reply.reason = check.verdict == Scheduler::Verdict::Unknown
@@ -832,6 +863,8 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
         reply.reason = invalid;
         ++m_rejected;
         event(EventKind::ResultRejected, workerId, subtask.id, lease.id, invalid);
+        ++m_refusals[subtask.id];
+        noteFailure(workerId, invalid);
         handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost), QStringLiteral("its result was rejected: %1").arg(invalid));
         noteVerdict(workerId, true, {}, invalid);
         return reply;
@@ -857,18 +890,29 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
         if (const auto it = m_baseSamples.find(lease.baseSeq); it != m_baseSamples.end()) {
             baseSample = it->second;
             resultSample = m_screen->sample(result.weights);
-            verdict = m_screen->judge(resultSample, baseSample, trainConfigFor(subtask).learningRate, admission.credit);
+            verdict = m_screen->judge(resultSample, baseSample, screeningRate(subtask), admission.credit);
         }
+    }
+    // The coordinator's own workers run this build on this machine: the screen's statistics
+    // learn from their updates, but an unusual one (small data, a sharp turn of the loss
+    // surface) is not held against them.
+    if (verdict.reject && m_workers.count(workerId) && m_workers[workerId].trusted) {
+        qCDebug(lcEngine).noquote() << "a local worker's result would have been screened out:" << verdict.reason;
+        verdict.reject = false;
     }
     if (verdict.reject) {
         reply.reason = QStringLiteral("screened out: %1").arg(verdict.reason);
         ++m_rejected;
         event(EventKind::ResultRejected, workerId, subtask.id, lease.id, reply.reason);
+        ++m_refusals[subtask.id];
+        noteFailure(workerId, reply.reason);
         handleChanges(m_scheduler->drop(lease.id, LeaseState::Lost),
                       QStringLiteral("its result was rejected: %1").arg(reply.reason));
         noteVerdict(workerId, true, verdict, reply.reason);
         return reply;
     }
+    if (const auto it = m_workers.find(workerId); it != m_workers.end())
+        it->second.failures = 0;
     PendingResult pending;
     pending.workerId = workerId;
     pending.lease = lease;
@@ -1094,11 +1138,12 @@ void Coordinator::flushBufferIfDue()
 
 void Coordinator::sizeBuffer()
 {
-    if (m_spec.aggregation.buffer != 0)
-        return;
     int online = 0;
     for (const auto &[id, w] : m_workers)
         online += w.online ? 1 : 0;
+    m_core->setFleetSize(std::max(1, online));
+    if (m_spec.aggregation.buffer != 0)
+        return;
     m_core->setBufferSize(int(std::ceil(std::sqrt(double(std::max(1, online))))));
 }
 
@@ -1115,6 +1160,8 @@ SubmitReply Coordinator::refuseFold(const PendingResult &p, const FoldOutcome &f
     reply.reason = f.refusal;
     ++m_rejected;
     event(EventKind::ResultRejected, p.workerId, p.subtask.id, p.lease.id, f.refusal);
+    ++m_refusals[p.subtask.id];
+    noteFailure(p.workerId, f.refusal);
     handleChanges(m_scheduler->drop(p.lease.id, LeaseState::Lost), QStringLiteral("its result was rejected: %1").arg(f.refusal));
     handleChanges(m_scheduler->release(p.subtask.id), f.refusal);
     noteVerdict(p.workerId, true, {}, f.refusal);
@@ -1449,12 +1496,99 @@ void Coordinator::expireQuorums()
     }
 }
 
-void Coordinator::handBack(qint64 workerId, qint64 leaseId, const QString &reason)
+void Coordinator::handBack(qint64 workerId, qint64 leaseId, const QString &reason, bool failed)
 {
     const Scheduler::Check check = m_scheduler->check(leaseId);
     if (check.verdict == Scheduler::Verdict::Unknown || check.lease.workerId != workerId)
         return;
+    if (failed)
+        noteFailure(workerId, reason);
     handleChanges(m_scheduler->handBack(leaseId), reason);
+}
+
+void Coordinator::noteFailure(qint64 workerId, const QString &reason)
+{
+    const auto it = m_workers.find(workerId);
+    if (it == m_workers.end())
+        return;
+    ++it->second.failures;
+    it->second.lastFailure = reason;
+}
+
+void Coordinator::reviveIfGone(qint64 workerId, const char *heardBy)
+{
+    const auto it = m_workers.find(workerId);
+    if (it == m_workers.end() || it->second.online || m_finished)
+        return;
+    WorkerState &w = it->second;
+    w.online = true;
+    w.record.state = QStringLiteral("online");
+    w.record.lastSeenMs = m_clock->nowMs();
+    if (auto r = m_store->updateWorker(m_jobId, w.record); !r)
+        setFatal(r.error());
+    event(EventKind::WorkerJoined, workerId, 0, 0,
+          QStringLiteral("%1 is back (%2): it had been declared gone (%3); the leases it held then were given to others")
+              .arg(w.record.name, QLatin1String(heardBy),
+                   w.goneBecause.isEmpty() ? QStringLiteral("it left") : w.goneBecause));
+    w.goneBecause.clear();
+    sizeBuffer();
+}
+
+void Coordinator::absorbStall(qint64 gapMs)
+{
+    if (gapMs <= 0 || !m_fatal.isEmpty() || m_finished)
+        return;
+    const qint64 now = m_clock->nowMs();
+    for (auto &[id, w] : m_workers)
+        if (w.online)
+            w.record.lastSeenMs = std::min(now, w.record.lastSeenMs + gapMs);
+    const SchedulerChanges moved = m_scheduler->postpone(gapMs);
+    if (auto r = persist(moved); !r)
+        setFatal(r.error());
+    event(EventKind::CoordinatorStalled, 0, 0, 0,
+          QStringLiteral("the coordinator did not run for %1 s (its process was stopped or its machine suspended or "
+                         "overloaded, or its clock jumped); the workers' silence in that time is not held against them, "
+                         "and %2 lease deadline(s) moved by as much")
+              .arg(double(gapMs) / 1000.0, 0, 'f', 1)
+              .arg(moved.leases.size()));
+}
+
+std::pair<QString, bool> Coordinator::stallReason() const
+{
+    if (m_finished || m_paused || !m_fatal.isEmpty() || m_scheduler->finished())
+        return {};
+    int online = 0, quarantined = 0, failing = 0;
+    const WorkerState *example = nullptr;
+    for (const auto &[id, w] : m_workers) {
+        if (!w.online)
+            continue;
+        ++online;
+        if (w.trust.quarantined) {
+            ++quarantined;
+        } else if (w.failures >= kFailuresToStall) {
+            ++failing;
+            example = &w;
+        }
+    }
+    if (online == 0)
+        return {m_workers.empty() ? QStringLiteral("no worker has joined yet; the job waits for one")
+                                  : QStringLiteral("no worker is connected; the job waits for one to join or come back"),
+                false};
+    if (quarantined + failing < online)
+        return {};
+    if (failing == 0)
+        return {QStringLiteral("every connected worker (%1) is quarantined; release one (flotilla release, or the Workers "
+                               "view) or add workers")
+                    .arg(online),
+                true};
+    return {QStringLiteral("no connected worker can train this job: %1 of %2 failed their last %3 subtasks%4; the last "
+                           "error: %5")
+                .arg(failing)
+                .arg(online)
+                .arg(kFailuresToStall)
+                .arg(quarantined > 0 ? QStringLiteral(", the other %1 are quarantined").arg(quarantined) : QString())
+                .arg(example->lastFailure),
+            true};
 }
 
 void Coordinator::tick()
@@ -1484,10 +1618,20 @@ void Coordinator::tick()
     for (const auto &[id, w] : m_workers)
         if (w.online && now - w.record.lastSeenMs > timeoutMs)
             silent.push_back(id);
-    for (const qint64 id : silent)
-        workerLeft(id, QStringLiteral("not heard from for %1 s (missed heartbeats)")
-                           .arg((now - m_workers[id].record.lastSeenMs) / 1000));
+    for (const qint64 id : silent) {
+        const QString why = QStringLiteral("not heard from for %1 s (missed heartbeats)")
+                                .arg((now - m_workers[id].record.lastSeenMs) / 1000);
+        workerLeft(id, why);
+        m_workers[id].goneBecause = why;
+    }
     flushBufferIfDue();
+    // A job that cannot go on says why, once for each new reason (and in every progress).
+    const QString stalled = stallReason().first;
+    if (stalled != m_stalled) {
+        m_stalled = stalled;
+        if (!stalled.isEmpty())
+            event(EventKind::JobStalled, 0, 0, 0, stalled);
+    }
 }
 
 void Coordinator::noteVerdict(qint64 workerId, bool rejected, const ResultScreen::Verdict &verdict,
@@ -1514,7 +1658,7 @@ void Coordinator::noteVerdict(qint64 workerId, bool rejected, const ResultScreen
     }
     saveTrust(workerId);
     const int limit = m_spec.fleet.quarantineAfter;
-    if (limit <= 0 || w.trust.quarantined)
+    if (limit <= 0 || w.trust.quarantined || w.trusted)
         return;
     const auto rejections = int(std::count(w.verdicts.begin(), w.verdicts.end(), true));
     if (rejections >= limit) {
@@ -1842,6 +1986,7 @@ JobProgress Coordinator::progress() const
     p.elapsedMs = m_clock->nowMs() - m_startedMs;
     p.finished = m_finished;
     p.paused = m_paused;
+    std::tie(p.stalled, p.stalledForGood) = stallReason();
     return p;
 }
 

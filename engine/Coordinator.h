@@ -58,6 +58,10 @@ struct WorkerInfo
     QString device = QStringLiteral("cpu");
     int threads = 1;
     double samplesPerSecond = 0.0; // the worker's own measurement, 0 if unknown
+    // A worker of the coordinator's own process (a local worker): its results are checked
+    // (size, finite values) but never screened out, and it is never quarantined. Remote
+    // workers are never trusted, whatever they say.
+    bool trusted = false;
 };
 
 // Everything a worker needs to run a subtask.
@@ -150,6 +154,12 @@ struct JobProgress
     qint64 elapsedMs = 0;
     bool finished = false;
     bool paused = false;
+    // Why no work gets done now, when no worker can train (none connected, every one
+    // quarantined, every one's recent subtasks failed); empty while the job trains.
+    QString stalled;
+    // The stall is one the job cannot leave by itself waiting: every connected worker is
+    // quarantined or failing (a job of local workers ends on it; `serve` waits and says so).
+    bool stalledForGood = false;
 };
 
 // What the control center shows of one worker.
@@ -232,6 +242,10 @@ public:
     // A note from whoever runs the fleet (e.g. a simulated preemption), stored as an event.
     void recordEvent(EventKind kind, qint64 workerId, const QString &detail);
     void heartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps, qint64 plannedSampleSteps);
+    // The coordinator did not run for gapMs (its process was stopped, its machine suspended
+    // or overloaded, or its clock jumped): the workers' silence and the leases' time in that
+    // gap are not held against them (heartbeats and deadlines move by the gap).
+    void absorbStall(qint64 gapMs);
     // The network layer sent a lease's weights in `bytes`: as float32 weights (whole), as an
     // anchor and a change from it (anchored), or as a change alone (neither).
     void countWeightsSent(qint64 bytes, bool whole, bool anchored);
@@ -251,7 +265,9 @@ public:
     // nothing is left to give it (the last epoch open, nothing queued, no copy to make).
     bool dismissesIdle() const;
     SubmitReply submitResult(qint64 workerId, SubtaskResult result);
-    void handBack(qint64 workerId, qint64 leaseId, const QString &reason);
+    // failed: the worker could not train the subtask (an error, not a cancellation or a
+    // shutdown); a worker whose every recent subtask failed cannot train this job.
+    void handBack(qint64 workerId, qint64 leaseId, const QString &reason, bool failed = false);
     // Expires leases past their deadline; workers silent longer than the heartbeat timeout
     // are considered gone and their leases reassigned.
     void tick();
@@ -299,6 +315,12 @@ private:
     // worker when its recent record calls for it.
     void noteVerdict(qint64 workerId, bool rejected, const ResultScreen::Verdict &verdict, const QString &reason);
     void quarantine(qint64 workerId, const QString &reason);
+    // A worker declared gone that is heard from again (a request, a heartbeat, a result) is
+    // alive: it is online again, without the leases it lost.
+    void reviveIfGone(qint64 workerId, const char *heardBy);
+    void noteFailure(qint64 workerId, const QString &reason);
+    // See JobProgress::stalled; recorded as an event when it changes.
+    std::pair<QString, bool> stallReason() const;
 
     // A result that passed validation and screening, on its way to the global model.
     struct PendingResult
@@ -378,6 +400,8 @@ private:
     void dispatchEvaluation(EvaluationRequest request);
     Result<void> finalize();
     TrainConfig trainConfigFor(const Subtask &subtask) const;
+    // The rate the screen measures an update's size against: the subtask's largest.
+    double screeningRate(const Subtask &subtask) const;
 
     JobSpec m_spec;
     QString m_runDir;
@@ -408,6 +432,9 @@ private:
     qint64 m_lastOperatorPollMs = 0;
     std::map<qint64, Quorum> m_quorums; // by subtask id
     std::map<qint64, PendingResult> m_buffered; // by lease id: results in the aggregation buffer, weights gathered
+    std::map<qint64, int> m_refusals; // by subtask id: its results refused so far (each retry draws anew)
+    StepPlan m_steps;                 // where each subtask's first optimizer step falls in the job
+    LearningRateSchedule m_schedule;
     std::set<qint64> m_checkpointSeqs;    // checkpoint files on disk
 
     struct WorkerState
@@ -430,6 +457,10 @@ private:
         double costActual = 0.0;
         WorkerTrust trust;
         bool dismissed = false;      // told to stop at the job's tail (recorded once)
+        bool trusted = false;        // see WorkerInfo::trusted
+        int failures = 0;            // subtasks in a row it could not train (errors, rejections)
+        QString lastFailure;
+        QString goneBecause;         // why it was declared gone, while it is
         std::deque<bool> verdicts;   // the last ten results: true = rejected
         std::deque<double> cosines;  // of the last accepted updates against the consensus
     };
@@ -457,6 +488,7 @@ private:
     qint64 m_verified = 0;
     qint64 m_disagreements = 0;
     qint64 m_startedMs = 0;
+    QString m_stalled; // the last stall reason recorded as an event
 };
 
 } // namespace flotilla

@@ -3,6 +3,7 @@
 #include "common/ProcessSetup.h"
 #include "engine/EngineLog.h"
 
+#include <QDateTime>
 #include <QMetaObject>
 
 #include <algorithm>
@@ -192,6 +193,18 @@ void CoordinatorThread::start()
 void CoordinatorThread::onTick()
 {
     openGroup();
+    // Ticks come every 250 ms. A longer gap on the steady clock means this thread did not run
+    // (the process was stopped, the machine overloaded); on the wall clock, also a suspended
+    // machine or a clock set forward. Either way the workers were not silent by choice.
+    const qint64 wallMs = QDateTime::currentMSecsSinceEpoch();
+    if (m_tickClock.isValid()) {
+        const qint64 gap = std::max(m_tickClock.elapsed(), wallMs - m_lastTickWallMs);
+        const qint64 timeoutMs = qint64(m_coordinator->spec().fleet.heartbeatTimeoutSeconds * 1000.0);
+        if (gap > std::max<qint64>(kStallMs, timeoutMs / 4))
+            m_coordinator->absorbStall(gap);
+    }
+    m_tickClock.start();
+    m_lastTickWallMs = wallMs;
     m_coordinator->tick();
     endGroupIfIdle();
     const JobProgress p = m_coordinator->progress();
@@ -265,9 +278,9 @@ void CoordinatorThread::leave(qint64 workerId, const QString &reason)
     post([workerId, reason](Coordinator &c) { c.workerLeft(workerId, reason); });
 }
 
-void CoordinatorThread::handBack(qint64 workerId, qint64 leaseId, const QString &reason)
+void CoordinatorThread::handBack(qint64 workerId, qint64 leaseId, const QString &reason, bool failed)
 {
-    post([workerId, leaseId, reason](Coordinator &c) { c.handBack(workerId, leaseId, reason); });
+    post([workerId, leaseId, reason, failed](Coordinator &c) { c.handBack(workerId, leaseId, reason, failed); });
 }
 
 void CoordinatorThread::heartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps, qint64 planned)

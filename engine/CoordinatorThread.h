@@ -16,6 +16,7 @@
 
 #include "engine/Coordinator.h"
 
+#include <QElapsedTimer>
 #include <QObject>
 #include <QThread>
 #include <QThreadPool>
@@ -44,7 +45,7 @@ public:
     qint64 request(qint64 workerId, double samplesPerSecond = 0.0);
     qint64 submit(qint64 workerId, SubtaskResult result);
     void leave(qint64 workerId, const QString &reason);
-    void handBack(qint64 workerId, qint64 leaseId, const QString &reason);
+    void handBack(qint64 workerId, qint64 leaseId, const QString &reason, bool failed = false);
     void heartbeat(qint64 workerId, qint64 leaseId, qint64 sampleSteps, qint64 planned);
     void recordEvent(EventKind kind, qint64 workerId, const QString &detail);
     void countWeightsSent(qint64 bytes, bool whole, bool anchored);
@@ -111,6 +112,11 @@ private:
     std::unique_ptr<Model> m_evaluationModel;
     QTimer *m_tickTimer = nullptr;
     int m_ticks = 0;
+    // Gaps between ticks longer than this (or than a quarter of the heartbeat timeout) are
+    // stalls of the coordinator's own (Coordinator::absorbStall).
+    static constexpr qint64 kStallMs = 3000;
+    QElapsedTimer m_tickClock;
+    qint64 m_lastTickWallMs = 0;
     bool m_ended = false;
     std::atomic<qint64> m_nextTicket{1};
     bool m_groupOpen = false;

@@ -166,7 +166,21 @@ Result<std::shared_ptr<const JobData>> loadJobData(const JobSpec &spec)
         return fail(QStringLiteral("'training.shards' is %1 but the training set has only %2 samples; use at most "
                                    "one shard per sample")
                         .arg(spec.training.shards).arg(data->train.size()));
-    data->plan = ShardPlan(data->train.size(), spec.training.shards, spec.training.seed);
+    const TrainingSpec &t = spec.training;
+    const int shards = shardCount(t.shards, data->train.size(), t.batchSize, t.localEpochs, t.localSteps);
+    data->plan = ShardPlan(data->train.size(), shards, t.seed);
+    const std::int64_t steps = subtaskSteps(data->train.size() / shards, t.batchSize, t.localEpochs, t.localSteps);
+    if (t.shards == 0)
+        qCInfo(lcEngine).noquote() << QStringLiteral("%1 shards of about %2 samples: %3 optimizer steps per subtask "
+                                                     "(training.shards 0 chooses them from the data and the batch)")
+                                          .arg(shards).arg(data->train.size() / shards).arg(steps);
+    else if (steps < kMinSubtaskSteps)
+        qCWarning(lcEngine).noquote()
+            << QStringLiteral("'training.shards' is %1: each subtask trains only %2 optimizer step(s) (%3 samples at batch "
+                              "%4), fewer than the %5 a subtask should have; its fixed costs will dominate. Use "
+                              "training.shards 0 to choose the count from the data (%6 here)")
+                   .arg(t.shards).arg(steps).arg(data->train.size() / shards).arg(t.batchSize).arg(kMinSubtaskSteps)
+                   .arg(shardCount(0, data->train.size(), t.batchSize, t.localEpochs, t.localSteps));
     const auto mib = [](const Dataset &d) { return double(d.features.numel() * d.features.element_size()) / double(1 << 20); };
     qCInfo(lcEngine).noquote() << QStringLiteral("loaded %1 training and %2 test samples of %3 (%4, %5 MiB in memory) in %6 s")
                                       .arg(data->train.size()).arg(data->test.size())

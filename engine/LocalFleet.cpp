@@ -2,6 +2,7 @@
 
 #include "engine/EngineLog.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace flotilla {
@@ -31,17 +32,25 @@ LocalFleet::~LocalFleet()
 void LocalFleet::start()
 {
     LocalFleet *self = this;
-    connect(m_coordinator.get(), &CoordinatorThread::progressed, this,
-            [self](const JobProgress &p) { Q_EMIT self->progressed(p, self->workersAlive()); });
+    connect(m_coordinator.get(), &CoordinatorThread::progressed, this, [self](const JobProgress &p) {
+        Q_EMIT self->progressed(p, self->workersAlive());
+        self->checkStall(p);
+    });
     connect(m_coordinator.get(), &CoordinatorThread::leaseSuperseded, this, [self](qint64 workerId, qint64 leaseId) {
         for (auto &w : self->m_workers)
             if (w->workerId() == workerId)
                 w->supersede(leaseId);
     });
-    connect(m_coordinator.get(), &CoordinatorThread::jobEnded, this, [self](bool ok, const QString &message) {
-        self->m_preemptionTimer.stop();
-        Q_EMIT self->finished(ok, message);
+    connect(m_coordinator.get(), &CoordinatorThread::jobEnded, this,
+            [self](bool ok, const QString &message) { self->end(ok, message); });
+    // A second is well within any heartbeat timeout (at least 1 s, 30 s by default); the
+    // workers' own beats between batches carry their progress more often.
+    m_keepAlive.setInterval(std::clamp(int(m_spec.fleet.heartbeatTimeoutSeconds * 250.0), 100, 1000));
+    connect(&m_keepAlive, &QTimer::timeout, this, [self] {
+        for (auto &w : self->m_workers)
+            w->keepAlive();
     });
+    m_keepAlive.start();
 
     for (int i = 0; i < m_localWorkers; ++i)
         addWorker(0);
@@ -63,6 +72,8 @@ void LocalFleet::addWorker(int threads)
     auto worker = std::make_unique<LocalWorker>(m_coordinator.get(), m_data, m_spec, info,
                                                 fleet.preemption.rejoinDelaySeconds);
     worker->setThreads(threads);
+    if (m_nextWorker == 2) // the first
+        worker->setSlowdown(m_slowWorker);
     worker->start();
     m_workers.push_back(std::move(worker));
 }
@@ -123,6 +134,31 @@ void LocalFleet::preemptOne()
                                             .arg(m_spec.fleet.preemption.rejoinDelaySeconds));
 }
 
+void LocalFleet::end(bool ok, const QString &message)
+{
+    if (m_ended)
+        return;
+    m_ended = true;
+    m_preemptionTimer.stop();
+    m_keepAlive.stop();
+    Q_EMIT finished(ok, message);
+}
+
+void LocalFleet::checkStall(const JobProgress &p)
+{
+    if (m_ended || m_stopped || m_workers.empty() || p.finished)
+        return;
+    // Every worker of this fleet has ended on an error: nothing here will train the job.
+    const bool allFailed = std::all_of(m_workers.begin(), m_workers.end(), [](const auto &w) { return w->failed(); });
+    if (allFailed && p.workersOnline == 0) {
+        end(false, QStringLiteral("no local worker could start: %1").arg(m_workers.front()->lastError()));
+        return;
+    }
+    // Quarantined or failing, every one, and no other (remote) worker connected either.
+    if (p.stalledForGood && p.workersOnline <= int(m_workers.size()))
+        end(false, p.stalled);
+}
+
 int LocalFleet::workersAlive() const
 {
     int alive = 0;
@@ -137,6 +173,7 @@ void LocalFleet::stop()
         return;
     m_stopped = true;
     m_preemptionTimer.stop();
+    m_keepAlive.stop();
     for (auto &w : m_workers)
         w->stop();
     for (auto &w : m_workers)

@@ -42,6 +42,8 @@ public:
     // job's). Workers being removed hand in what they trained and stop in the background.
     void setLocalWorkers(int count, int threads = 0);
     int localWorkers() const { return int(m_workers.size()); }
+    // Benchmarks: the first local worker trains `factor` times slower (call before start()).
+    void setSlowWorker(double factor) { m_slowWorker = factor; }
     CoordinatorThread *coordinator() { return m_coordinator.get(); }
 
 Q_SIGNALS:
@@ -52,6 +54,10 @@ private:
     LocalFleet() = default;
     void schedulePreemption();
     void preemptOne();
+    // Ends the job when none of this fleet's workers can train it (see JobProgress::stalled):
+    // nobody here could release a quarantine or fix the job, so waiting would be for ever.
+    void checkStall(const JobProgress &progress);
+    void end(bool ok, const QString &message);
 
     JobSpec m_spec;
     QString m_runDir;
@@ -64,6 +70,9 @@ private:
     int m_nextWorker = 1;
     void addWorker(int threads);
     QTimer m_preemptionTimer{this}; // a child: it moves with the fleet to the owner's thread
+    QTimer m_keepAlive{this};       // heartbeats of the workers that are up, whatever they are doing
+    bool m_ended = false;
+    double m_slowWorker = 1.0;
     SplitMix64 m_random{1};
     bool m_stopped = false;
 };

@@ -15,6 +15,7 @@ LocalWorker::LocalWorker(CoordinatorThread *coordinator, std::shared_ptr<const J
     : m_coordinator(coordinator), m_data(std::move(data)), m_spec(std::move(spec)), m_info(std::move(info)),
       m_rejoinDelay(rejoinDelaySeconds)
 {
+    m_info.trusted = true; // a thread of the coordinator's own process
 }
 
 LocalWorker::~LocalWorker()
@@ -60,6 +61,14 @@ void LocalWorker::supersede(qint64 leaseId)
     }
 }
 
+void LocalWorker::keepAlive()
+{
+    const qint64 id = m_workerId.load();
+    if (id == 0 || m_down.load() || m_stop.load())
+        return;
+    m_coordinator->heartbeat(id, m_currentLease.load(), m_done.load(), m_planned.load());
+}
+
 QString LocalWorker::lastError() const
 {
     QMutexLocker lock(&m_errorMutex);
@@ -81,15 +90,18 @@ void LocalWorker::run()
     if (!session) {
         QMutexLocker lock(&m_errorMutex);
         m_lastError = session.error();
+        m_failed = true;
         qCWarning(lcEngine).noquote() << m_info.name << "cannot start:" << m_lastError;
         return;
     }
+    (*session)->setSlowdown(m_slowdown);
     m_info.device = deviceDescription((*session)->device());
     m_info.threads = m_spec.training.threads;
     auto joined = m_coordinator->callJoin(m_info);
     if (!joined) {
         QMutexLocker lock(&m_errorMutex);
         m_lastError = joined.error();
+        m_failed = !m_stop;
         qCWarning(lcEngine).noquote() << m_info.name << "cannot join:" << m_lastError;
         return;
     }
@@ -110,6 +122,9 @@ void LocalWorker::run()
                 m_coordinator->leave(id, QStringLiteral("preemption notice: the worker handed in its work and left"));
             if (!sleepFor(m_rejoinDelay))
                 break;
+            // A process that was killed comes back without its optimizer's state.
+            if (m_killed)
+                (*session)->forgetOptimizer();
             m_killed = false;
             m_cancel = false;
             m_down = false;
@@ -131,7 +146,11 @@ void LocalWorker::run()
         QElapsedTimer beat;
         beat.start();
         const qint64 leaseId = a->leaseId;
+        m_done = 0;
+        m_planned = 0;
         auto outcome = (*session)->train(shard, work, a->weights, &m_cancel, [&](std::int64_t done, std::int64_t planned) {
+            m_done = done;
+            m_planned = planned;
             if (beat.elapsed() >= 250) {
                 beat.restart();
                 m_coordinator->heartbeat(id, leaseId, done, planned);
@@ -160,7 +179,11 @@ void LocalWorker::run()
         }
         if (!outcome) {
             qCWarning(lcEngine).noquote() << m_info.name << "subtask failed:" << outcome.error();
-            m_coordinator->handBack(id, leaseId, outcome.error());
+            {
+                QMutexLocker lock(&m_errorMutex);
+                m_lastError = outcome.error();
+            }
+            m_coordinator->handBack(id, leaseId, outcome.error(), true);
             continue;
         }
         const SubmitReply reply = m_coordinator->callSubmit(id, resultOf(leaseId, *outcome, base));

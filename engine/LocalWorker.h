@@ -34,10 +34,18 @@ public:
     bool preempt(bool withNotice);
     // The coordinator no longer needs the result of this lease.
     void supersede(qint64 leaseId);
+    // Tells the coordinator this worker is alive, with its progress, unless it is down: the
+    // fleet calls it on its own timer, so that a slow batch (a loaded machine, a large model)
+    // or a long wait does not make a live worker look gone.
+    void keepAlive();
+    // The worker's thread ended without being stopped: it could not start or join.
+    bool failed() const { return m_failed.load(); }
 
     bool isDown() const { return m_down.load(); }
     // LibTorch threads for the next subtasks (0: the job's training.threads).
     void setThreads(int threads) { m_threads = threads; }
+    // Benchmarks: this worker trains `factor` times slower (WorkerJob::setSlowdown).
+    void setSlowdown(double factor) { m_slowdown = factor; }
     QThread *thread() const { return m_thread.get(); }
     qint64 workerId() const { return m_workerId.load(); }
     QString name() const { return m_info.name; }
@@ -61,6 +69,10 @@ private:
     std::atomic<qint64> m_currentLease{0};
     std::atomic<qint64> m_supersededLease{0};
     std::atomic<int> m_threads{0};
+    std::atomic<qint64> m_done{0};
+    std::atomic<qint64> m_planned{0};
+    std::atomic<bool> m_failed{false};
+    double m_slowdown = 1.0; // set before start()
     mutable QMutex m_errorMutex;
     QString m_lastError;
 };

@@ -509,6 +509,26 @@ SchedulerChanges Scheduler::expire()
     return changes;
 }
 
+SchedulerChanges Scheduler::postpone(qint64 ms)
+{
+    SchedulerChanges changes;
+    if (ms <= 0)
+        return changes;
+    std::set<std::pair<qint64, qint64>> moved;
+    for (const auto &[deadline, id] : m_activeByDeadline) {
+        Lease &lease = m_leases.at(id);
+        lease.deadlineMs = deadline + ms;
+        moved.insert({lease.deadlineMs, id});
+        changes.add(lease);
+    }
+    m_activeByDeadline = std::move(moved);
+    std::set<std::pair<qint64, qint64>> alone;
+    for (const auto &[deadline, id] : m_aloneByDeadline)
+        alone.insert({deadline + ms, id});
+    m_aloneByDeadline = std::move(alone);
+    return changes;
+}
+
 SchedulerChanges Scheduler::workerLost(qint64 workerId)
 {
     SchedulerChanges changes;

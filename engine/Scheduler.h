@@ -192,6 +192,9 @@ public:
     SchedulerChanges expire();
     // A worker is gone (crashed, killed, restarted): its active leases are lost.
     SchedulerChanges workerLost(qint64 workerId);
+    // Every active lease's deadline moves this much later: time in which the coordinator did
+    // not run (its process stopped, its machine suspended) is not held against the workers.
+    SchedulerChanges postpone(qint64 ms);
     // A leased subtask nobody trains any more (its held results were given up): back to the
     // queue.
     SchedulerChanges release(qint64 subtaskId);

@@ -2,9 +2,29 @@
 
 #include "engine/Random.h"
 
+#include <algorithm>
 #include <numeric>
 
 namespace flotilla {
+
+std::int64_t subtaskSteps(std::int64_t shardSamples, int batchSize, int localEpochs, int localSteps)
+{
+    if (localSteps > 0)
+        return localSteps;
+    const std::int64_t batch = std::max(1, batchSize);
+    return std::int64_t(std::max(1, localEpochs)) * ((shardSamples + batch - 1) / batch);
+}
+
+int shardCount(int requested, std::int64_t trainSamples, int batchSize, int localEpochs, int localSteps)
+{
+    if (requested > 0)
+        return requested;
+    if (localSteps > 0) // every subtask takes that many steps, whatever its shard's size
+        return int(std::clamp<std::int64_t>(trainSamples / std::max(1, batchSize), 1, kMaxAutoShards));
+    // Steps of one pass over the data set, over the steps a subtask should have at least.
+    const std::int64_t steps = std::int64_t(std::max(1, localEpochs)) * (trainSamples / std::max(1, batchSize));
+    return int(std::clamp<std::int64_t>(steps / kMinSubtaskSteps, 1, kMaxAutoShards));
+}
 
 ShardPlan::ShardPlan(std::int64_t numSamples, int numShards, std::uint64_t seed)
     : m_seed(seed)

@@ -9,6 +9,19 @@
 
 namespace flotilla {
 
+// training.shards 0 (auto): as many shards as give each subtask at least kMinSubtaskSteps
+// optimizer steps, at most kMaxAutoShards, at least one. A subtask's fixed costs (its lease,
+// the weights both ways, an assimilation and its commit) are paid per subtask, and a shorter
+// one gains no accuracy once the optimizer's state lives on the worker (docs/algorithms.md,
+// "Subtask size", has the measurements behind the numbers).
+constexpr int kMinSubtaskSteps = 16;
+constexpr int kMaxAutoShards = 30;
+
+// The shard count a job trains with: `requested` when it is not 0, else the rule above.
+int shardCount(int requested, std::int64_t trainSamples, int batchSize, int localEpochs, int localSteps);
+// Optimizer steps a subtask over a whole shard of this many samples takes.
+std::int64_t subtaskSteps(std::int64_t shardSamples, int batchSize, int localEpochs, int localSteps);
+
 class ShardPlan
 {
 public:

@@ -15,20 +15,62 @@ namespace {
 constexpr double kPi = 3.14159265358979323846; // M_PI is not standard C++ (MSVC lacks it by default)
 } // namespace
 
-double scheduledLearningRate(const TrainingSpec &training, int epoch)
+double LearningRateSchedule::at(qint64 step) const
 {
-    const double base = training.learningRate;
-    if (training.lrSchedule == QLatin1String("step"))
-        return base * std::pow(training.lrGamma, epoch / training.lrStepEpochs);
-    if (training.lrSchedule == QLatin1String("cosine") && training.epochs > 1) {
-        // Cosine from base down to 5% of base over the job's epochs.
-        const double t = double(epoch) / double(training.epochs - 1);
-        return base * (0.05 + 0.95 * 0.5 * (1.0 + std::cos(kPi * std::min(1.0, t))));
+    if (!active())
+        return base;
+    step = std::clamp<qint64>(step, 0, totalSteps - 1);
+    if (step < warmupSteps)
+        return base * double(step + 1) / double(warmupSteps);
+    if (kind == QLatin1String("step"))
+        return stepEvery > 0 ? base * std::pow(gamma, double(step / stepEvery)) : base;
+    if (kind == QLatin1String("cosine")) {
+        const qint64 span = totalSteps - warmupSteps - 1;
+        const double t = span > 0 ? double(step - warmupSteps) / double(span) : 1.0;
+        return base * (floor + (1.0 - floor) * 0.5 * (1.0 + std::cos(kPi * std::min(1.0, t))));
     }
     return base;
 }
 
+StepPlan::StepPlan(const std::vector<qint64> &shardSizes, int batchSize, int localEpochs, int localSteps)
+    : m_sizes(shardSizes), m_batch(std::max(1, batchSize)), m_localEpochs(std::max(1, localEpochs)),
+      m_localSteps(std::max(0, localSteps))
+{
+    for (const qint64 size : shardSizes) {
+        m_offsets.push_back(m_perEpoch);
+        m_perEpoch += m_localSteps > 0 ? m_localSteps : m_localEpochs * ((size + m_batch - 1) / m_batch);
+    }
+}
+
+qint64 StepPlan::firstStep(int epoch, int shard, qint64 begin) const
+{
+    if (shard < 0 || std::size_t(shard) >= m_offsets.size())
+        return 0;
+    const qint64 within = m_localSteps > 0
+                              ? (m_sizes[std::size_t(shard)] > 0 ? m_localSteps * begin / m_sizes[std::size_t(shard)] : 0)
+                              : m_localEpochs * (begin / m_batch);
+    return qint64(epoch) * m_perEpoch + m_offsets[std::size_t(shard)] + within;
+}
+
+LearningRateSchedule learningRateSchedule(const TrainingSpec &training, qint64 stepsPerEpoch)
+{
+    LearningRateSchedule s;
+    s.kind = training.lrSchedule;
+    s.base = training.learningRate;
+    s.totalSteps = std::max<qint64>(1, qint64(training.epochs) * std::max<qint64>(1, stepsPerEpoch));
+    s.warmupSteps = std::min<qint64>(training.lrWarmupSteps, s.totalSteps);
+    s.floor = training.lrFloor;
+    s.stepEvery = qint64(training.lrStepEpochs) * std::max<qint64>(1, stepsPerEpoch);
+    s.gamma = training.lrGamma;
+    return s;
+}
+
 namespace {
+
+QString optimizerSettings(const TrainConfig &c)
+{
+    return QStringLiteral("%1 momentum %2 weight decay %3").arg(c.optimizer).arg(c.momentum).arg(c.weightDecay);
+}
 
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(Model &model, const TrainConfig &c)
 {
@@ -40,11 +82,15 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(Model &model, const Train
         torch::optim::SGDOptions(c.learningRate).momentum(c.momentum).weight_decay(c.weightDecay));
 }
 
-} // namespace
+void setLearningRate(torch::optim::Optimizer &optimizer, double lr)
+{
+    for (auto &group : optimizer.param_groups())
+        group.options().set_lr(lr);
+}
 
-Result<TrainOutcome> trainSubtask(Model &model, const torch::Tensor &startWeights, const Dataset &samples,
-                                  const TrainConfig &config, torch::Device device,
-                                  const std::atomic<bool> *cancel, const TrainProgress &progress)
+Result<TrainOutcome> runSubtask(Model &model, const torch::Tensor &startWeights, const Dataset &samples,
+                                const TrainConfig &config, torch::Device device, const std::atomic<bool> *cancel,
+                                const TrainProgress &progress, OptimizerSlot *slot)
 {
     QElapsedTimer timer;
     timer.start();
@@ -62,7 +108,23 @@ Result<TrainOutcome> trainSubtask(Model &model, const torch::Tensor &startWeight
         if (auto loaded = model.loadFlatWeights(startWeights); !loaded)
             return loaded.takeError();
         model.setTraining(true);
-        auto optimizer = makeOptimizer(model, config);
+        // A kept optimizer holds the model's own parameter tensors, which loading weights
+        // overwrites in place: its state goes on from the last subtask.
+        std::unique_ptr<torch::optim::Optimizer> own;
+        torch::optim::Optimizer *optimizer = nullptr;
+        if (slot) {
+            const QString settings = optimizerSettings(config);
+            if (!slot->optimizer || slot->settings != settings || config.freshOptimizer) {
+                slot->optimizer = makeOptimizer(model, config);
+                slot->settings = settings;
+                slot->subtasks = 0;
+            }
+            ++slot->subtasks;
+            optimizer = slot->optimizer.get();
+        } else {
+            own = makeOptimizer(model, config);
+            optimizer = own.get();
+        }
         const InputPipeline inputs(samples, device);
         // A stream of its own, apart from the seeds of the later passes' orders.
         const std::uint64_t augmentSeeds = mixSeed(config.seed, 0xA7A7A7A7ULL);
@@ -93,6 +155,9 @@ Result<TrainOutcome> trainSubtask(Model &model, const torch::Tensor &startWeight
             // Each batch draws its own crops, from the subtask's seed: a rerun is the same run.
             const torch::Tensor xb = inputs.trainingRows(idx, mixSeed(augmentSeeds, static_cast<std::uint64_t>(batches)));
             const torch::Tensor yb = y.index_select(0, idx).to(device);
+            const double lr = config.schedule.active() ? config.schedule.at(config.firstStep + batches)
+                                                       : config.learningRate;
+            setLearningRate(*optimizer, lr);
 
             optimizer->zero_grad();
             const torch::Tensor loss = torch::nn::functional::cross_entropy(model.forward(xb), yb);
@@ -102,7 +167,7 @@ Result<TrainOutcome> trainSubtask(Model &model, const torch::Tensor &startWeight
                                            "lower the learning rate or check the data for extreme values")
                                 .arg(std::isnan(value) ? QStringLiteral("NaN") : QStringLiteral("infinite"))
                                 .arg(batches + 1)
-                                .arg(config.learningRate));
+                                .arg(lr));
             loss.backward();
             optimizer->step();
 
@@ -125,6 +190,19 @@ Result<TrainOutcome> trainSubtask(Model &model, const torch::Tensor &startWeight
         return fail(QStringLiteral("training failed: %1").arg(torchErrorSummary(e)));
     }
     out.seconds = double(timer.nsecsElapsed()) / 1e9;
+    return out;
+}
+
+} // namespace
+
+Result<TrainOutcome> trainSubtask(Model &model, const torch::Tensor &startWeights, const Dataset &samples,
+                                  const TrainConfig &config, torch::Device device,
+                                  const std::atomic<bool> *cancel, const TrainProgress &progress, OptimizerSlot *slot)
+{
+    auto out = runSubtask(model, startWeights, samples, config, device, cancel, progress, slot);
+    // A failed subtask may have left non-finite moments behind: the next starts afresh.
+    if (!out && slot)
+        slot->reset();
     return out;
 }
 

@@ -14,10 +14,53 @@
 
 namespace flotilla {
 
+// The job's learning rate as a function of the optimizer step, over the whole job (see
+// TrainingSpec): what the coordinator tells every lease, so that each batch of a subtask gets
+// the rate of its own step wherever it is trained.
+struct LearningRateSchedule
+{
+    QString kind = QStringLiteral("constant"); // constant | step | cosine
+    double base = 0.01;
+    qint64 totalSteps = 0; // of the job; 0: no schedule, the subtask's learningRate throughout
+    qint64 warmupSteps = 0; // linear from base / warmupSteps up to base
+    double floor = 0.05;   // cosine ends at floor × base
+    qint64 stepEvery = 0;  // step: × gamma every this many steps
+    double gamma = 0.5;
+
+    bool active() const { return totalSteps > 0; }
+    double at(qint64 step) const;
+};
+
+// The optimizer steps an epoch of the job takes, and where each shard's first step falls in
+// it: what a subtask's first step is follows from its epoch, shard and first position.
+class StepPlan
+{
+public:
+    StepPlan() = default;
+    StepPlan(const std::vector<qint64> &shardSizes, int batchSize, int localEpochs, int localSteps);
+    qint64 stepsPerEpoch() const { return m_perEpoch; }
+    qint64 firstStep(int epoch, int shard, qint64 begin) const;
+
+private:
+    std::vector<qint64> m_offsets; // per shard: its first step within an epoch
+    std::vector<qint64> m_sizes;
+    qint64 m_perEpoch = 0;
+    int m_batch = 1;
+    int m_localEpochs = 1;
+    int m_localSteps = 0;
+};
+
+LearningRateSchedule learningRateSchedule(const TrainingSpec &training, qint64 stepsPerEpoch);
+
 struct TrainConfig
 {
     QString optimizer = QStringLiteral("sgd");
-    double learningRate = 0.01; // already scheduled for the subtask's epoch
+    double learningRate = 0.01; // the rate at the subtask's first step
+    LearningRateSchedule schedule; // when active: each batch's rate, from firstStep on
+    qint64 firstStep = 0;
+    // Start this subtask with a fresh optimizer state, even where the worker keeps one
+    // (replicas that must agree start alike; the job may ask for it throughout).
+    bool freshOptimizer = false;
     double momentum = 0.9;
     double weightDecay = 0.0;
     int batchSize = 32;
@@ -40,16 +83,30 @@ struct TrainOutcome
 
 using TrainProgress = std::function<void(std::int64_t sampleSteps, std::int64_t planned)>;
 
-// The learning rate a job's schedule gives an epoch (0-based).
-double scheduledLearningRate(const TrainingSpec &training, int epoch);
+// The optimizer a worker keeps between the subtasks of one job, with what it was made for:
+// its momentum buffers or Adam's moments carry over as they would in one process's loop.
+struct OptimizerSlot
+{
+    std::unique_ptr<torch::optim::Optimizer> optimizer;
+    QString settings; // the kind, momentum and weight decay it was made with
+    qint64 subtasks = 0; // trained with it since it was made
+    void reset()
+    {
+        optimizer.reset();
+        settings.clear();
+        subtasks = 0;
+    }
+};
 
 // samples: the subtask's samples in visiting order, as stored; every batch is normalized
 // (and augmented, when the data set asks for it, with draws seeded from config.seed) on
 // `device` by an InputPipeline. model must already be on `device`; start weights are loaded
-// into it first.
+// into it first. With a slot, the optimizer in it is used and kept (made when it is empty,
+// made for other settings, or config.freshOptimizer asks); without one, a fresh optimizer.
 Result<TrainOutcome> trainSubtask(Model &model, const torch::Tensor &startWeights, const Dataset &samples,
                                   const TrainConfig &config, torch::Device device,
-                                  const std::atomic<bool> *cancel = nullptr, const TrainProgress &progress = {});
+                                  const std::atomic<bool> *cancel = nullptr, const TrainProgress &progress = {},
+                                  OptimizerSlot *slot = nullptr);
 
 // Accuracy and mean loss of flat weights on a data set, in batches made by the same
 // InputPipeline as training's (never augmented), under NoGradGuard. batchSize 0: a size that

@@ -4,6 +4,7 @@
 #include "engine/ShardPlan.h"
 
 #include <QElapsedTimer>
+#include <QThread>
 
 #include <ATen/Parallel.h>
 
@@ -43,7 +44,21 @@ Result<TrainOutcome> WorkerJob::train(const Dataset &shard, const SubtaskWork &w
                         .arg(work.begin).arg(work.end).arg(work.shard).arg(size));
     const std::vector<std::int64_t> order = ShardPlan::epochPermutation(size, work.jobSeed, work.shard, work.epoch);
     const Dataset visit = shard.select(std::vector<std::int64_t>(order.begin() + work.begin, order.begin() + work.end));
-    return trainSubtask(*m_model, weights, visit, work.config, m_device, cancel, progress);
+    if (m_slowdown <= 1.0)
+        return trainSubtask(*m_model, weights, visit, work.config, m_device, cancel, progress, &m_optimizer);
+    QElapsedTimer batch;
+    batch.start();
+    const auto slowed = [&](std::int64_t done, std::int64_t planned) {
+        const qint64 pauseMs = qint64(double(batch.nsecsElapsed()) / 1e6 * (m_slowdown - 1.0));
+        QElapsedTimer paused;
+        paused.start();
+        while (paused.elapsed() < pauseMs && !(cancel && cancel->load()))
+            QThread::msleep(std::clamp<qint64>(pauseMs - paused.elapsed(), 1, 20));
+        if (progress)
+            progress(done, planned);
+        batch.restart();
+    };
+    return trainSubtask(*m_model, weights, visit, work.config, m_device, cancel, slowed, &m_optimizer);
 }
 
 double WorkerJob::measureThroughput(int batchSize, int threads, double seconds)

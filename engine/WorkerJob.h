@@ -40,13 +40,23 @@ public:
     torch::Device device() const { return m_device; }
 
     // shard: the shard's samples in its fixed order. Trains positions [begin, end) of the
-    // epoch's visiting order.
+    // epoch's visiting order, with the optimizer this session keeps from one subtask to the
+    // next (unless work.config.freshOptimizer: then a new one, kept from then on).
     Result<TrainOutcome> train(const Dataset &shard, const SubtaskWork &work, const torch::Tensor &weights,
                                const std::atomic<bool> *cancel = nullptr, const TrainProgress &progress = {});
 
     // Samples per second this machine trains the model at, measured on random inputs for
     // about `seconds` (at least a few batches).
     double measureThroughput(int batchSize, int threads, double seconds);
+
+    // Benchmarks: the machine made `factor` times slower (1: as it is), by pausing after each
+    // batch for factor − 1 times what the batch took; a cancel ends the pause at once.
+    void setSlowdown(double factor) { m_slowdown = std::max(1.0, factor); }
+
+    // The optimizer state carried between subtasks is dropped (a simulated restart).
+    void forgetOptimizer() { m_optimizer.reset(); }
+    // Subtasks trained with the optimizer as it is now (0: none yet, or just dropped).
+    qint64 optimizerAge() const { return m_optimizer.subtasks; }
 
 private:
     WorkerJob() = default;
@@ -56,6 +66,8 @@ private:
     torch::Device m_device{torch::kCPU};
     std::vector<std::int64_t> m_inputShape;
     int m_numClasses = 0;
+    OptimizerSlot m_optimizer;
+    double m_slowdown = 1.0;
 };
 
 } // namespace flotilla

@@ -21,6 +21,8 @@
     X(JobPaused, "job-paused", Notice, Job, "the operator paused the job: no new leases are granted")                  \
     X(JobUnpaused, "job-unpaused", Notice, Job, "the operator resumed the job")                                        \
     X(JobFinished, "job-finished", Notice, Job, "every epoch is assimilated and the final model is written")           \
+    X(JobStalled, "job-stalled", Trouble, Job, "no worker can train: the job says why, and waits or ends")              \
+    X(CoordinatorStalled, "coordinator-stalled", Trouble, Job, "the coordinator did not run for a while; deadlines moved") \
     X(WorkerJoined, "worker-joined", Notice, Job, "a worker enrolled or came back")                                    \
     X(WorkerLeft, "worker-left", Notice, Job, "a worker disconnected or stopped sending heartbeats")                   \
     X(WorkerPreempted, "worker-preempted", Trouble, Job, "a worker was preempted (a notice or a kill)")                \

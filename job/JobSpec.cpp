@@ -51,6 +51,9 @@ void forEachField(Job &job, Visit &&visit)
     visit("training.lr_schedule", job.training.lrSchedule);
     visit("training.lr_step_epochs", job.training.lrStepEpochs);
     visit("training.lr_gamma", job.training.lrGamma);
+    visit("training.lr_warmup_steps", job.training.lrWarmupSteps);
+    visit("training.lr_floor", job.training.lrFloor);
+    visit("training.carry_optimizer", job.training.carryOptimizer);
     visit("training.seed", job.training.seed);
     visit("training.threads", job.training.threads);
     visit("training.device", job.training.device);
@@ -60,6 +63,8 @@ void forEachField(Job &job, Visit &&visit)
     visit("aggregation.outer_learning_rate", job.aggregation.outerLearningRate);
     visit("aggregation.outer_momentum", job.aggregation.outerMomentum);
     visit("aggregation.nesterov", job.aggregation.nesterov);
+    visit("aggregation.momentum_period", job.aggregation.momentumPeriod);
+    visit("aggregation.staleness_damping", job.aggregation.stalenessDamping);
     visit("aggregation.buffer", job.aggregation.buffer);
     visit("fleet.workers", job.fleet.workers);
     visit("fleet.lease_timeout_s", job.fleet.leaseTimeoutSeconds);
@@ -350,7 +355,7 @@ QStringList JobSpec::problems() const
             return {};
         }(),
         inRange(QStringLiteral("training.epochs"), training.epochs, 1, 100000),
-        inRange(QStringLiteral("training.shards"), training.shards, 1, 1000000),
+        inRange(QStringLiteral("training.shards"), training.shards, 0, 1000000),
         inRange(QStringLiteral("training.local_epochs"), training.localEpochs, 1, 1000),
         inRange(QStringLiteral("training.local_steps"), training.localSteps, 0, 10000000),
         inRange(QStringLiteral("training.batch_size"), training.batchSize, 1, 65536),
@@ -362,6 +367,8 @@ QStringList JobSpec::problems() const
               {QStringLiteral("constant"), QStringLiteral("step"), QStringLiteral("cosine")}),
         inRange(QStringLiteral("training.lr_step_epochs"), training.lrStepEpochs, 1, 100000),
         inRange(QStringLiteral("training.lr_gamma"), training.lrGamma, 1e-6, 1.0),
+        inRange(QStringLiteral("training.lr_warmup_steps"), training.lrWarmupSteps, 0, 100000000),
+        inRange(QStringLiteral("training.lr_floor"), training.lrFloor, 0.0, 1.0),
         inRange(QStringLiteral("training.threads"), training.threads, 1, 1024),
         inRange<quint64>(QStringLiteral("training.seed"), training.seed, 0, (quint64(1) << 53) - 1),
         [&]() -> Result<void> {
@@ -378,6 +385,8 @@ QStringList JobSpec::problems() const
         inRange(QStringLiteral("aggregation.staleness_exponent"), aggregation.stalenessExponent, 0.0, 10.0),
         inRange(QStringLiteral("aggregation.outer_learning_rate"), aggregation.outerLearningRate, 1e-6, 10.0),
         inRange(QStringLiteral("aggregation.outer_momentum"), aggregation.outerMomentum, 0.0, 0.999),
+        inRange(QStringLiteral("aggregation.momentum_period"), aggregation.momentumPeriod, 0, 100000),
+        inRange(QStringLiteral("aggregation.staleness_damping"), aggregation.stalenessDamping, 0.0, 10.0),
         inRange(QStringLiteral("aggregation.buffer"), aggregation.buffer, 0, 100000),
         [&]() -> Result<void> {
             if (aggregation.buffer == 1 || aggregation.rule != QLatin1String("sync-average"))

@@ -42,7 +42,9 @@ struct ModelSpec
 struct TrainingSpec
 {
     int epochs = 20;
-    int shards = 30;
+    // 0: as many as give every subtask at least kMinSubtaskSteps optimizer steps (ShardPlan.h),
+    // at most kMaxAutoShards; the job's data set decides.
+    int shards = 0;
     int localEpochs = 1;   // per subtask
     int localSteps = 0;    // if > 0: a subtask trains this many steps instead of localEpochs
     int batchSize = 32;
@@ -50,9 +52,17 @@ struct TrainingSpec
     double learningRate = 0.03;
     double momentum = 0.9;
     double weightDecay = 0.0;
-    QString lrSchedule = QStringLiteral("cosine"); // constant | step | cosine (over job epochs)
-    int lrStepEpochs = 5;   // step: multiply by lrGamma every this many epochs
+    // Per optimizer step over the whole job: a linear warmup from lrFloor × rate over
+    // lrWarmupSteps steps, then constant, step (× lrGamma every lrStepEpochs epochs) or cosine
+    // (down to lrFloor × rate at the job's last step).
+    QString lrSchedule = QStringLiteral("cosine"); // constant | step | cosine
+    int lrStepEpochs = 5;
     double lrGamma = 0.5;
+    int lrWarmupSteps = 0;
+    double lrFloor = 0.05;
+    // Workers keep their optimizer's state (momentum buffers, Adam's moments) from one subtask
+    // of the job to the next, as one process would; false: every subtask starts afresh.
+    bool carryOptimizer = true;
     quint64 seed = 1;
     int threads = 1;        // torch intra-op threads per worker
     QString device = QStringLiteral("auto"); // auto | cpu | cuda | cuda:N
@@ -60,12 +70,21 @@ struct TrainingSpec
 
 struct AggregationSpec
 {
-    QString rule = QStringLiteral("vc-asgd"); // vc-asgd | staleness-aware | async-delta | sync-average
+    // async-delta with staleness damping 0.5 is the default: it measured best of the rules
+    // (docs/algorithms.md, "Choosing the default"); vc-asgd is the paper's rule.
+    QString rule = QStringLiteral("async-delta"); // async-delta | vc-asgd | staleness-aware | sync-average
     double alpha = 0.5;             // vc-asgd, staleness-aware: weight kept by the global model
     double stalenessExponent = 0.5; // staleness-aware: alpha_s = 1 - (1 - alpha) / (1 + s)^p
     double outerLearningRate = 1.0; // async-delta
     double outerMomentum = 0.0;     // async-delta: 0 = plain delta
     bool nesterov = true;           // async-delta with momentum
+    // async-delta with momentum: the momentum is updated once every this many results (Delayed
+    // Nesterov); between, each change is applied at outer_learning_rate / period. 1: every
+    // result; 0: the number of workers online.
+    int momentumPeriod = 1;
+    // async-delta: a result of staleness s counts (1 + s)^-p, as FedBuff weighs them; 0: every
+    // result counts fully (a result with nothing folded since its base always does).
+    double stalenessDamping = 1.0;
     // Buffered aggregation (asynchronous rules): the mean of this many results is folded as
     // one version. 1: every result is its own version; 0: ⌈√(workers online)⌉.
     int buffer = 1;

@@ -245,6 +245,18 @@ QCborMap AssignMsg::encode() const
         { key("shard_sha256"), shardSha256 }, { key("optimizer"), optimizer }, { key("learning_rate"), learningRate },
         { key("momentum"), momentum }, { key("weight_decay"), weightDecay }, { key("batch_size"), batchSize },
         { key("local_epochs"), localEpochs }, { key("local_steps"), localSteps }, { key("seed"), qint64(seed) } };
+    if (lrTotalSteps > 0) {
+        m.insert(key("lr_schedule"), lrSchedule);
+        m.insert(key("lr_base"), lrBase);
+        m.insert(key("lr_total_steps"), lrTotalSteps);
+        m.insert(key("lr_warmup_steps"), lrWarmupSteps);
+        m.insert(key("lr_floor"), lrFloor);
+        m.insert(key("lr_step_every"), lrStepEvery);
+        m.insert(key("lr_gamma"), lrGamma);
+        m.insert(key("first_step"), firstStep);
+    }
+    if (freshOptimizer)
+        m.insert(key("fresh_optimizer"), true);
     if (change != QLatin1String("none"))
         m.insert(key("change"), change);
     if (anchor != 0)
@@ -276,6 +288,17 @@ Result<AssignMsg> AssignMsg::decode(const QCborMap &header)
     r.integer("local_epochs", m.localEpochs, Need::Required);
     r.integer("local_steps", m.localSteps, Need::Required);
     r.unsignedInteger("seed", m.seed, Need::Required);
+    r.nonNegative("lr_total_steps", m.lrTotalSteps);
+    if (m.lrTotalSteps > 0) {
+        r.text("lr_schedule", m.lrSchedule, Need::Required);
+        r.number("lr_base", m.lrBase, Need::Required);
+        r.nonNegative("lr_warmup_steps", m.lrWarmupSteps, Need::Required);
+        r.number("lr_floor", m.lrFloor, Need::Required);
+        r.nonNegative("lr_step_every", m.lrStepEvery, Need::Required);
+        r.number("lr_gamma", m.lrGamma, Need::Required);
+        r.nonNegative("first_step", m.firstStep, Need::Required);
+    }
+    r.boolean("fresh_optimizer", m.freshOptimizer);
     r.text("change", m.change);
     r.nonNegative("anchor", m.anchor);
     r.boolean("anchor_included", m.anchorIncluded);
@@ -387,7 +410,10 @@ Result<AckMsg> AckMsg::decode(const QCborMap &header)
 
 template<MessageType Type> QCborMap LeaseReasonMsg<Type>::encode() const
 {
-    return QCborMap { { key("lease"), lease }, { key("reason"), reason } };
+    QCborMap m { { key("lease"), lease }, { key("reason"), reason } };
+    if (failed)
+        m.insert(key("failed"), true);
+    return m;
 }
 
 template<MessageType Type> Result<LeaseReasonMsg<Type>> LeaseReasonMsg<Type>::decode(const QCborMap &header)
@@ -396,6 +422,7 @@ template<MessageType Type> Result<LeaseReasonMsg<Type>> LeaseReasonMsg<Type>::de
     HeaderReader r(header, type);
     r.integer("lease", m.lease, Need::Required);
     r.text("reason", m.reason);
+    r.boolean("failed", m.failed);
     return r.finish(std::move(m));
 }
 

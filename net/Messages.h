@@ -119,6 +119,17 @@ struct AssignMsg
     qint64 localEpochs = 0;
     qint64 localSteps = 0;
     quint64 seed = 0;
+    // The job's learning-rate schedule per optimizer step (absent when lrTotalSteps is 0:
+    // learningRate throughout) and the subtask's first step in it.
+    QString lrSchedule = QStringLiteral("constant");
+    double lrBase = 0;
+    qint64 lrTotalSteps = 0;
+    qint64 lrWarmupSteps = 0;
+    double lrFloor = 0;
+    qint64 lrStepEvery = 0;
+    double lrGamma = 1;
+    qint64 firstStep = 0;
+    bool freshOptimizer = false; // start from no optimizer state (replicas to compare)
     QString change = QStringLiteral("none");
     qint64 anchor = 0; // whole weights: keep them under this id (0: don't); a change: its anchor
     bool anchorIncluded = false;
@@ -204,12 +215,14 @@ struct AckMsg
 };
 
 // HandBack (a worker gives a lease up) and Cancel (the coordinator takes one back): the
-// same fields, and why.
+// same fields, and why. failed (HandBack): the worker could not train it (an error, not a
+// cancellation or a shutdown).
 template<MessageType Type> struct LeaseReasonMsg
 {
     static constexpr MessageType type = Type;
     qint64 lease = 0;
     QString reason;
+    bool failed = false;
 
     QCborMap encode() const;
     static Result<LeaseReasonMsg> decode(const QCborMap &header);

@@ -11,7 +11,8 @@ packages=(
     libtorch-dev libssl-dev libsqlite3-dev zlib1g-dev
     libopenblas0-openmp          # fast BLAS for LibTorch's linear layers (else netlib's reference BLAS)
     dataset-fashion-mnist        # the default data set
-    python3-torch python3-numpy  # TorchScript interop tests
+    python3-torch python3-numpy  # TorchScript interop tests, the Python peers of the benchmarks
+    python3-torchvision          # bench parity's ResNet-18
     xvfb xauth                   # screenshots of the windows (scripts/screenshots.sh)
     openssl                      # flotilla bench transfer compares with openssl speed
     rpm file                     # building and checking the .rpm (cpack -G RPM, rpm -qpl)

@@ -38,6 +38,7 @@ std::unique_ptr<AggregationRule> rule(const QString &name, double alpha = 0.5, d
     spec.alpha = alpha;
     spec.stalenessExponent = exponent;
     spec.outerLearningRate = outerLr;
+    spec.stalenessDamping = 0; // the formulas of the undamped delta (damping has a test of its own)
     spec.outerMomentum = outerMomentum;
     spec.nesterov = nesterov;
     auto r = createAggregationRule(spec, segments);
@@ -175,6 +176,66 @@ private Q_SLOTS:
         expectEqual(s.weights, {0.5});
         r->assimilate(s, Contribution{vec({1}), vec({0}), 1.0, 0});
         expectEqual(s.weights, {1.45f});
+    }
+
+    // Delayed Nesterov (momentum period N = 2), η = 0.5, μ = 0.9, Δ = 1 each time:
+    // 1st: W += 0.5/2·1 = 0.25 (pending 1);
+    // 2nd: W += 0.25 → 0.5; the period is full: m = 0.9·0 + (1 + 1)/2 = 1; W += 0.5·0.9·1 → 0.95;
+    // 3rd: W += 0.25 → 1.2;
+    // 4th: W += 0.25 → 1.45; m = 0.9·1 + 1 = 1.9; W += 0.45·1.9 = 0.855 → 2.305.
+    // Period 1 is the Nesterov form above (1st: 0.95, 2nd: 2.305 too, in half the results).
+    void asyncDeltaDelayedNesterov()
+    {
+        AggregationSpec spec;
+        spec.rule = QStringLiteral("async-delta");
+        spec.outerLearningRate = 0.5;
+        spec.outerMomentum = 0.9;
+        spec.momentumPeriod = 2;
+        auto r = createAggregationRule(spec).value();
+        AggregationState s;
+        s.weights = vec({0});
+        r->initialize(s);
+        const float expected[] = {0.25f, 0.95f, 1.2f, 2.305f};
+        for (const float e : expected) {
+            r->assimilate(s, Contribution{vec({1}), vec({0}), 1.0, 0});
+            expectEqual(s.weights, {e});
+        }
+        expectEqual(s.momentum, {1.9f});
+        QCOMPARE(s.periodResults, 0);
+        // Halfway through a period the pending changes are part of the state (a checkpoint).
+        r->assimilate(s, Contribution{vec({3}), vec({1}), 1.0, 0});
+        expectEqual(s.periodSum, {2});
+        QCOMPARE(s.periodResults, 1);
+
+        // Period 0 follows the fleet: with 3 workers online, a period of 3.
+        spec.momentumPeriod = 0;
+        auto fleet = createAggregationRule(spec).value();
+        fleet->setFleetSize(3);
+        AggregationState f;
+        f.weights = vec({0});
+        fleet->initialize(f);
+        for (int i = 0; i < 3; ++i)
+            fleet->assimilate(f, Contribution{vec({3}), vec({0}), 1.0, 0});
+        // 3 × 0.5/3·3 = 1.5; m = (3+3+3)/3 = 3; W += 0.45·3 = 1.35 → 2.85.
+        expectEqual(f.weights, {2.85f});
+        expectEqual(f.momentum, {3});
+    }
+
+    // FedBuff's staleness weight on the change: (1 + s)^-d.
+    void asyncDeltaDampsStaleChanges()
+    {
+        AggregationSpec spec;
+        spec.rule = QStringLiteral("async-delta");
+        spec.stalenessDamping = 0.5;
+        auto r = createAggregationRule(spec).value();
+        AggregationState s;
+        s.weights = vec({10});
+        r->assimilate(s, Contribution{vec({4}), vec({2}), 1.0, 0}); // fresh: all of Δ = 2
+        expectEqual(s.weights, {12});
+        r->assimilate(s, Contribution{vec({4}), vec({2}), 1.0, 3}); // 3 stale: 2/√4 = 1
+        expectEqual(s.weights, {13});
+        r->assimilate(s, Contribution{vec({4}), vec({2}), 0.5, 8}); // credit too: 0.5·2/3
+        expectEqual(s.weights, {13.0f + 1.0f / 3.0f});
     }
 
     void syncAverageWaitsForTheRound()

@@ -203,6 +203,7 @@ private Q_SLOTS:
     void coordinatorDecodesAgainstEachLeasesOwnBase()
     {
         Fixture f;
+        f.spec.aggregation.rule = QStringLiteral("vc-asgd");
         auto c = f.open(QStringLiteral("int8"));
         QVERIFY(c);
         const qint64 w1 = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();

@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include <limits>
 #include <map>
 #include <set>
 
@@ -512,6 +513,7 @@ private Q_SLOTS:
     {
         Fixture f;
         f.spec.aggregation.rule = QStringLiteral("async-delta");
+        f.spec.aggregation.stalenessDamping = 0;
         auto c = f.open();
         const qint64 w1 = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
         const qint64 w2 = c->workerJoined(test::spotWorker(QStringLiteral("b"))).value();
@@ -1195,6 +1197,159 @@ private Q_SLOTS:
         c->recordEvent(EventKind::WorkerPreempted, w, QStringLiteral("after the end"));
         QCOMPARE(c->progress().preemptions, qint64(1));
         QCOMPARE(countEvents(*c, QStringLiteral("worker-preempted")), 1);
+    }
+
+    // A worker declared gone that is heard from again is alive: it is online at once, told
+    // nothing it has to act on, and the subtask it lost went to someone else meanwhile.
+    void aWorkerDeclaredGoneComesBackWhenHeardFrom()
+    {
+        Fixture f;
+        auto c = f.open();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        QVERIFY(c->requestSubtask(w));
+        f.clock.advance(31'000);
+        c->tick();
+        QVERIFY(!c->isOnline(w));
+        auto again = c->requestSubtask(w);
+        QVERIFY(c->isOnline(w));
+        QVERIFY2(again, "a worker that asks for work after being declared gone gets work");
+        const QString back = lastEventDetail(*c, QStringLiteral("worker-joined"));
+        QVERIFY2(back.contains(QStringLiteral("is back")) && back.contains(QStringLiteral("missed heartbeats")),
+                 qPrintable(back));
+        // A heartbeat does it too.
+        f.clock.advance(31'000);
+        c->tick();
+        QVERIFY(!c->isOnline(w));
+        c->heartbeat(w, 0, 0, 0);
+        QVERIFY(c->isOnline(w));
+        QCOMPARE(countEvents(*c, QStringLiteral("worker-joined")), 3);
+    }
+
+    // The coordinator itself did not run (its process stopped, its machine suspended): the
+    // gap is not held against the workers, and the leases' deadlines move by it.
+    void aStalledCoordinatorDoesNotBlameItsWorkers()
+    {
+        Fixture f;
+        auto c = f.open();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        const qint64 other = c->workerJoined(test::spotWorker(QStringLiteral("b"))).value();
+        auto a = c->requestSubtask(w);
+        QVERIFY(a);
+        f.clock.advance(200'000); // past the heartbeat timeout and the 60 s lease
+        c->absorbStall(200'000);
+        c->tick();
+        QVERIFY(c->isOnline(w));
+        QVERIFY(c->isOnline(other));
+        QCOMPARE(countEvents(*c, QStringLiteral("lease-expired")), 0);
+        QCOMPARE(countEvents(*c, QStringLiteral("worker-left")), 0);
+        QCOMPARE(countEvents(*c, QStringLiteral("coordinator-stalled")), 1);
+        QVERIFY(lastEventDetail(*c, QStringLiteral("coordinator-stalled")).contains(QStringLiteral("200.0 s")));
+        QCOMPARE(c->submitResult(w, fakeResult(*a)).status, SubmitStatus::Assimilated);
+        // The moved deadline still holds: silence after the stall counts as before.
+        f.clock.advance(31'000);
+        c->tick();
+        QVERIFY(!c->isOnline(w));
+    }
+
+    // A result refused is trained again with other draws: never the same way twice.
+    void aRefusedSubtaskIsTrainedAgainWithOtherDraws()
+    {
+        Fixture f;
+        auto c = f.open();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        std::set<quint64> seeds;
+        qint64 subtask = 0;
+        for (int i = 0; i < 3; ++i) {
+            auto a = c->requestSubtask(w);
+            QVERIFY(a);
+            if (i == 0)
+                subtask = a->subtaskId;
+            QCOMPARE(a->subtaskId, subtask);
+            seeds.insert(a->config.seed);
+            SubtaskResult r = fakeResult(*a);
+            r.weights[0] = std::numeric_limits<float>::quiet_NaN();
+            QCOMPARE(c->submitResult(w, r).status, SubmitStatus::Rejected);
+        }
+        QCOMPARE(seeds.size(), std::size_t(3));
+    }
+
+    // The coordinator's own workers: screened results are not held against them, and no run
+    // of rejections quarantines them; when they can no longer train, the progress says why.
+    void trustedWorkersAreNeverQuarantinedAndAStallSaysWhy()
+    {
+        Fixture f;
+        auto c = f.open();
+        QCOMPARE(c->progress().stalled, QStringLiteral("no worker has joined yet; the job waits for one"));
+        QVERIFY(!c->progress().stalledForGood);
+        WorkerInfo local = test::spotWorker(QStringLiteral("local-1"));
+        local.trusted = true;
+        const qint64 w = c->workerJoined(local).value();
+        QVERIFY(c->progress().stalled.isEmpty());
+        for (int i = 0; i < 4; ++i) {
+            auto a = c->requestSubtask(w);
+            QVERIFY2(a, qPrintable(QStringLiteral("attempt %1").arg(i + 1)));
+            SubtaskResult r = fakeResult(*a);
+            r.weights[0] = std::numeric_limits<float>::infinity();
+            QCOMPARE(c->submitResult(w, r).status, SubmitStatus::Rejected);
+        }
+        QCOMPARE(countEvents(*c, QStringLiteral("worker-quarantined")), 0);
+        const JobProgress p = c->progress();
+        QVERIFY(p.stalledForGood);
+        QVERIFY2(p.stalled.contains(QStringLiteral("no connected worker can train this job"))
+                     && p.stalled.contains(QStringLiteral("NaN or infinite")),
+                 qPrintable(p.stalled));
+        c->tick();
+        QCOMPARE(countEvents(*c, QStringLiteral("job-stalled")), 1);
+        // One good result and it trains again.
+        auto a = c->requestSubtask(w);
+        QCOMPARE(c->submitResult(w, fakeResult(*a)).status, SubmitStatus::Assimilated);
+        QVERIFY(c->progress().stalled.isEmpty());
+        // Hand-backs that say the worker failed count as well; other hand-backs do not.
+        for (int i = 0; i < 3; ++i) {
+            auto b = c->requestSubtask(w);
+            c->handBack(w, b->leaseId, QStringLiteral("the worker is shutting down"));
+        }
+        QVERIFY(c->progress().stalled.isEmpty());
+        for (int i = 0; i < 3; ++i) {
+            auto b = c->requestSubtask(w);
+            c->handBack(w, b->leaseId, QStringLiteral("training diverged: the loss became NaN"), true);
+        }
+        QVERIFY2(c->progress().stalled.contains(QStringLiteral("training diverged")), qPrintable(c->progress().stalled));
+        // Every connected worker quarantined (an untrusted one).
+        Fixture g;
+        auto d = g.open();
+        const qint64 bad = d->workerJoined(test::spotWorker(QStringLiteral("attacker"))).value();
+        for (int i = 0; i < 3; ++i) {
+            auto b = d->requestSubtask(bad);
+            SubtaskResult r = fakeResult(*b);
+            r.weights = b->weights * 50.0f;
+            d->submitResult(bad, r);
+        }
+        QVERIFY(d->progress().stalledForGood);
+        QVERIFY2(d->progress().stalled.contains(QStringLiteral("quarantined")), qPrintable(d->progress().stalled));
+    }
+
+    // Every lease carries the job's schedule per step and where its subtask's first step
+    // falls: after the shards before it in the epoch.
+    void assignmentsCarryTheScheduleAndTheirFirstStep()
+    {
+        Fixture f;
+        f.spec.training.lrSchedule = QStringLiteral("cosine");
+        f.spec.training.lrWarmupSteps = 3;
+        auto c = f.open();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        // 240 samples in 6 shards of 40, batch 16: 3 steps a shard, 18 an epoch, 36 in all.
+        auto a = c->requestSubtask(w);
+        QVERIFY(a->config.schedule.active());
+        QCOMPARE(a->config.schedule.totalSteps, qint64(36));
+        QCOMPARE(a->config.schedule.warmupSteps, qint64(3));
+        QCOMPARE(a->config.firstStep, qint64(3 * a->shard));
+        QCOMPARE(a->config.learningRate, a->config.schedule.at(a->config.firstStep));
+        QVERIFY(!a->config.freshOptimizer);
+        c->submitResult(w, fakeResult(*a));
+        auto b = c->requestSubtask(w);
+        QCOMPARE(b->config.firstStep, qint64(18 * b->epoch + 3 * b->shard));
+        QVERIFY(b->config.firstStep != a->config.firstStep);
     }
 
     void absurdNormIsRejected()

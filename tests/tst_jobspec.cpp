@@ -112,7 +112,9 @@ private Q_SLOTS:
         QCOMPARE(d.model.kind, QStringLiteral("cnn"));
         QCOMPARE(d.fleet.workers, 4);
         QCOMPARE(d.fleet.preemption.meanIntervalSeconds, 20.0); // preemptions on
-        QCOMPARE(d.aggregation.rule, QStringLiteral("vc-asgd"));
+        QCOMPARE(d.aggregation.rule, QStringLiteral("async-delta"));
+        QCOMPARE(d.training.shards, 0);           // from the data
+        QVERIFY(d.training.carryOptimizer);
     }
 
     void defaultJobRoundTrips()

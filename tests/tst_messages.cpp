@@ -164,6 +164,36 @@ private Q_SLOTS:
         QCOMPARE(back.anchor, qint64(1234567890123));
         QVERIFY(back.anchorIncluded);
         QVERIFY(keysOf(change.encode()).contains(QStringLiteral("anchor_included")));
+
+        // The schedule per step and the fresh-optimizer flag travel only when set.
+        QVERIFY(!m.freshOptimizer);
+        QCOMPARE(m.lrTotalSteps, qint64(0));
+        AssignMsg scheduled = assign();
+        scheduled.lrSchedule = QStringLiteral("cosine");
+        scheduled.lrBase = 0.03;
+        scheduled.lrTotalSteps = 9000;
+        scheduled.lrWarmupSteps = 100;
+        scheduled.lrFloor = 0.05;
+        scheduled.lrStepEvery = 450;
+        scheduled.lrGamma = 0.5;
+        scheduled.firstStep = 1234;
+        scheduled.freshOptimizer = true;
+        const AssignMsg s = roundTrip(scheduled);
+        QCOMPARE(s.lrSchedule, QStringLiteral("cosine"));
+        QCOMPARE(s.lrBase, 0.03);
+        QCOMPARE(s.lrTotalSteps, qint64(9000));
+        QCOMPARE(s.lrWarmupSteps, qint64(100));
+        QCOMPARE(s.lrFloor, 0.05);
+        QCOMPARE(s.lrStepEvery, qint64(450));
+        QCOMPARE(s.lrGamma, 0.5);
+        QCOMPARE(s.firstStep, qint64(1234));
+        QVERIFY(s.freshOptimizer);
+        QCborMap noFirstStep = scheduled.encode();
+        noFirstStep.remove(QStringLiteral("first_step"));
+        QVERIFY(refusal<AssignMsg>(noFirstStep).contains(QStringLiteral("first_step")));
+        QCborMap negativeSteps = scheduled.encode();
+        negativeSteps.insert(QStringLiteral("lr_warmup_steps"), -5);
+        QVERIFY(refusal<AssignMsg>(negativeSteps).contains(QStringLiteral("lr_warmup_steps")));
     }
 
     void smallMessagesRoundTrip()

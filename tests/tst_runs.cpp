@@ -223,7 +223,7 @@ private Q_SLOTS:
         b.aggregation.rule = QStringLiteral("staleness-aware");
         b.name = QStringLiteral("another name");
         QCOMPARE(ui::differences({a, b}),
-                 (QList<QStringList>{{QStringLiteral("vc-asgd"), QStringLiteral("lr 0.03"), QStringLiteral("4 workers")},
+                 (QList<QStringList>{{QStringLiteral("async-delta"), QStringLiteral("lr 0.03"), QStringLiteral("4 workers")},
                                      {QStringLiteral("staleness-aware"), QStringLiteral("lr 0.05"), QStringLiteral("8 workers")}}));
     }
 

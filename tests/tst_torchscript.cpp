@@ -76,7 +76,9 @@ JobSpec smallJob()
     job.training.epochs = 2;
     job.training.shards = 6;
     job.training.lrSchedule = QStringLiteral("constant");
-    job.training.learningRate = 0.05;
+    // The rate a plain loop does best with here: at 0.05 (with momentum 0.9, which the
+    // workers keep from subtask to subtask) the loop itself only reaches 65% with the mlp.
+    job.training.learningRate = 0.01;
     job.fleet.workers = 2;
     job.fleet.preemption.meanIntervalSeconds = 0;
     return job;
@@ -107,7 +109,7 @@ private Q_SLOTS:
         job.model.path = scripted;
         const QString runDir = dir.filePath(QStringLiteral("run"));
         const double cppAccuracy = train(job, runDir);
-        // Measured 76.8%.
+        // Measured 80.9%.
         QVERIFY2(cppAccuracy > 0.70, qPrintable(QString::number(cppAccuracy)));
 
         const QString out = runPython(QString::fromLatin1(kEvaluate),
@@ -129,7 +131,7 @@ private Q_SLOTS:
         job.model.hidden = {32};
         const QString runDir = dir.filePath(QStringLiteral("run"));
         const double cppAccuracy = train(job, runDir);
-        QVERIFY2(cppAccuracy > 0.72, qPrintable(QString::number(cppAccuracy))); // measured 79.1%
+        QVERIFY2(cppAccuracy > 0.72, qPrintable(QString::number(cppAccuracy))); // measured 82.2%
         const QString out = runPython(QString::fromLatin1(kEvaluate),
                                       {runDir + QStringLiteral("/model.pt"), test::fashionMnistDir(),
                                        runDir + QStringLiteral("/normalization.json"), QStringLiteral("1000")});

@@ -6,6 +6,8 @@
 
 #include <QtTest>
 
+#include <limits>
+#include <numeric>
 #include <thread>
 
 #include <torch/torch.h>
@@ -207,23 +209,168 @@ private Q_SLOTS:
         QVERIFY(ev->accuracy > 0.9);
     }
 
+    // Per step, over the whole job, with the numbers worked out by hand.
     void learningRateSchedules()
     {
-        TrainingSpec t;
-        t.learningRate = 0.1;
-        t.epochs = 11;
-        t.lrSchedule = QStringLiteral("constant");
-        QCOMPARE(scheduledLearningRate(t, 7), 0.1);
-        t.lrSchedule = QStringLiteral("step");
-        t.lrStepEpochs = 3;
-        t.lrGamma = 0.5;
-        QCOMPARE(scheduledLearningRate(t, 2), 0.1);
-        QCOMPARE(scheduledLearningRate(t, 3), 0.05);
-        QCOMPARE(scheduledLearningRate(t, 7), 0.025);
-        t.lrSchedule = QStringLiteral("cosine");
-        QCOMPARE(scheduledLearningRate(t, 0), 0.1);
-        QVERIFY(qAbs(scheduledLearningRate(t, 5) - 0.1 * (0.05 + 0.95 * 0.5)) < 1e-12);
-        QVERIFY(qAbs(scheduledLearningRate(t, 10) - 0.005) < 1e-12);
+        LearningRateSchedule c;
+        c.base = 0.1;
+        QVERIFY(!c.active());
+        QCOMPARE(c.at(12345), 0.1); // no schedule: the subtask's rate throughout
+        c.totalSteps = 101;
+        c.kind = QStringLiteral("constant");
+        QCOMPARE(c.at(0), 0.1);
+        QCOMPARE(c.at(100), 0.1);
+        c.warmupSteps = 10; // 0.01, 0.02, ... 0.1 over the first ten steps
+        QVERIFY(qAbs(c.at(0) - 0.01) < 1e-12);
+        QVERIFY(qAbs(c.at(4) - 0.05) < 1e-12);
+        QVERIFY(qAbs(c.at(9) - 0.1) < 1e-12);
+        QCOMPARE(c.at(10), 0.1);
+        c.kind = QStringLiteral("step");
+        c.warmupSteps = 0;
+        c.stepEvery = 30;
+        c.gamma = 0.5;
+        QCOMPARE(c.at(29), 0.1);
+        QCOMPARE(c.at(30), 0.05);
+        QCOMPARE(c.at(95), 0.0125);
+        c.kind = QStringLiteral("cosine");
+        c.floor = 0.05;
+        QCOMPARE(c.at(0), 0.1);
+        QVERIFY(qAbs(c.at(50) - 0.1 * (0.05 + 0.95 * 0.5)) < 1e-12); // halfway
+        QVERIFY(qAbs(c.at(100) - 0.005) < 1e-12);                    // the last step: the floor
+        QVERIFY(qAbs(c.at(1000) - 0.005) < 1e-12);                   // past the end: the floor still
+        c.warmupSteps = 21; // cosine over steps 21..100: halfway at 60.5
+        QVERIFY(qAbs(c.at(20) - 0.1) < 1e-12);
+        QCOMPARE(c.at(21), 0.1);
+        QVERIFY(qAbs(c.at(100) - 0.005) < 1e-12);
+        const double t = (60.0 - 21.0) / 79.0;
+        QVERIFY(qAbs(c.at(60) - 0.1 * (0.05 + 0.95 * 0.5 * (1 + std::cos(3.14159265358979323846 * t)))) < 1e-12);
+
+        // From a job's settings: total steps are epochs × steps per epoch.
+        TrainingSpec spec;
+        spec.learningRate = 0.2;
+        spec.epochs = 4;
+        spec.lrSchedule = QStringLiteral("step");
+        spec.lrStepEpochs = 2;
+        spec.lrWarmupSteps = 5;
+        const LearningRateSchedule j = learningRateSchedule(spec, 25);
+        QCOMPARE(j.totalSteps, qint64(100));
+        QCOMPARE(j.stepEvery, qint64(50));
+        QCOMPARE(j.warmupSteps, qint64(5));
+        QCOMPARE(j.at(49), 0.2);
+        QCOMPARE(j.at(50), 0.1);
+    }
+
+    // Where a subtask's first step falls: after the shards before it in its epoch, and the
+    // batches before its first position.
+    void stepPlanPlacesSubtasks()
+    {
+        const StepPlan plan({100, 100, 99}, 32, 1, 0); // 4 + 4 + 4 steps an epoch
+        QCOMPARE(plan.stepsPerEpoch(), qint64(12));
+        QCOMPARE(plan.firstStep(0, 0, 0), qint64(0));
+        QCOMPARE(plan.firstStep(0, 1, 0), qint64(4));
+        QCOMPARE(plan.firstStep(0, 2, 64), qint64(10));
+        QCOMPARE(plan.firstStep(3, 1, 40), qint64(3 * 12 + 4 + 1));
+        const StepPlan twice({100, 100}, 32, 2, 0); // two local passes: 8 steps a shard
+        QCOMPARE(twice.stepsPerEpoch(), qint64(16));
+        QCOMPARE(twice.firstStep(1, 1, 64), qint64(16 + 8 + 4));
+        const StepPlan steps({100, 50}, 32, 1, 10); // local steps: 10 a shard, whatever its size
+        QCOMPARE(steps.stepsPerEpoch(), qint64(20));
+        QCOMPARE(steps.firstStep(0, 1, 25), qint64(10 + 5));
+    }
+
+    // Each batch gets the rate of its own step: a subtask whose schedule jumps to a tiny rate
+    // after its first batch moves the weights less than one trained at the base rate.
+    void batchesFollowTheSchedule()
+    {
+        Setup s;
+        const torch::Tensor start = s.model->flatWeights();
+        TrainConfig flat = s.config;
+        flat.momentum = 0;
+        TrainConfig scheduled = flat;
+        scheduled.schedule.kind = QStringLiteral("step");
+        scheduled.schedule.base = flat.learningRate;
+        scheduled.schedule.totalSteps = 1000;
+        scheduled.schedule.stepEvery = 1;
+        scheduled.schedule.gamma = 1e-6;
+        auto a = trainSubtask(*s.model, start, s.data->train, flat, torch::kCPU);
+        auto b = trainSubtask(*s.model, start, s.data->train, scheduled, torch::kCPU);
+        QVERIFY(a && b);
+        const double moved = (a->weights - start).norm().item<double>();
+        const double movedScheduled = (b->weights - start).norm().item<double>();
+        QVERIFY2(movedScheduled < 0.5 * moved, qPrintable(QStringLiteral("%1 vs %2").arg(movedScheduled).arg(moved)));
+        // The first batch alone at the base rate: the same as a one-step subtask.
+        TrainConfig one = flat;
+        one.localSteps = 1;
+        auto c = trainSubtask(*s.model, start, s.data->train, one, torch::kCPU);
+        QVERIFY(c);
+        QVERIFY((b->weights - c->weights).abs().max().item<double>() < 1e-4);
+    }
+
+    // The optimizer a worker keeps: two subtasks in a row, the second starting from the
+    // first's weights, train exactly as one subtask over both halves does (momentum and
+    // Adam's moments and step count go on); without the carried state they do not.
+    void carriedOptimizerStateEqualsOneLongSubtask_data()
+    {
+        QTest::addColumn<QString>("optimizer");
+        QTest::newRow("sgd momentum") << QStringLiteral("sgd");
+        QTest::newRow("adam") << QStringLiteral("adam");
+    }
+    void carriedOptimizerStateEqualsOneLongSubtask()
+    {
+        QFETCH(QString, optimizer);
+        Setup s;
+        s.config.optimizer = optimizer;
+        s.config.learningRate = optimizer == QLatin1String("adam") ? 0.01 : 0.05;
+        s.config.momentum = 0.9;
+        s.config.threads = 1;
+        const torch::Tensor start = s.model->flatWeights();
+        const Dataset &all = s.data->train; // 256 samples: 16 batches of 16
+        std::vector<std::int64_t> first(128), second(128);
+        std::iota(first.begin(), first.end(), std::int64_t{0});
+        std::iota(second.begin(), second.end(), std::int64_t{128});
+
+        auto whole = trainSubtask(*s.model, start, all, s.config, torch::kCPU);
+        QVERIFY(whole);
+
+        OptimizerSlot slot;
+        auto a = trainSubtask(*s.model, start, all.select(first), s.config, torch::kCPU, nullptr, {}, &slot);
+        QVERIFY(a);
+        QCOMPARE(slot.subtasks, qint64(1));
+        auto b = trainSubtask(*s.model, a->weights, all.select(second), s.config, torch::kCPU, nullptr, {}, &slot);
+        QVERIFY(b);
+        QCOMPARE(slot.subtasks, qint64(2));
+        const double carried = (b->weights - whole->weights).abs().max().item<double>();
+        QVERIFY2(carried < 1e-6, qPrintable(QStringLiteral("carried state differs by %1").arg(carried)));
+
+        // Dropped state (a fresh optimizer for the second half): visibly another result.
+        auto c = trainSubtask(*s.model, a->weights, all.select(second), s.config, torch::kCPU);
+        QVERIFY(c);
+        const double dropped = (c->weights - whole->weights).abs().max().item<double>();
+        QVERIFY2(dropped > 1e-3, qPrintable(QStringLiteral("a fresh optimizer differs by only %1").arg(dropped)));
+
+        // freshOptimizer asks the slot for a new one, which it keeps from then on.
+        TrainConfig fresh = s.config;
+        fresh.freshOptimizer = true;
+        auto d = trainSubtask(*s.model, a->weights, all.select(second), fresh, torch::kCPU, nullptr, {}, &slot);
+        QVERIFY(d);
+        QCOMPARE(slot.subtasks, qint64(1));
+        QVERIFY(torch::equal(d->weights, c->weights));
+    }
+
+    // A subtask that fails leaves no state behind for the next (its moments may be poisoned).
+    void aFailedSubtaskDropsTheCarriedState()
+    {
+        Setup s;
+        OptimizerSlot slot;
+        auto a = trainSubtask(*s.model, s.model->flatWeights(), s.data->train, s.config, torch::kCPU, nullptr, {}, &slot);
+        QVERIFY(a && slot.optimizer);
+        Dataset poisoned = s.data->train;
+        poisoned.features = poisoned.features.clone();
+        poisoned.features[0].fill_(std::numeric_limits<float>::quiet_NaN());
+        auto b = trainSubtask(*s.model, a->weights, poisoned, s.config, torch::kCPU, nullptr, {}, &slot);
+        QVERIFY(!b);
+        QVERIFY(!slot.optimizer);
+        QCOMPARE(slot.subtasks, qint64(0));
     }
 };
 

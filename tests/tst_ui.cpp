@@ -442,9 +442,12 @@ private Q_SLOTS:
         window.show();
         QVERIFY(window.showsWelcome());
         const QString text = window.welcome()->text();
-        QVERIFY2(text.contains(QLatin1String("Start trains a small CNN on Fashion-MNIST for 20 epochs of 30 shards")),
+        QVERIFY2(text.contains(QStringLiteral("Start trains a small CNN on Fashion-MNIST for %1 epochs of shards of at "
+                                             "least 16 steps")
+                                   .arg(JobSpec::defaultJob().training.epochs)),
                  qPrintable(text));
-        QVERIFY2(text.contains(QStringLiteral("VC-ASGD (α = 0.5)")), qPrintable(text));
+        QVERIFY2(text.contains(QStringLiteral("asynchronous deltas, a result s versions stale counting (1 + s)^-1")),
+                 qPrintable(text));
         QVERIFY2(text.contains(QLatin1String("preemption about every 20 s")), qPrintable(text));
         QVERIFY2(text.contains(QStringLiteral("New job…")), qPrintable(text));
         QToolButton *start = nullptr;
@@ -473,12 +476,14 @@ private Q_SLOTS:
         JobSpec mlp = JobSpec::defaultJob();
         mlp.model.kind = QStringLiteral("mlp");
         mlp.training.epochs = 1;
+        mlp.training.shards = 30;
         mlp.aggregation.rule = QStringLiteral("sync-average");
         mlp.fleet.preemption.meanIntervalSeconds = 0;
         QCOMPARE(describeJob(mlp), QStringLiteral("an MLP (hidden layers 256, 128) on Fashion-MNIST for 1 epoch of 30 "
                                                   "shards, folded into the global model with synchronous averaging "
                                                   "per round"));
         JobSpec buffered = JobSpec::defaultJob();
+        buffered.aggregation.rule = QStringLiteral("vc-asgd");
         buffered.aggregation.buffer = 4;
         QVERIFY2(describeJob(buffered).contains(QStringLiteral("VC-ASGD (α = 0.5), 4 results at a time")),
                  qPrintable(describeJob(buffered)));

@@ -171,7 +171,9 @@ void JobWizard::build()
     m_epochs = spin(0, 100000);
     add(training, QStringLiteral("training.epochs"), tr("Epochs"), m_epochs);
     m_shards = spin(0, 1000000);
-    add(training, QStringLiteral("training.shards"), tr("Shards"), m_shards, tr("One subtask per shard per epoch"));
+    m_shards->setSpecialValueText(tr("from the data"));
+    add(training, QStringLiteral("training.shards"), tr("Shards"), m_shards,
+        tr("One subtask per shard per epoch; \"from the data\": as many as give each subtask at least 16 optimizer steps"));
     m_localEpochs = spin(0, 1000);
     add(training, QStringLiteral("training.local_epochs"), tr("Local epochs per subtask"), m_localEpochs);
     m_localSteps = spin(0, 10000000);
@@ -186,7 +188,19 @@ void JobWizard::build()
     m_momentum = dspin(0, 0.999, 3, 0.05);
     add(training, QStringLiteral("training.momentum"), tr("Momentum"), m_momentum);
     m_schedule = combo({QStringLiteral("constant"), QStringLiteral("step"), QStringLiteral("cosine")});
-    add(training, QStringLiteral("training.lr_schedule"), tr("Schedule"), m_schedule);
+    add(training, QStringLiteral("training.lr_schedule"), tr("Schedule"), m_schedule,
+        tr("Per optimizer step over the whole job"));
+    m_warmup = spin(0, 100000000);
+    m_warmup->setSpecialValueText(tr("none"));
+    m_warmup->setSuffix(tr(" steps"));
+    add(training, QStringLiteral("training.lr_warmup_steps"), tr("Warmup"), m_warmup,
+        tr("The learning rate rises linearly to its value over this many optimizer steps"));
+    m_floor = dspin(0, 1, 3, 0.01);
+    add(training, QStringLiteral("training.lr_floor"), tr("Cosine floor"), m_floor,
+        tr("Cosine: the last step's rate as a share of the learning rate"));
+    m_carryOptimizer = new QCheckBox(tr("Workers keep their optimizer's state between subtasks"));
+    add(training, QStringLiteral("training.carry_optimizer"), QString(), m_carryOptimizer,
+        tr("Momentum buffers and Adam's moments go on from one subtask to the next, as in one process's loop"));
     m_seed = spin(0, 2000000000);
     add(training, QStringLiteral("training.seed"), tr("Seed"), m_seed);
     m_threads = spin(0, 1024);
@@ -206,6 +220,13 @@ void JobWizard::build()
     add(aggregation, QStringLiteral("aggregation.outer_momentum"), tr("Outer momentum"), m_outerMomentum);
     m_nesterov = new QCheckBox(tr("Nesterov"));
     add(aggregation, QStringLiteral("aggregation.nesterov"), QString(), m_nesterov);
+    m_momentumPeriod = spin(0, 100000);
+    m_momentumPeriod->setSpecialValueText(tr("workers online"));
+    add(aggregation, QStringLiteral("aggregation.momentum_period"), tr("Momentum updated every"), m_momentumPeriod,
+        tr("async-delta with outer momentum: once every this many results (Delayed Nesterov)"));
+    m_stalenessDamping = dspin(0, 10, 2, 0.1);
+    add(aggregation, QStringLiteral("aggregation.staleness_damping"), tr("Staleness damping"), m_stalenessDamping,
+        tr("async-delta: a result s versions stale counts (1 + s)^-p"));
     m_buffer = spin(0, 100000);
     m_buffer->setSpecialValueText(tr("√ workers online"));
     add(aggregation, QStringLiteral("aggregation.buffer"), tr("Results per version"), m_buffer,
@@ -335,6 +356,9 @@ void JobWizard::setJob(const JobSpec &j)
     m_learningRate->setText(QString::number(j.training.learningRate));
     m_momentum->setValue(j.training.momentum);
     m_schedule->setCurrentText(j.training.lrSchedule);
+    m_warmup->setValue(j.training.lrWarmupSteps);
+    m_floor->setValue(j.training.lrFloor);
+    m_carryOptimizer->setChecked(j.training.carryOptimizer);
     m_seed->setValue(int(j.training.seed));
     m_threads->setValue(j.training.threads);
     m_rule->setCurrentText(j.aggregation.rule);
@@ -343,6 +367,8 @@ void JobWizard::setJob(const JobSpec &j)
     m_outerLearningRate->setValue(j.aggregation.outerLearningRate);
     m_outerMomentum->setValue(j.aggregation.outerMomentum);
     m_nesterov->setChecked(j.aggregation.nesterov);
+    m_momentumPeriod->setValue(j.aggregation.momentumPeriod);
+    m_stalenessDamping->setValue(j.aggregation.stalenessDamping);
     m_buffer->setValue(j.aggregation.buffer);
     m_epochsAhead->setValue(j.fleet.epochsAhead);
     m_shareTail->setChecked(j.fleet.shareTail);
@@ -398,6 +424,9 @@ JobSpec JobWizard::job() const
     j.training.learningRate = ok ? lr : -1.0;
     j.training.momentum = m_momentum->value();
     j.training.lrSchedule = m_schedule->currentText();
+    j.training.lrWarmupSteps = m_warmup->value();
+    j.training.lrFloor = m_floor->value();
+    j.training.carryOptimizer = m_carryOptimizer->isChecked();
     j.training.seed = quint64(m_seed->value());
     j.training.threads = m_threads->value();
     j.aggregation.rule = m_rule->currentText();
@@ -406,6 +435,8 @@ JobSpec JobWizard::job() const
     j.aggregation.outerLearningRate = m_outerLearningRate->value();
     j.aggregation.outerMomentum = m_outerMomentum->value();
     j.aggregation.nesterov = m_nesterov->isChecked();
+    j.aggregation.momentumPeriod = m_momentumPeriod->value();
+    j.aggregation.stalenessDamping = m_stalenessDamping->value();
     j.aggregation.buffer = m_buffer->value();
     j.fleet.epochsAhead = m_epochsAhead->value();
     j.fleet.shareTail = m_shareTail->isChecked();

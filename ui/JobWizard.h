@@ -83,6 +83,9 @@ private:
     QLineEdit *m_learningRate = nullptr;
     QDoubleSpinBox *m_momentum = nullptr;
     QComboBox *m_schedule = nullptr;
+    QSpinBox *m_warmup = nullptr;
+    QDoubleSpinBox *m_floor = nullptr;
+    QCheckBox *m_carryOptimizer = nullptr;
     QSpinBox *m_seed = nullptr;
     QSpinBox *m_threads = nullptr;
     QComboBox *m_rule = nullptr;
@@ -91,6 +94,8 @@ private:
     QDoubleSpinBox *m_outerLearningRate = nullptr;
     QDoubleSpinBox *m_outerMomentum = nullptr;
     QCheckBox *m_nesterov = nullptr;
+    QSpinBox *m_momentumPeriod = nullptr;
+    QDoubleSpinBox *m_stalenessDamping = nullptr;
     QSpinBox *m_buffer = nullptr;
     QSpinBox *m_epochsAhead = nullptr;
     QCheckBox *m_shareTail = nullptr;

@@ -150,6 +150,8 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
             statusBar()->showMessage(tr("Evaluation failed: %1").arg(e.detail), 30000);
         else if (e.is(EventKind::WorkerQuarantined))
             statusBar()->showMessage(tr("Worker quarantined: %1").arg(e.detail), 30000);
+        else if (e.is(EventKind::JobStalled))
+            statusBar()->showMessage(tr("The job cannot go on: %1").arg(e.detail), 60000);
     });
     connect(m_session, &ControlSession::subtasksLoaded, m_subtasks, &SubtasksView::setSubtasks);
     connect(m_session, &ControlSession::commandAnswered, this, [this](const QString &done, const QString &error) {
@@ -596,6 +598,12 @@ void MainWindow::onSnapshot(const Snapshot &s)
                      .arg(s.lossEma < 0 ? QStringLiteral("–") : QString::number(s.lossEma, 'f', 3))
                      .arg(s.testAccuracy < 0 ? QStringLiteral("–") : QStringLiteral("%1%").arg(100 * s.testAccuracy, 0, 'f', 2))
                      .arg(s.workersOnline).arg(s.staleness, 0, 'f', 1).arg(s.savingsPercent, 0, 'f', 0);
+    // A job no worker can train says so where the user looks first, for as long as it lasts.
+    if (!s.stalled.isEmpty())
+        m_lastLine = tr("stalled: %1 · epoch %2/%3 · test accuracy %4")
+                         .arg(s.stalled)
+                         .arg(s.epochsDone).arg(s.epochs)
+                         .arg(s.testAccuracy < 0 ? QStringLiteral("–") : QStringLiteral("%1%").arg(100 * s.testAccuracy, 0, 'f', 2));
     m_status->setText(describe(m_session->state()) + QStringLiteral(" — ") + s.job + QStringLiteral(" · ") + m_lastLine);
     m_status->setToolTip(m_status->text());
     if (s.testAccuracy >= 0)

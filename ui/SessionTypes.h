@@ -51,6 +51,7 @@ struct Snapshot
     qint64 elapsedMs = 0;
     bool paused = false;
     bool finished = false;
+    QString stalled; // why no worker trains now (none connected, all quarantined or failing); empty while it trains
     qint64 atMs = 0;
     QList<WorkerRow> workers;
 };

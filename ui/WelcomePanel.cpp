@@ -50,10 +50,14 @@ QString rulePhrase(const AggregationSpec &rule)
         return QObject::tr("VC-ASGD (α = %1)").arg(alpha);
     if (rule.rule == QLatin1String("staleness-aware"))
         return QObject::tr("staleness-aware VC-ASGD (α = %1)").arg(alpha);
-    if (rule.rule == QLatin1String("async-delta"))
-        return rule.outerMomentum > 0
-                   ? QObject::tr("asynchronous deltas with outer momentum %1").arg(rule.outerMomentum, 0, 'g', 3)
-                   : QObject::tr("asynchronous deltas");
+    if (rule.rule == QLatin1String("async-delta")) {
+        QString text = rule.outerMomentum > 0
+                           ? QObject::tr("asynchronous deltas with outer momentum %1").arg(rule.outerMomentum, 0, 'g', 3)
+                           : QObject::tr("asynchronous deltas");
+        if (rule.stalenessDamping > 0)
+            text += QObject::tr(", a result s versions stale counting (1 + s)^-%1").arg(rule.stalenessDamping, 0, 'g', 3);
+        return text;
+    }
     return QObject::tr("synchronous averaging per round");
 }
 
@@ -63,9 +67,10 @@ QString describeJob(const JobSpec &job)
 {
     const QString epochs = job.training.epochs == 1 ? QObject::tr("1 epoch")
                                                     : QObject::tr("%1 epochs").arg(job.training.epochs);
-    QString text = QObject::tr("%1 on %2 for %3 of %4 shards, folded into the global model with %5")
-                       .arg(modelPhrase(job.model), datasetPhrase(job.dataset), epochs)
-                       .arg(job.training.shards)
+    const QString shards = job.training.shards > 0 ? QObject::tr("%1 shards").arg(job.training.shards)
+                                                   : QObject::tr("shards of at least 16 steps");
+    QString text = QObject::tr("%1 on %2 for %3 of %4, folded into the global model with %5")
+                       .arg(modelPhrase(job.model), datasetPhrase(job.dataset), epochs, shards)
                        .arg(rulePhrase(job.aggregation));
     if (job.aggregation.buffer == 0)
         text += QObject::tr(", as many results at a time as the square root of the workers online");
