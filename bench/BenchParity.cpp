@@ -170,6 +170,43 @@ Result<void> runPlainLoop(const JobSpec &spec, int threads,
     return {};
 }
 
+// A rule as --rules names it: a rule's name, then settings of its own after slashes, e.g.
+// async-delta/damping=0 or async-delta/outer-lr=0.7/outer-momentum=0.9/period=0.
+Result<void> applyRule(JobSpec &job, const QString &text)
+{
+    AggregationSpec &a = job.aggregation;
+    const QStringList parts = text.split(u'/');
+    a.rule = parts.first();
+    for (int i = 1; i < parts.size(); ++i) {
+        const QString name = parts[i].section(u'=', 0, 0);
+        bool ok = false;
+        const double v = parts[i].section(u'=', 1).toDouble(&ok);
+        if (!ok)
+            return fail(QStringLiteral("'%1' in rule '%2' is not name=number").arg(parts[i], text));
+        if (name == QLatin1String("alpha"))
+            a.alpha = v;
+        else if (name == QLatin1String("damping"))
+            a.stalenessDamping = v;
+        else if (name == QLatin1String("outer-lr"))
+            a.outerLearningRate = v;
+        else if (name == QLatin1String("outer-momentum"))
+            a.outerMomentum = v;
+        else if (name == QLatin1String("period"))
+            a.momentumPeriod = int(v);
+        else if (name == QLatin1String("exponent"))
+            a.stalenessExponent = v;
+        else if (name == QLatin1String("buffer"))
+            a.buffer = int(v);
+        else if (name == QLatin1String("lr-times"))
+            job.training.learningRate *= v; // the linear scaling rule, as DDP is tuned
+        else
+            return fail(QStringLiteral("unknown setting '%1' in rule '%2' (alpha, damping, outer-lr, outer-momentum, "
+                                       "period, exponent, buffer, lr-times)")
+                            .arg(name, text));
+    }
+    return {};
+}
+
 // A Flotilla run: `flotilla train` on the job, then its store read back. An epoch's seconds
 // run from starting the process to its epoch-completed event (evaluations run beside
 // training and stay on the clock).
@@ -179,7 +216,10 @@ Run runFlotilla(const ParityJob &job, const QString &rule, int workers, int thre
     Run run;
     QTemporaryDir dir;
     JobSpec spec = job.spec;
-    spec.aggregation.rule = rule;
+    if (auto r = applyRule(spec, rule); !r) {
+        run.note = r.error();
+        return run;
+    }
     spec.fleet.workers = workers;
     spec.training.threads = threads;
     spec.fleet.preemption.meanIntervalSeconds = 0;
@@ -297,6 +337,10 @@ int runBenchParity(const QStringList &arguments)
         {QStringLiteral("ddp"), QStringLiteral("Also PyTorch DDP (gloo), tuned over the job's learning rate and that "
                                                "times the processes: on or off."),
          QStringLiteral("on|off"), QStringLiteral("on")},
+        {QStringLiteral("lr-scaled"),
+         QStringLiteral("Flotilla with several workers also at the learning rate times the workers (DDP's grid): on, "
+                        "off, or only (not at the job's own rate)."),
+         QStringLiteral("on|off|only"), QStringLiteral("on")},
         {QStringLiteral("slow-worker"), QStringLiteral("One of the workers (DDP: rank 1) this many times slower."),
          QStringLiteral("factor"), QStringLiteral("1")},
         {QStringLiteral("csv"), QStringLiteral("Write every epoch of every run here."), QStringLiteral("file")},
@@ -314,6 +358,7 @@ int runBenchParity(const QStringList &arguments)
     const int repeats = std::max(1, parser.value(QStringLiteral("repeats")).toInt());
     const int epochsOverride = std::max(0, parser.value(QStringLiteral("epochs")).toInt());
     const double slowWorker = std::max(1.0, parser.value(QStringLiteral("slow-worker")).toDouble());
+    const QString lrScaled = parser.value(QStringLiteral("lr-scaled"));
     const double maxSeconds = std::max(10.0, parser.value(QStringLiteral("max-seconds")).toDouble());
     const QString python = parser.value(QStringLiteral("python"));
     const int cores = std::max(1, int(std::thread::hardware_concurrency()));
@@ -323,8 +368,9 @@ int runBenchParity(const QStringList &arguments)
             workerCounts.push_back(int(w));
     QStringList rules = parser.value(QStringLiteral("rules")).split(u',', Qt::SkipEmptyParts);
     if (rules == QStringList{QStringLiteral("all")})
-        rules = {QStringLiteral("async-delta"), QStringLiteral("vc-asgd"), QStringLiteral("staleness-aware"),
-                 QStringLiteral("sync-average")};
+        rules = {QStringLiteral("async-delta"), QStringLiteral("async-delta/damping=0"),
+                 QStringLiteral("async-delta/outer-lr=0.7/outer-momentum=0.9/period=0"), QStringLiteral("vc-asgd"),
+                 QStringLiteral("staleness-aware/alpha=0"), QStringLiteral("sync-average")};
     const QString defaultRule = JobSpec().aggregation.rule;
     for (QString &r : rules)
         if (r == QLatin1String("default"))
@@ -482,7 +528,7 @@ int runBenchParity(const QStringList &arguments)
         csv.flush();
     };
     const auto say = [](const Run &r) {
-        std::printf("  [%d] %-9s %d worker(s) %-16s", r.repeat + 1, r.contender.toUtf8().constData(), r.workers,
+        std::printf("  [%d] %-9s %d worker(s) %-26s", r.repeat + 1, r.contender.toUtf8().constData(), r.workers,
                     r.rule.toUtf8().constData());
         for (const EpochLine &e : r.epochs)
             std::printf(" %s", percent(e.accuracy).toUtf8().constData());
@@ -533,20 +579,30 @@ int runBenchParity(const QStringList &arguments)
             say(run);
             record(run);
         }
-        // Flotilla: the cores shared among the workers.
+        // Flotilla, the cores shared among the workers, at the job's learning rate and, for
+        // several workers, at that times the workers too: the grid DDP is tuned over, since the
+        // default rule averages concurrent results much as DDP averages gradients.
+        std::vector<std::pair<QString, int>> flotillaRuns; // (rule, workers)
         for (const QString &rule : rules)
-            for (const int w : workerCounts)
-                for (int r = 0; r < repeats; ++r) {
-                    const QString log = work.filePath(QStringLiteral("%1-%2-%3-%4.log").arg(job.name, rule).arg(w).arg(r));
-                    Run run = runFlotilla(seeded(r), rule, w, std::max(1, cores / w), slowWorker, maxSeconds, log);
-                    run.job = job.name;
-                    run.contender = QStringLiteral("flotilla");
-                    run.rule = rule;
-                    run.workers = w;
-                    run.repeat = r;
-                    say(run);
-                    record(run);
-                }
+            for (const int w : workerCounts) {
+                if (w == 1 || lrScaled != QLatin1String("only"))
+                    flotillaRuns.push_back({rule, w});
+                if (w > 1 && lrScaled != QLatin1String("off"))
+                    flotillaRuns.push_back({rule + QStringLiteral("/lr-times=%1").arg(w), w});
+            }
+        for (const auto &[rule, w] : flotillaRuns)
+            for (int r = 0; r < repeats; ++r) {
+                const QString log = work.filePath(
+                    QStringLiteral("%1-%2-%3-%4.log").arg(job.name, QString(rule).replace(u'/', u'_')).arg(w).arg(r));
+                Run run = runFlotilla(seeded(r), rule, w, std::max(1, cores / w), slowWorker, maxSeconds, log);
+                run.job = job.name;
+                run.contender = QStringLiteral("flotilla");
+                run.rule = rule;
+                run.workers = w;
+                run.repeat = r;
+                say(run);
+                record(run);
+            }
         // DDP: each process one share of the cores; the learning rate tuned between the job's
         // and that times the processes (the linear scaling rule), the better kept.
         if (ddp) {
@@ -605,7 +661,7 @@ int runBenchParity(const QStringList &arguments)
     // median accuracy less one point.
     std::printf("\nSummary (accuracy %% after the job's epochs: min / median / max; target: the loop's median less one "
                 "point)\n");
-    std::printf("  %-9s %-9s %-3s %-16s %-22s %8s %10s %10s\n", "job", "contender", "w", "rule", "accuracy",
+    std::printf("  %-9s %-9s %-3s %-26s %-22s %8s %10s %10s\n", "job", "contender", "w", "rule", "accuracy",
                 "vs loop", "epochs to", "s to");
     for (const ParityJob &job : jobs) {
         std::map<std::tuple<QString, int, QString>, std::vector<const Run *>> groups;
@@ -634,7 +690,7 @@ int runBenchParity(const QStringList &arguments)
             }
             const Spread a = spread(finals);
             const QString contender = std::get<0>(key).isEmpty() ? QStringLiteral("loop") : std::get<0>(key);
-            std::printf("  %-9s %-9s %-3d %-16s %5s / %5s / %5s %+8.1f %10s %10s\n", job.name.toUtf8().constData(),
+            std::printf("  %-9s %-9s %-3d %-26s %5s / %5s / %5s %+8.1f %10s %10s\n", job.name.toUtf8().constData(),
                         contender.toUtf8().constData(), std::get<1>(key), std::get<2>(key).toUtf8().constData(),
                         percent(a.min).toUtf8().constData(), percent(a.median).toUtf8().constData(),
                         percent(a.max).toUtf8().constData(), loopMedian >= 0 ? 100.0 * (a.median - loopMedian) : 0.0,

@@ -253,6 +253,7 @@ int benchAccuracyPeers(const QCommandLineParser &parser)
     const QString script = findDdpScript(parser.value(QStringLiteral("ddp-script")));
     const QString link = parser.value(QStringLiteral("link"));
     const QString compression = parser.value(QStringLiteral("compression"));
+    const double slowWorker = std::max(1.0, parser.value(QStringLiteral("slow-worker")).toDouble());
     if (script.isEmpty()) {
         std::fprintf(stderr, "flotilla bench accuracy: cannot find bench/ddp_fashion.py; give --ddp-script\n");
         return ExitUsage;
@@ -282,6 +283,8 @@ int benchAccuracyPeers(const QCommandLineParser &parser)
                           QStringLiteral("--compression"), compression};
         if (!link.isEmpty())
             flags += {QStringLiteral("--link"), link};
+        if (slowWorker > 1)
+            flags += {QStringLiteral("--slow-worker"), QString::number(slowWorker)};
         return flags;
     };
     const auto ddpFlags = [&](const Setting &s) {
@@ -291,6 +294,8 @@ int benchAccuracyPeers(const QCommandLineParser &parser)
                           QString::number(s.batch), QStringLiteral("--train-limit"), QString::number(trainLimit)};
         if (!link.isEmpty())
             flags += {QStringLiteral("--link"), link};
+        if (slowWorker > 1)
+            flags += {QStringLiteral("--slow-rank"), QString::number(slowWorker)};
         return flags;
     };
     const auto bareFlags = [&](const Setting &s) {
@@ -349,6 +354,8 @@ int benchAccuracyPeers(const QCommandLineParser &parser)
                 target * 100, trainLimit > 0 ? QByteArray::number(trainLimit).constData() : "60000",
                 link.isEmpty() ? "" : ", each worker and rank behind an emulated ",
                 link.toUtf8().constData());
+    if (slowWorker > 1)
+        std::printf("One of the two workers (DDP: rank 1) is %g times slower than the other\n", slowWorker);
     const auto report = [](int round, const Entry &e, const Setting &s, const Outcome &o) {
         if (o.seconds >= 0)
             std::printf("  [%s] %-40s %-20s %6.1f s (epoch %d)\n", round < 0 ? "tune" : QByteArray::number(round + 1).constData(),

@@ -12,6 +12,8 @@ the rate (a ring all-reduce of two ranks sends the whole bucket each way, in two
 Gloo's own connections cannot be relayed through the benchmark's link shaper (their
 addresses are exchanged inside gloo), so the same link is applied here, in a
 communication hook.
+With --slow-rank F, rank 1 pauses after each step for F - 1 times what the step took (a
+machine F times slower; flotilla demo --slow-worker F slows a worker the same way).
 With --kill-rank-after S, rank 1 SIGKILLs itself S seconds after the start, as a spot
 preemption would; DDP has no way to go on without it, and the run ends with an error line
     {"failed": "...", "seconds": ...}
@@ -125,10 +127,13 @@ def run(rank, args, port):
         for i in range(0, len(order) - args.batch_size + 1, args.batch_size):
             if args.kill_rank_after > 0 and rank == 1 and time.monotonic() - START > args.kill_rank_after:
                 os.kill(os.getpid(), signal.SIGKILL)
+            began = time.monotonic()
             idx = order[i:i + args.batch_size]
             optimizer.zero_grad()
             F.cross_entropy(model(x[idx]), y[idx]).backward()
             optimizer.step()
+            if rank == 1 and args.slow_rank > 1:
+                time.sleep((time.monotonic() - began) * (args.slow_rank - 1))
         if rank == 0:
             evaluation = time.monotonic()
             model.eval()
@@ -156,6 +161,8 @@ def main():
     p.add_argument("--port", type=int, default=29517)
     p.add_argument("--timeout", type=float, default=60, help="seconds a collective waits for a missing process")
     p.add_argument("--kill-rank-after", type=float, default=0)
+    p.add_argument("--slow-rank", type=float, default=1,
+                   help="rank 1 pauses after each step for this many times, less one, what the step took")
     p.add_argument("--link", default="", help="an emulated link between the ranks, e.g. 50mbit/40ms")
     args = p.parse_args()
     if args.link:

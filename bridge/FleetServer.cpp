@@ -84,6 +84,14 @@ Result<std::unique_ptr<FleetServer>> FleetServer::create(CoordinatorThread *coor
                     connection,
                     net::CancelMsg{leaseId, QStringLiteral("another worker's result completed the subtask")});
     });
+    // Told, not waited for: a worker that is training a copy, reconnecting or waiting out a
+    // retry would otherwise ask only after the endpoint has gone, and wait for ever.
+    connect(coordinator, &CoordinatorThread::jobEnded, self, [self](bool done, const QString &) {
+        if (!done)
+            return;
+        for (const auto &[connection, worker] : self->m_connected)
+            self->m_listener->send(connection, net::NoWorkMsg{1000, true, false});
+    });
     return s;
 }
 

@@ -29,6 +29,7 @@ constexpr qint64 kScreenedBases = 256;      // recent versions whose samples are
 constexpr std::ptrdiff_t kOldBaseSampleSlack = 64; // older ones kept until this many gather
 constexpr int kVerdictWindow = 10;          // a worker's recent results that quarantine looks at
 constexpr int kFailuresToStall = 3;         // subtasks in a row a worker failed: it cannot train this job
+constexpr qint64 kNoWorkerGraceMs = 10'000; // no worker online for this long: the job says it waits
 constexpr int kCosineWindow = 10; // a worker's recent accepted updates the direction test averages
 constexpr qint64 kOperatorPollMs = 2000;
 constexpr double kNormFactor = 1000.0;
@@ -71,6 +72,7 @@ Result<std::unique_ptr<Coordinator>> Coordinator::open(const JobSpec &spec, cons
     std::unique_ptr<Coordinator> c(new Coordinator);
     c->m_runDir = QDir(runDir).absolutePath();
     c->m_clock = clock;
+    c->m_openedMs = clock->nowMs();
     if (!QDir().mkpath(c->m_runDir + QStringLiteral("/checkpoints")))
         return fail(QStringLiteral("cannot create run directory '%1'").arg(c->m_runDir));
     auto store = Store::open(c->m_runDir + u'/' + kStoreFile);
@@ -1570,10 +1572,15 @@ std::pair<QString, bool> Coordinator::stallReason() const
             example = &w;
         }
     }
-    if (online == 0)
+    // A moment without workers is ordinary (a job starting, its only worker restarting): a
+    // stall only once it has lasted.
+    if (online == 0) {
+        if (m_clock->nowMs() - std::max(m_lastOnlineMs, m_openedMs) < kNoWorkerGraceMs)
+            return {};
         return {m_workers.empty() ? QStringLiteral("no worker has joined yet; the job waits for one")
                                   : QStringLiteral("no worker is connected; the job waits for one to join or come back"),
                 false};
+    }
     if (quarantined + failing < online)
         return {};
     if (failing == 0)
@@ -1625,6 +1632,8 @@ void Coordinator::tick()
         m_workers[id].goneBecause = why;
     }
     flushBufferIfDue();
+    if (std::any_of(m_workers.begin(), m_workers.end(), [](const auto &w) { return w.second.online; }))
+        m_lastOnlineMs = now;
     // A job that cannot go on says why, once for each new reason (and in every progress).
     const QString stalled = stallReason().first;
     if (stalled != m_stalled) {

@@ -489,6 +489,8 @@ private:
     qint64 m_disagreements = 0;
     qint64 m_startedMs = 0;
     QString m_stalled; // the last stall reason recorded as an event
+    qint64 m_openedMs = 0;     // when this coordinator opened the job
+    qint64 m_lastOnlineMs = 0; // the last tick that found a worker online
 };
 
 } // namespace flotilla

@@ -73,15 +73,20 @@ void CoordinatorThread::endGroupIfIdle()
 }
 
 template <typename R, typename Op, typename Lost>
-void CoordinatorThread::queue(Op op, Lost lost, std::function<void(R)> deliver)
+void CoordinatorThread::queue(Op op, Lost lost, std::function<void(R)> deliver, bool early)
 {
     ++m_waiting;
-    QMetaObject::invokeMethod(this, [this, op = std::move(op), lost, deliver = std::move(deliver)]() mutable {
+    QMetaObject::invokeMethod(this, [this, op = std::move(op), lost, deliver = std::move(deliver), early]() mutable {
         --m_waiting;
         openGroup();
         std::optional<R> answer;
         if (m_coordinator)
             answer.emplace(op(*m_coordinator));
+        if (early && answer) {
+            deliver(std::move(*answer));
+            endGroupIfIdle();
+            return;
+        }
         m_deliveries.push_back([answer = std::move(answer), lost, deliver](const QString &failure) mutable {
             deliver(answer && failure.isEmpty() ? std::move(*answer) : lost(failure));
         });
@@ -342,7 +347,8 @@ std::optional<Assignment> CoordinatorThread::callRequest(qint64 workerId)
 {
     Awaited<std::optional<Assignment>> answer;
     queue<std::optional<Assignment>>([workerId](Coordinator &c) { return c.requestSubtask(workerId); },
-                                     [](const QString &) { return std::optional<Assignment>{}; }, answer.deliver());
+                                     [](const QString &) { return std::optional<Assignment>{}; }, answer.deliver(),
+                                     true);
     return answer.get();
 }
 
@@ -351,7 +357,7 @@ SubmitReply CoordinatorThread::callSubmit(qint64 workerId, SubtaskResult result)
     Awaited<SubmitReply> answer;
     auto shared = std::make_shared<SubtaskResult>(std::move(result));
     queue<SubmitReply>([workerId, shared](Coordinator &c) { return c.submitResult(workerId, std::move(*shared)); },
-                       submitLost, answer.deliver());
+                       submitLost, answer.deliver(), true);
     return answer.get();
 }
 

@@ -53,7 +53,11 @@ public:
     // Lifts a worker's quarantine, as the operator in the control center decided.
     void releaseAsync(qint64 workerId, const QString &by);
 
-    // Blocking, for local workers' threads and set-up code.
+    // Blocking, for local workers' threads and set-up code. callRequest() and callSubmit()
+    // answer as soon as the coordinator has decided, without waiting for the group's commit:
+    // a local worker's memory dies with this process, so it can tell nobody outside about a
+    // lease or an assimilation that a crash would undo (its next subtask overlaps the fsync,
+    // instead of waiting for it). Remote workers are answered only after the commit.
     Result<qint64> callJoin(const WorkerInfo &info, qint64 knownWorkerId = 0);
     std::optional<Assignment> callRequest(qint64 workerId);
     SubmitReply callSubmit(qint64 workerId, SubtaskResult result);
@@ -92,9 +96,10 @@ private:
     };
     // Queues op on the coordinator's thread, inside the open group; deliver gets op's answer
     // once the group ended (or what lost() makes of the reason when it could not be made
-    // durable, or the coordinator stopped).
+    // durable, or the coordinator stopped). early: at once, before the group's commit (see
+    // callRequest()).
     template <typename R, typename Op, typename Lost>
-    void queue(Op op, Lost lost, std::function<void(R)> deliver);
+    void queue(Op op, Lost lost, std::function<void(R)> deliver, bool early = false);
     // Queues op on the coordinator's thread; grouped: inside the open group.
     void post(std::function<void(Coordinator &)> op, bool grouped = true);
     void openGroup();

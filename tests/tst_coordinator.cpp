@@ -1279,6 +1279,8 @@ private Q_SLOTS:
     {
         Fixture f;
         auto c = f.open();
+        QVERIFY(c->progress().stalled.isEmpty()); // a job starting: workers are on their way
+        f.clock.advance(11'000);
         QCOMPARE(c->progress().stalled, QStringLiteral("no worker has joined yet; the job waits for one"));
         QVERIFY(!c->progress().stalledForGood);
         WorkerInfo local = test::spotWorker(QStringLiteral("local-1"));

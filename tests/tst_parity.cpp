@@ -72,7 +72,8 @@ private Q_SLOTS:
                 {QStringLiteral("bench"), QStringLiteral("parity"), QStringLiteral("--quick"), QStringLiteral("--jobs"),
                  QStringLiteral("shapes,table"), QStringLiteral("--workers"), QStringLiteral("1,2"),
                  QStringLiteral("--rules"), QStringLiteral("default,vc-asgd"), QStringLiteral("--repeats"),
-                 QStringLiteral("3"), QStringLiteral("--ddp"), QStringLiteral("off"), QStringLiteral("--data-dir"),
+                 QStringLiteral("3"), QStringLiteral("--ddp"), QStringLiteral("off"), QStringLiteral("--lr-scaled"),
+                 QStringLiteral("off"), QStringLiteral("--data-dir"),
                  dir.path(), QStringLiteral("--csv"), csv});
         QVERIFY(p.waitForFinished(240000));
         const QString output = QString::fromUtf8(p.readAll());
