@@ -172,16 +172,17 @@ public:
         foldParameters(state, c);
         // Running statistics are estimates, not descent directions: adding their deltas (or
         // momentum) can drive a variance below zero. They move toward the result's values
-        // instead, by the share of the result a full outer step would take.
+        // instead, by the share of the result its parameters take: damped as they are, so
+        // that the statistics stay those of the weights they normalize.
         if (m_ranges.hasBuffers()) {
             torch::Tensor buffers = m_ranges.buffers(state.weights);
-            mixInPlace(buffers, m_ranges.buffers(c.result), std::min(1.0, m_lr) * c.credit);
+            mixInPlace(buffers, m_ranges.buffers(c.result), std::min(1.0, m_lr) * c.credit * damping(c));
         }
         m_ranges.foldCounters(state.weights, c.result);
         return true;
     }
-    // K results: Δ = (1/K)·Σ c_i·(W_i − W_base,i), one outer step; buffers move toward the
-    // credit-weighted mean of the results' buffers by min(1, η)·Σc_i / K.
+    // K results: Δ = (1/K)·Σ c_i·d_i·(W_i − W_base,i), one outer step; buffers move toward the
+    // mean of the results' buffers weighted by c_i·d_i, by min(1, η)·Σ c_i·d_i / K.
     void gather(AggregationState &state, const Contribution &c) override
     {
         if (m_gathered == 0) {
@@ -194,9 +195,9 @@ public:
         const double weight = c.credit * damping(c);
         delta.add_(m_ranges.parameters(c.result), weight).sub_(m_ranges.parameters(c.base), weight);
         if (m_ranges.hasBuffers())
-            m_ranges.buffers(m_sum).add_(m_ranges.buffers(c.result), c.credit);
+            m_ranges.buffers(m_sum).add_(m_ranges.buffers(c.result), weight);
         m_ranges.foldCounters(m_sum, c.result);
-        m_creditSum += c.credit;
+        m_creditSum += weight;
         ++m_gathered;
     }
     bool foldGathered(AggregationState &state) override

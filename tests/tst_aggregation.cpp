@@ -238,6 +238,34 @@ private Q_SLOTS:
         expectEqual(s.weights, {13.0f + 1.0f / 3.0f});
     }
 
+    void asyncDeltaDampsRunningStatisticsAsItsParameters()
+    {
+        // Damping 1, staleness 1: the result counts 1/2, its statistics too.
+        // Parameters: [1, 2] + 0.5·([5, 6] − [1, 2]) = [3, 4].
+        // Buffers: [1, 1] + 0.5·([3, 5] − [1, 1]) = [2, 3] (not the result's [3, 5]).
+        AggregationSpec spec;
+        spec.rule = QStringLiteral("async-delta");
+        spec.stalenessDamping = 1.0;
+        auto r = createAggregationRule(spec, modelWithBuffers()).value();
+        AggregationState s;
+        s.weights = vec({1, 2, 1, 1, 3});
+        r->initialize(s);
+        r->assimilate(s, Contribution{vec({5, 6, 3, 5, 7}), vec({1, 2, 9, 9, 3}), 1.0, 1});
+        expectEqual(s.weights, {3, 4, 2, 3, 7});
+
+        // Buffered, two results of staleness 0 and 1 (weights 1 and 1/2): the statistics move
+        // toward (1·[3, 5] + 0.5·[6, 8]) / 1.5 = [4, 6] by (1 + 0.5) / 2 = 0.75 from [1, 1]:
+        // [3.25, 4.75]. Parameters: Δ = (1·[2, 2] + 0.5·[4, 4]) / 2 = [2, 2].
+        auto b = createAggregationRule(spec, modelWithBuffers()).value();
+        AggregationState t;
+        t.weights = vec({1, 2, 1, 1, 3});
+        b->initialize(t);
+        b->gather(t, Contribution{vec({3, 4, 3, 5, 4}), vec({1, 2, 9, 9, 3}), 1.0, 0});
+        b->gather(t, Contribution{vec({5, 6, 6, 8, 6}), vec({1, 2, 9, 9, 3}), 1.0, 1});
+        QVERIFY(b->foldGathered(t));
+        expectEqual(t.weights, {3, 4, 3.25f, 4.75f, 6});
+    }
+
     void syncAverageWaitsForTheRound()
     {
         auto r = rule(QStringLiteral("sync-average"));
