@@ -3,6 +3,7 @@
 #include <QDateTime>
 #include <QFileInfo>
 #include <QStandardPaths>
+#include <QThread>
 
 #include <atomic>
 #include <csignal>
@@ -49,7 +50,7 @@ const Flag kFlags[] = {
     {"fresh-optimizer", nullptr, "Start every subtask with a fresh optimizer (by default a worker keeps its momentum "
                                  "or Adam moments from one subtask to the next, as one process would)."},
     {"seed", "n", "Seed of shards, sample orders, initial weights and simulated preemptions."},
-    {"threads", "n", "LibTorch threads per worker."},
+    {"threads", "n", "LibTorch threads per worker (with --workers and no --threads: the cores shared among them)."},
     {"device", "name", "auto, cpu, cuda or cuda:N (the N-th GPU)."},
     {"model", "kind", "Model: mlp, cnn, resnet, or torchscript (with --model-file)."},
     {"model-file", "file", "TorchScript model (.pt) made in Python with torch.jit.script(model).save(file)."},
@@ -192,6 +193,10 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
     for (const auto &c : checks)
         if (!c)
             return c;
+    // Fewer local workers than cores: each gets its share of the cores, as a user's own loop
+    // would use them all (one worker on two cores trained at half speed before).
+    if (p.isSet(QStringLiteral("workers")) && !p.isSet(QStringLiteral("threads")) && job.fleet.workers > 0)
+        job.training.threads = std::max(1, QThread::idealThreadCount() / job.fleet.workers);
     text("optimizer", job.training.optimizer);
     text("lr-schedule", job.training.lrSchedule);
     text("device", job.training.device);
