@@ -56,11 +56,6 @@ JobSpec zooJob(const QString &rule)
     // scripts/gpu-check.sh runs this test on a GPU with FLOTILLA_TEST_DEVICE=cuda.
     if (qEnvironmentVariableIsSet("FLOTILLA_TEST_DEVICE"))
         job.training.device = qEnvironmentVariable("FLOTILLA_TEST_DEVICE");
-    // Two workers' deltas from the same version add up; at the default outer learning rate
-    // of 1 their sum overshoots on a run this short (with or without BatchNorm), so the
-    // delta rule gets the usual 1/workers.
-    if (rule == QLatin1String("async-delta"))
-        job.aggregation.outerLearningRate = 0.5;
     return job;
 }
 
