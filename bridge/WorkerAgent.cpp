@@ -333,15 +333,21 @@ void WorkerAgent::onAssign(const net::Message &message)
     c.work.config.localSteps = int(a.localSteps);
     c.work.config.seed = a.seed;
     c.work.config.threads = m_options.threads;
-    if (a.lrTotalSteps > 0 && std::isfinite(a.lrBase) && a.lrBase > 0) {
+    if (a.lrTotalSteps > 0) {
         LearningRateSchedule &schedule = c.work.config.schedule;
         schedule.kind = a.lrSchedule;
         schedule.base = a.lrBase;
         schedule.totalSteps = a.lrTotalSteps;
         schedule.warmupSteps = a.lrWarmupSteps;
-        schedule.floor = std::isfinite(a.lrFloor) ? std::clamp(a.lrFloor, 0.0, 1.0) : 0.0;
+        schedule.floor = a.lrFloor;
         schedule.stepEvery = a.lrStepEvery;
-        schedule.gamma = std::isfinite(a.lrGamma) ? std::clamp(a.lrGamma, 0.0, 1.0) : 1.0;
+        schedule.gamma = a.lrGamma;
+        if (const QString problem = schedule.problem(); !problem.isEmpty()) {
+            qCWarning(lcBridge).noquote() << "handing back lease" << a.lease << "-" << problem;
+            m_client->send(net::HandBackMsg{a.lease, problem});
+            m_retry.start(1000);
+            return;
+        }
         c.work.config.firstStep = a.firstStep;
     }
     c.work.config.freshOptimizer = a.freshOptimizer;

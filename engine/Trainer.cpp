@@ -32,6 +32,25 @@ double LearningRateSchedule::at(qint64 step) const
     return base;
 }
 
+QString LearningRateSchedule::problem() const
+{
+    if (!active())
+        return {};
+    if (kind != QLatin1String("constant") && kind != QLatin1String("step") && kind != QLatin1String("cosine"))
+        return QStringLiteral("the learning-rate schedule '%1' is not constant, step or cosine").arg(kind.left(40));
+    if (!std::isfinite(base) || base <= 0)
+        return QStringLiteral("the schedule's learning rate %1 is not a positive number").arg(base);
+    if (warmupSteps < 0 || warmupSteps > totalSteps)
+        return QStringLiteral("the schedule's warmup of %1 steps does not fit its %2 steps").arg(warmupSteps).arg(totalSteps);
+    if (!std::isfinite(floor) || floor < 0 || floor > 1)
+        return QStringLiteral("the schedule's floor %1 is not between 0 and 1").arg(floor);
+    if (kind == QLatin1String("step") && (stepEvery < 0 || !std::isfinite(gamma) || gamma <= 0 || gamma > 1))
+        return QStringLiteral("the step schedule's gamma %1 is not in (0, 1] or its interval %2 is negative")
+            .arg(gamma)
+            .arg(stepEvery);
+    return {};
+}
+
 StepPlan::StepPlan(const std::vector<qint64> &shardSizes, int batchSize, int localEpochs, int localSteps)
     : m_sizes(shardSizes), m_batch(std::max(1, batchSize)), m_localEpochs(std::max(1, localEpochs)),
       m_localSteps(std::max(0, localSteps))

@@ -29,6 +29,9 @@ struct LearningRateSchedule
 
     bool active() const { return totalSteps > 0; }
     double at(qint64 step) const;
+    // Empty when the schedule can be trained; else what is wrong with it (a remote worker
+    // hands such a lease back rather than guess).
+    QString problem() const;
 };
 
 // The optimizer steps an epoch of the job takes, and where each shard's first step falls in

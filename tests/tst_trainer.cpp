@@ -6,6 +6,7 @@
 
 #include <QtTest>
 
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <thread>
@@ -207,6 +208,34 @@ private Q_SLOTS:
         QVERIFY(out);
         auto ev = evaluate(*s.model, out->weights, s.data->test, torch::kCPU);
         QVERIFY(ev->accuracy > 0.9);
+    }
+
+    // What a remote worker is sent is checked before it trains: each broken field is named,
+    // and every schedule a valid job makes passes.
+    void aScheduleThatCannotBeTrainedSaysWhy()
+    {
+        for (const char *kind : {"constant", "step", "cosine"}) {
+            TrainingSpec spec;
+            spec.lrSchedule = QString::fromLatin1(kind);
+            spec.lrWarmupSteps = 1000000; // longer than the job: cut to its length
+            QVERIFY2(learningRateSchedule(spec, 10).problem().isEmpty(), kind);
+        }
+        const LearningRateSchedule good = learningRateSchedule(TrainingSpec{}, 10);
+        const auto expect = [&](void (*spoil)(LearningRateSchedule &), const char *word) {
+            LearningRateSchedule s = good;
+            spoil(s);
+            const QString problem = s.problem();
+            QVERIFY2(problem.contains(QLatin1String(word)), qPrintable(problem));
+        };
+        expect([](LearningRateSchedule &s) { s.kind = QStringLiteral("linear"); }, "'linear'");
+        expect([](LearningRateSchedule &s) { s.base = std::nan(""); }, "learning rate");
+        expect([](LearningRateSchedule &s) { s.base = -0.1; }, "learning rate");
+        expect([](LearningRateSchedule &s) { s.warmupSteps = s.totalSteps + 1; }, "warmup");
+        expect([](LearningRateSchedule &s) { s.floor = 1.5; }, "floor");
+        expect([](LearningRateSchedule &s) { s.kind = QStringLiteral("step"); s.gamma = 0; }, "gamma");
+        LearningRateSchedule none;
+        none.kind = QStringLiteral("anything"); // no schedule at all: nothing to check
+        QVERIFY(none.problem().isEmpty());
     }
 
     // Per step, over the whole job, with the numbers worked out by hand.
