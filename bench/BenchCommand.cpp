@@ -7,11 +7,12 @@
 #include "app/NetworkCommands.h"
 #include "bench/Attacks.h"
 #include "bench/BenchFlood.h"
+#include "bench/Insider.h"
 #include "bench/BenchParity.h"
 #include "bench/BenchPeers.h"
 #include "bench/BenchScale.h"
 
-#include "common/Sha256.h"
+#include "common/Crc32c.h"
 #include "net/Pki.h"
 #include "net/TlsListener.h"
 #include "net/TlsSocket.h"
@@ -65,8 +66,8 @@ double opensslAesGcmRate(int seconds)
 #ifdef Q_OS_UNIX
 // The same bytes over a bare OpenSSL TLS 1.3 connection on loopback, as a program with no
 // protocol would send them: one thread writes 1 MiB at a time from the weights, hashing each
-// slice just before it goes (SHA-256, as Flotilla's sender does); another reads into one
-// buffer allocated in advance, hashing as it reads (as Flotilla's receiver does), and answers
+// slice just before it goes (CRC-32C, as Flotilla's sender does); another reads into one
+// buffer allocated in advance, summing as it reads (as Flotilla's receiver does), and answers
 // one byte. What is left between this and Flotilla's figure is Flotilla's own: framing,
 // parsing, the message buffer, the event loop.
 class BareTlsPeer
@@ -133,7 +134,7 @@ public:
     {
         QElapsedTimer timer;
         timer.start();
-        Sha256 hash;
+        Crc32c hash;
         constexpr qsizetype slice = 1 << 20;
         for (qsizetype at = 0; at < weights.size(); at += slice) {
             const QByteArrayView part = QByteArrayView(weights).sliced(at, std::min(slice, weights.size() - at));
@@ -163,7 +164,7 @@ private:
         if (SSL_accept(ssl) == 1) {
             QByteArray buffer(m_bytes, Qt::Uninitialized);
             for (;;) {
-                Sha256 hash;
+                Crc32c hash;
                 qint64 got = 0;
                 std::size_t n = 0;
                 while (got < m_bytes && SSL_read_ex(ssl, buffer.data() + got, std::size_t(m_bytes - got), &n) == 1) {
@@ -296,7 +297,7 @@ int benchTransfer(int megabytes, int repeats)
     QByteArray weights(qsizetype(megabytes) << 20, Qt::Uninitialized);
     QRandomGenerator(1).fillRange(reinterpret_cast<quint32 *>(weights.data()), weights.size() / 4);
 
-    std::printf("Transfer of %d MiB of weights over TLS 1.3 on loopback (encode, send, receive, check SHA-256, ack), "
+    std::printf("Transfer of %d MiB of weights over TLS 1.3 on loopback (encode, send, receive, check CRC-32C, ack), "
                 "%d times, alternating with a bare OpenSSL TLS loop sending the same bytes; then openssl speed -evp "
                 "aes-128-gcm at 16 KiB blocks.\n", megabytes, repeats);
 #ifdef Q_OS_UNIX
@@ -336,7 +337,7 @@ int benchTransfer(int megabytes, int repeats)
                 rates.back() / 1e6);
     if (!bareRates.empty() && bareRates.front() > 0) {
         const double bareMedian = bareRates[bareRates.size() / 2];
-        std::printf("  bare OpenSSL TLS loop   min %.0f, median %.0f, max %.0f MB/s (same bytes, SHA-256 on both ends)\n"
+        std::printf("  bare OpenSSL TLS loop   min %.0f, median %.0f, max %.0f MB/s (same bytes, CRC-32C on both ends)\n"
                     "  ratio to the bare loop  %.2f\n",
                     bareRates.front() / 1e6, bareMedian / 1e6, bareRates.back() / 1e6, median / bareMedian);
     }
@@ -359,6 +360,8 @@ int runBenchCommand(const QStringList &arguments)
         return runAttackWorker(arguments.mid(1));
     if (arguments.value(1) == QLatin1String("flood"))
         return runBenchFlood(arguments.mid(1));
+    if (arguments.value(1) == QLatin1String("insider"))
+        return runBenchInsider(arguments.mid(1));
     if (arguments.value(1) == QLatin1String("parity"))
         return runBenchParity(arguments.mid(1));
     if (arguments.value(1) == QLatin1String("parity-loop"))
@@ -376,7 +379,9 @@ int runBenchCommand(const QStringList &arguments)
         "               workers, each rule (flotilla bench parity --help)\n"
         "  scale        K simulated workers over TLS against one coordinator (flotilla bench scale --help)\n"
         "  flood        idle and stalled connections against a coordinator training with honest workers\n"
-        "               (flotilla bench flood --help)"));
+        "               (flotilla bench flood --help)\n"
+        "  insider      a peer with a valid certificate floods, does not read, claims too much, storms sessions\n"
+        "               (flotilla bench insider --help)"));
     parser.addHelpOption();
     parser.addPositionalArgument(QStringLiteral("benchmark"),
                                  QStringLiteral("trainer, aggregation, transfer, accuracy, scale or flood."));

@@ -15,6 +15,9 @@ namespace {
 
 using net::MessageType;
 
+// Encoded shards kept for the next connection that asks.
+constexpr qint64 kShardCacheBytes = qint64(256) << 20;
+
 // The header as its message's struct, or nothing when it is malformed: then the connection
 // is closed, as for any other violation of the protocol.
 template <typename Msg>
@@ -72,6 +75,7 @@ Result<std::unique_ptr<FleetServer>> FleetServer::create(CoordinatorThread *coor
     connect(self->m_operators, &OperatorService::stopRequested, self, &FleetServer::stopRequested);
     connect(self->m_listener.get(), &net::TlsListener::helloReceived, self, &FleetServer::onHello);
     connect(self->m_listener.get(), &net::TlsListener::messageReceived, self, &FleetServer::onMessage);
+    connect(self->m_listener.get(), &net::TlsListener::overBudget, self, &FleetServer::onOverBudget);
     connect(self->m_listener.get(), &net::TlsListener::connectionClosed, self,
             [self](qint64 connectionId, const QString &) { self->onClosed(connectionId); });
     connect(coordinator, &CoordinatorThread::joinAnswered, self, &FleetServer::onJoined);
@@ -139,6 +143,24 @@ void FleetServer::onClosed(qint64 connectionId)
                 p.closed = true;
 }
 
+void FleetServer::onOverBudget(const net::PeerInfo &peer, const QString &reason, bool barred)
+{
+    if (peer.role == net::Role::Operator)
+        return; // an operator is not a worker of the job: the listener's log says it
+    qint64 workerId = peer.workerId;
+    if (const auto it = m_connected.find(peer.connectionId); it != m_connected.end())
+        workerId = it->second.workerId;
+    if (workerId == 0)
+        return; // never joined: nothing of the job's to hold it against
+    m_coordinator->recordEvent(EventKind::WorkerOverBudget, workerId,
+                               QStringLiteral("%1's connection was closed: it %2").arg(peer.workerName, reason));
+    if (barred)
+        m_coordinator->quarantineAsync(workerId,
+                                       QStringLiteral("its connections went over their budgets again and again (the "
+                                                      "last: it %1)")
+                                           .arg(reason));
+}
+
 void FleetServer::onJoined(qint64 ticket, qint64 workerId, const QString &error)
 {
     const auto it = m_joins.find(ticket);
@@ -157,7 +179,7 @@ void FleetServer::onJoined(qint64 ticket, qint64 workerId, const QString &error)
         return;
     }
     if (workerId != peer.workerId) {
-        if (auto r = m_listener->trust().setWorkerId(peer.fingerprint, workerId); !r)
+        if (auto r = m_listener->setWorkerId(peer.fingerprint, workerId); !r)
             qCWarning(lcBridge).noquote() << r.error();
     }
     // A worker connected twice (a reconnect racing the old connection): keep the newest.
@@ -229,6 +251,10 @@ void FleetServer::onMessage(qint64 connectionId, const net::Message &message)
         if (const auto request = decoded<net::ShardRequestMsg>(*m_listener, connectionId, message))
             sendShard(connectionId, *request);
         return;
+    case MessageType::Echo:
+        if (const auto echo = decoded<net::EchoMsg>(*m_listener, connectionId, message))
+            m_listener->send(connectionId, *echo);
+        return;
     case MessageType::Heartbeat:
         if (const auto beat = decoded<net::HeartbeatMsg>(*m_listener, connectionId, message))
             m_coordinator->heartbeat(worker.workerId, beat->lease, beat->done, beat->planned);
@@ -261,14 +287,36 @@ void FleetServer::onMessage(qint64 connectionId, const net::Message &message)
     }
 }
 
+const FleetServer::EncodedShard &FleetServer::encodedShard(int shard)
+{
+    auto it = m_shardCache.find(shard);
+    if (it == m_shardCache.end()) {
+        const Dataset samples = m_data->train.select(m_data->plan.shard(shard));
+        EncodedShard e;
+        e.manifest = shardManifest(samples);
+        e.bytes = shardToBytes(samples);
+        e.sha = shardDigest(e.manifest, e.bytes);
+        m_shardSha[shard] = e.sha;
+        m_shardCacheBytes += e.bytes.size();
+        it = m_shardCache.emplace(shard, std::move(e)).first;
+        // The least recently used make way, never the one just made.
+        while (m_shardCacheBytes > kShardCacheBytes && m_shardCache.size() > 1) {
+            auto oldest = m_shardCache.end();
+            for (auto c = m_shardCache.begin(); c != m_shardCache.end(); ++c)
+                if (c->first != shard && (oldest == m_shardCache.end() || c->second.lastUsed < oldest->second.lastUsed))
+                    oldest = c;
+            m_shardCacheBytes -= oldest->second.bytes.size();
+            m_shardCache.erase(oldest);
+        }
+    }
+    it->second.lastUsed = ++m_shardUses;
+    return it->second;
+}
+
 QByteArray FleetServer::shardSha(int shard)
 {
-    auto it = m_shardSha.find(shard);
-    if (it == m_shardSha.end()) {
-        const Dataset samples = m_data->train.select(m_data->plan.shard(shard));
-        it = m_shardSha.emplace(shard, shardDigest(shardManifest(samples), shardToBytes(samples))).first;
-    }
-    return it->second;
+    const auto it = m_shardSha.find(shard);
+    return it != m_shardSha.end() ? it->second : encodedShard(shard).sha;
 }
 
 void FleetServer::onAssigned(qint64 ticket, const std::optional<Assignment> &a, bool finished, bool dismissed)
@@ -342,8 +390,8 @@ void FleetServer::sendShard(qint64 connectionId, const net::ShardRequestMsg &req
         m_listener->close(connectionId, QStringLiteral("asked for shard %1, which this job does not have").arg(shard));
         return;
     }
-    const Dataset samples = m_data->train.select(m_data->plan.shard(int(shard)));
-    m_listener->send(connectionId, net::ShardDataMsg{shard, shardManifest(samples)}, shardToBytes(samples));
+    const EncodedShard &encoded = encodedShard(int(shard));
+    m_listener->send(connectionId, net::ShardDataMsg{shard, encoded.manifest}, encoded.bytes);
 }
 
 void FleetServer::receiveResult(qint64 connectionId, const ConnectedWorker &worker, const net::ResultMsg &header,

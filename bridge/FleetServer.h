@@ -73,6 +73,17 @@ private:
                        const QByteArray &payload);
     void onSubmitted(qint64 ticket, const SubmitReply &reply);
     void onClosed(qint64 connectionId);
+    void onOverBudget(const net::PeerInfo &peer, const QString &reason, bool barred);
+    // A shard as it goes on the wire: one encoded copy shared by every connection that asks
+    // (the payload is implicitly shared, so queueing it for many costs no copy).
+    struct EncodedShard
+    {
+        QCborMap manifest;
+        QByteArray bytes;
+        QByteArray sha;
+        qint64 lastUsed = 0;
+    };
+    const EncodedShard &encodedShard(int shard);
     QByteArray shardSha(int shard);
 
     CoordinatorThread *m_coordinator = nullptr;
@@ -87,6 +98,10 @@ private:
     std::map<qint64, Pending> m_requests;
     std::map<qint64, Pending> m_results;
     std::map<int, QByteArray> m_shardSha;
+    // Bounded: the least recently asked-for shards are encoded again when asked for.
+    std::map<int, EncodedShard> m_shardCache;
+    qint64 m_shardCacheBytes = 0;
+    qint64 m_shardUses = 0;
     mutable QMutex m_addressMutex;
     QHash<qint64, QString> m_addresses;
     std::unique_ptr<DownlinkEncoder> m_downlink;

@@ -1717,6 +1717,14 @@ void Coordinator::quarantine(qint64 workerId, const QString &reason)
     handleChanges(m_scheduler->workerLost(workerId), QStringLiteral("the worker was quarantined"));
 }
 
+void Coordinator::quarantineForConduct(qint64 workerId, const QString &reason)
+{
+    const auto it = m_workers.find(workerId);
+    if (it == m_workers.end() || it->second.trusted || it->second.trust.quarantined)
+        return;
+    quarantine(workerId, reason);
+}
+
 void Coordinator::releaseWorker(qint64 workerId, const QString &by)
 {
     const auto it = m_workers.find(workerId);

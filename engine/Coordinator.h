@@ -282,6 +282,9 @@ public:
     // Lifts a worker's quarantine (an operator's decision): it gets leases again, with its
     // trust halfway back and its recent record cleared.
     void releaseWorker(qint64 workerId, const QString &by);
+    // Quarantines a worker for what its connections did (the network's budgets), not for
+    // its results; the coordinator's own trusted workers and unknown ids are left alone.
+    void quarantineForConduct(qint64 workerId, const QString &reason);
     // A paused job hands out no subtasks; results of running ones are still assimilated.
     void setPaused(bool paused);
     bool paused() const { return m_paused; }

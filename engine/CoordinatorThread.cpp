@@ -335,6 +335,11 @@ void CoordinatorThread::releaseAsync(qint64 workerId, const QString &by)
     post([workerId, by](Coordinator &c) { c.releaseWorker(workerId, by); });
 }
 
+void CoordinatorThread::quarantineAsync(qint64 workerId, const QString &reason)
+{
+    post([workerId, reason](Coordinator &c) { c.quarantineForConduct(workerId, reason); });
+}
+
 Result<qint64> CoordinatorThread::callJoin(const WorkerInfo &info, qint64 knownWorkerId)
 {
     Awaited<Result<qint64>> answer;

@@ -52,6 +52,8 @@ public:
     void setPausedAsync(bool paused);
     // Lifts a worker's quarantine, as the operator in the control center decided.
     void releaseAsync(qint64 workerId, const QString &by);
+    // Quarantines a worker for its connections' conduct (Coordinator::quarantineForConduct).
+    void quarantineAsync(qint64 workerId, const QString &reason);
 
     // Blocking, for local workers' threads and set-up code. callRequest() and callSubmit()
     // answer as soon as the coordinator has decided, without waiting for the group's commit:

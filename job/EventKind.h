@@ -27,6 +27,7 @@
     X(WorkerLeft, "worker-left", Notice, Job, "a worker disconnected or stopped sending heartbeats")                   \
     X(WorkerPreempted, "worker-preempted", Trouble, Job, "a worker was preempted (a notice or a kill)")                \
     X(WorkerQuarantined, "worker-quarantined", Trouble, Job, "a worker's results failed checks; it gets no leases")    \
+    X(WorkerOverBudget, "worker-over-budget", Trouble, Job, "a worker's connection went over a budget (rate, unread bytes, sessions) and was closed") \
     X(WorkerReleased, "worker-released", Notice, Job, "a quarantined worker may take leases again")                    \
     X(WorkerDismissed, "worker-dismissed", Notice, Both, "the job had no work left for an idle worker and let it go")   \
     X(WorkerUp, "worker-up", Notice, Sim, "a simulated instance started")                                              \

@@ -8,7 +8,8 @@ namespace flotilla::net {
 namespace {
 
 const QString kPayloadSize = QStringLiteral("payload_size");
-const QString kPayloadSha = QStringLiteral("payload_sha256");
+const QString kPayloadCheck = QStringLiteral("payload_crc32c");
+constexpr qsizetype kCheckSize = 4;
 
 QString hexPrefix(const QByteArray &bytes)
 {
@@ -52,17 +53,17 @@ OutgoingMessage::OutgoingMessage(MessageType type, QCborMap header, QByteArray p
     const qsizetype n = m_payload.size();
     if (n > 0)
         m_header.insert(kPayloadSize, static_cast<qint64>(n));
-    // The size on the wire, known before the digest: a digest's CBOR is as long as any other
-    // 32 bytes'.
-    const QByteArray digestShape(32, '\0');
+    // The size on the wire, known before the check value: its CBOR is as long as any other
+    // 4 bytes'.
+    const QByteArray digestShape(kCheckSize, '\0');
     const qsizetype chunks = n > qsizetype(Limits::maxFramePayload) ? (n - 1) / Limits::maxFramePayload : 0;
     QCborMap first = m_header;
     if (n > 0 && chunks == 0)
-        first.insert(kPayloadSha, digestShape);
+        first.insert(kPayloadCheck, digestShape);
     m_size = kFrameHeaderSize + cbor(first).size() + n;
     if (chunks > 0)
         m_size += chunks * kFrameHeaderSize + (chunks - 1) * cbor(QCborMap()).size()
-                  + cbor(QCborMap{{kPayloadSha, digestShape}}).size();
+                  + cbor(QCborMap{{kPayloadCheck, digestShape}}).size();
     prepareFrame();
 }
 
@@ -72,14 +73,14 @@ void OutgoingMessage::prepareFrame()
     m_sliceLength = std::min<qsizetype>(Limits::maxFramePayload, n - m_at);
     m_sliceSent = 0;
     m_headSent = 0;
-    // Each slice is hashed once, just before it goes out; the frame that ends the payload
-    // carries the digest.
+    // Each slice is checksummed once, just before it goes out; the frame that ends the
+    // payload carries the check value.
     if (m_sliceLength > 0)
         m_hash.addData(QByteArrayView(m_payload).sliced(m_at, m_sliceLength));
     const bool last = m_at + m_sliceLength >= n;
     QCborMap header = m_first ? m_header : QCborMap();
     if (n > 0 && last)
-        header.insert(kPayloadSha, m_hash.result());
+        header.insert(kPayloadCheck, m_hash.result());
     m_frameHead = frameHead(static_cast<std::uint8_t>(m_first ? m_type : MessageType::Chunk), cbor(header), m_sliceLength);
 }
 
@@ -243,13 +244,13 @@ Result<std::optional<Message>> MessageAssembler::add(Frame frame)
         if (received > m_expected)
             return fail(QStringLiteral("the %1 payload is longer than the %2 bytes announced")
                             .arg(describe(m_partial->type)).arg(m_expected));
-        const QCborValue sha = frame.header.value(kPayloadSha);
-        if (received == m_expected && (!sha.isByteArray() || sha.toByteArray().size() != 32))
-            return fail(QStringLiteral("the Chunk that ends a %1 payload carries no 32-byte payload_sha256")
+        const QCborValue sha = frame.header.value(kPayloadCheck);
+        if (received == m_expected && (!sha.isByteArray() || sha.toByteArray().size() != kCheckSize))
+            return fail(QStringLiteral("the Chunk that ends a %1 payload carries no 4-byte payload_crc32c")
                             .arg(describe(m_partial->type)));
         if (received < m_expected && !frame.header.isEmpty())
             return fail(QStringLiteral("a Chunk in the middle of a %1 payload carries a header; only the last "
-                                       "one does (payload_sha256)")
+                                       "one does (payload_crc32c)")
                             .arg(describe(m_partial->type)));
         m_hash.addData(frame.payload);
         // A peer's announcement is not a reason to allocate much: room grows with what has
@@ -268,7 +269,7 @@ Result<std::optional<Message>> MessageAssembler::add(Frame frame)
         m.type = frame.type;
         m.header = frame.header;
         const QCborValue size = frame.header.value(QStringLiteral("payload_size"));
-        const QCborValue sha = frame.header.value(QStringLiteral("payload_sha256"));
+        const QCborValue sha = frame.header.value(kPayloadCheck);
         if (size.isUndefined()) {
             if (!frame.payload.isEmpty())
                 return fail(QStringLiteral("a %1 frame carries %2 payload bytes but announces no payload_size")
@@ -285,12 +286,12 @@ Result<std::optional<Message>> MessageAssembler::add(Frame frame)
             return fail(QStringLiteral("the %1 payload is longer than the %2 bytes announced")
                             .arg(describe(frame.type)).arg(m_expected));
         const bool whole = quint64(frame.payload.size()) == m_expected;
-        if (whole && (!sha.isByteArray() || sha.toByteArray().size() != 32))
-            return fail(QStringLiteral("a %1 message carries its whole payload without a 32-byte payload_sha256")
+        if (whole && (!sha.isByteArray() || sha.toByteArray().size() != kCheckSize))
+            return fail(QStringLiteral("a %1 message carries its whole payload without a 4-byte payload_crc32c")
                             .arg(describe(frame.type)));
         if (!whole && !sha.isUndefined())
             return fail(QStringLiteral("a %1 message announces a payload over several frames but carries its "
-                                       "payload_sha256 in the first (it belongs in the last)")
+                                       "payload_crc32c in the first (it belongs in the last)")
                             .arg(describe(frame.type)));
         m_hash.reset();
         m_hash.addData(frame.payload);
@@ -311,7 +312,8 @@ Result<std::optional<Message>> MessageAssembler::finish(const QByteArray &sha)
     Message done = std::move(*m_partial);
     m_partial.reset();
     if (m_hash.result() != sha)
-        return fail(QStringLiteral("the %1 payload's SHA-256 does not match the one announced (%2 bytes received)")
+        return fail(QStringLiteral("the %1 payload's CRC-32C does not match the one announced (%2 bytes received): "
+                                   "it was put together wrongly")
                         .arg(describe(done.type)).arg(done.payload.size()));
     return std::optional<Message>(std::move(done));
 }

@@ -7,14 +7,16 @@
 // by the CBOR header and the payload. Both lengths are checked against Limits before
 // anything is allocated. A message whose payload is larger than one frame continues in
 // Chunk frames; its first frame's header announces the whole payload's size
-// ("payload_size"), and the frame that ends the payload carries its SHA-256
-// ("payload_sha256"), which the receiver checks then. The digest travels last so that a
-// sender hashes each chunk as it goes out instead of the whole payload before the first byte.
+// ("payload_size"), and the frame that ends the payload carries its CRC-32C
+// ("payload_crc32c", 4 bytes big-endian), which the receiver checks then. It travels last so
+// that a sender sums each chunk as it goes out instead of the whole payload before the first
+// byte. TLS 1.3 authenticates every record already; the CRC guards only the assembly of
+// chunks into a payload (docs/protocol.md, "Payload check").
 
 #include "common/Result.h"
 #include "net/Protocol.h"
 
-#include "common/Sha256.h"
+#include "common/Crc32c.h"
 #include <QByteArray>
 #include <QCborMap>
 #include <QIODevice>
@@ -36,7 +38,7 @@ struct Message
 {
     MessageType type = MessageType::Error;
     QCborMap header;
-    QByteArray payload; // the whole payload, its SHA-256 checked
+    QByteArray payload; // the whole payload, its CRC-32C checked
 };
 
 constexpr int kFrameHeaderSize = 12;
@@ -57,7 +59,7 @@ public:
 // One message as frames, made as they go out: the first frame carries the header, the rest
 // of the payload follows in Chunk frames of at most Limits::maxFramePayload bytes. The
 // payload is not copied (its slices are sent straight from the caller's array, which this
-// keeps alive) and is hashed slice by slice as the slices are handed out.
+// keeps alive) and is checksummed slice by slice as the slices are handed out.
 class OutgoingMessage final : public OutgoingBytes
 {
 public:
@@ -81,7 +83,7 @@ private:
     qsizetype m_sliceSent = 0;
     bool m_first = true;
     bool m_done = false;
-    Sha256 m_hash;
+    Crc32c m_hash;
     qint64 m_size = 0;
     qint64 m_sent = 0;
 };
@@ -121,7 +123,7 @@ private:
 };
 
 // Reassembles messages from frames: a frame with payload_size above its own payload is
-// followed by Chunk frames until the announced size; the SHA-256 is then checked.
+// followed by Chunk frames until the announced size; the CRC-32C is then checked.
 class MessageAssembler
 {
 public:
@@ -134,12 +136,12 @@ public:
     bool inTransfer() const { return m_partial.has_value(); }
 
 private:
-    // The payload is all in: checks its digest against sha and hands the message out.
+    // The payload is all in: checks its CRC-32C against check and hands the message out.
     Result<std::optional<Message>> finish(const QByteArray &sha);
 
     std::optional<Message> m_partial;
     std::uint64_t m_expected = 0;
-    Sha256 m_hash;
+    Crc32c m_hash;
     std::map<MessageType, std::uint64_t> m_limits;
 };
 

@@ -443,6 +443,19 @@ Result<ErrorMsg> ErrorMsg::decode(const QCborMap &header)
     return r.finish(std::move(m));
 }
 
+QCborMap EchoMsg::encode() const
+{
+    return QCborMap { { key("seq"), seq } };
+}
+
+Result<EchoMsg> EchoMsg::decode(const QCborMap &header)
+{
+    EchoMsg m;
+    HeaderReader r(header, type);
+    r.integer("seq", m.seq, Need::Required);
+    return r.finish(std::move(m));
+}
+
 QCborMap ByeMsg::encode() const
 {
     return QCborMap { { key("reason"), reason } };

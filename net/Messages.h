@@ -242,6 +242,17 @@ struct ErrorMsg
     static Result<ErrorMsg> decode(const QCborMap &header);
 };
 
+// Answered by the coordinator with the same seq, at once and by its network thread alone: a
+// round trip that costs what a heartbeat costs (bench scale times heartbeats with it).
+struct EchoMsg
+{
+    static constexpr MessageType type = MessageType::Echo;
+    qint64 seq = 0;
+
+    QCborMap encode() const;
+    static Result<EchoMsg> decode(const QCborMap &header);
+};
+
 struct ByeMsg
 {
     static constexpr MessageType type = MessageType::Bye;

@@ -10,11 +10,13 @@
 namespace flotilla::net {
 
 // 2: a payload's SHA-256 travels in the frame that ends it, not the first.
-constexpr std::uint8_t kProtocolVersion = 2;
+// 3: a CRC-32C (payload_crc32c) replaces that SHA-256: TLS authenticates every record.
+constexpr std::uint8_t kProtocolVersion = 3;
 
 // X(name, code, direction): W = worker to coordinator, C = coordinator to worker, B = both.
 // An operator (a control center attached to a remote coordinator) speaks the same protocol
-// with its own messages: Watch and Command (W), Update and Reply (C).
+// with its own messages: Watch and Command (W), Update and Reply (C). Echo is answered with
+// itself at once, on the network thread: what a peer measures a round trip with.
 #define FLOTILLA_MESSAGES(X)  \
     X(Hello, 1, W)            \
     X(Welcome, 2, C)          \
@@ -36,7 +38,8 @@ constexpr std::uint8_t kProtocolVersion = 2;
     X(Watch, 18, W)           \
     X(Update, 19, C)          \
     X(Command, 20, W)         \
-    X(Reply, 21, C)
+    X(Reply, 21, C)           \
+    X(Echo, 22, B)
 
 enum class MessageType : std::uint8_t {
 #define FLOTILLA_ENUM(name, code, dir) name = code,

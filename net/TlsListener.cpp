@@ -70,6 +70,7 @@ bool sentByWorkers(MessageType t)
     case MessageType::Bye:
     case MessageType::Watch:
     case MessageType::Command:
+    case MessageType::Echo:
         return true;
     default:
         return false;
@@ -77,6 +78,32 @@ bool sentByWorkers(MessageType t)
 }
 
 } // namespace
+
+std::map<MessageType, MessageRate> defaultMessageRates()
+{
+    // An honest worker asks for work once per subtask or per NoWork retry (at least 250 ms),
+    // for a shard once per subtask at most, beats its heart at most every 100 ms; a control
+    // center sends a command per click. Bursts cover a fleet's start and a reconnect.
+    return {
+        {MessageType::Request, {50, 200}},   {MessageType::ShardRequest, {20, 200}},
+        {MessageType::Heartbeat, {20, 100}}, {MessageType::Result, {50, 200}},
+        {MessageType::HandBack, {50, 200}},  {MessageType::Command, {10, 50}},
+        {MessageType::Watch, {1, 10}},       {MessageType::Echo, {20, 100}},
+    };
+}
+
+bool TlsListener::Bucket::take(const MessageRate &rate, qint64 nowMs)
+{
+    if (lastMs < 0)
+        tokens = rate.burst;
+    else
+        tokens = std::min(rate.burst, tokens + double(nowMs - lastMs) * rate.perSecond / 1000.0);
+    lastMs = nowMs;
+    if (tokens < 1.0)
+        return false;
+    tokens -= 1.0;
+    return true;
+}
 
 void AcceptingServer::incomingConnection(qintptr descriptor)
 {
@@ -118,6 +145,13 @@ Result<std::unique_ptr<TlsListener>> TlsListener::create(const Options &options)
     e->m_options = options;
     e->m_identity = *identity;
     e->m_trust = TrustStore(options.identityDir);
+    e->m_trustWatch = TrustStore(options.identityDir);
+    // The trust database is made (or an old trust.json migrated) now, before the first
+    // handshake, and read into the index.
+    if (auto tokens = e->m_trust.tokens(); !tokens)
+        return tokens.takeError();
+    if (auto loaded = e->refreshCertificates(true); !loaded)
+        return loaded.takeError();
     qRegisterMetaType<flotilla::net::PeerInfo>();
     qRegisterMetaType<flotilla::net::Message>();
 
@@ -309,6 +343,9 @@ std::unique_ptr<TlsListener::Connection> TlsListener::take(qint64 id)
     std::unique_ptr<Connection> c = std::move(it->second);
     m_connections.erase(it);
     authenticated(*c);
+    if (c->authenticated)
+        if (const auto budget = m_budgets.find(c->peer.fingerprint); budget != m_budgets.end())
+            budget->connections.erase(id);
     return c;
 }
 
@@ -415,7 +452,7 @@ void TlsListener::onEncrypted(qint64 id)
         return;
     }
     const QByteArray fingerprint = cert.digest(QCryptographicHash::Sha256);
-    auto record = m_trust.certificate(fingerprint);
+    auto record = certificateRecord(fingerprint);
     if (!record) {
         // The trust list could not be read (out of file handles, a lock held too long): the
         // coordinator's trouble, not the worker's; it tries again later.
@@ -436,12 +473,38 @@ void TlsListener::onEncrypted(qint64 id)
              true);
         return;
     }
+    // An insider's budgets: a barred certificate, new sessions per second, sessions at once.
+    CertificateBudget &budget = budgetOf(fingerprint);
+    const qint64 now = m_clock.elapsed();
+    c.peer = PeerInfo{id, fingerprint, (*record)->workerName, (*record)->workerId, c.address, (*record)->role};
+    if (budget.barredUntil > now) {
+        drop(id, QStringLiteral("worker '%1' is refused for another %2: its connections were closed %3 times in %4 for "
+                                "going over their budgets (the last: %5)")
+                     .arg((*record)->workerName, duration(int(budget.barredUntil - now)))
+                     .arg(m_options.maxBudgetClosings)
+                     .arg(duration(m_options.budgetWindowMs), budget.lastReason),
+             false);
+        return;
+    }
+    if (!budget.sessions.take(m_options.sessions, now)) {
+        overBudgetClose(c, QStringLiteral("opened more than %1 sessions in a burst (%2 a second on average) under one "
+                                          "certificate")
+                               .arg(m_options.sessions.burst)
+                               .arg(m_options.sessions.perSecond));
+        return;
+    }
+    while (int(budget.connections.size()) >= m_options.maxSessionsPerCertificate)
+        drop(*budget.connections.begin(),
+             QStringLiteral("made way for a newer session of the same certificate, which already held %1 (the most one "
+                            "certificate may hold)")
+                 .arg(m_options.maxSessionsPerCertificate),
+             false, false);
+    budget.connections.insert(id);
     c.authenticated = true;
     // Weights and results only from a certificate this coordinator issued: a connection
     // without one may not even announce them.
     for (const auto &[type, limit] : m_limits)
         c.reader.assembler().setPayloadLimit(type, limit);
-    c.peer = PeerInfo{id, fingerprint, (*record)->workerName, (*record)->workerId, c.address, (*record)->role};
 }
 
 void TlsListener::onReadyRead(qint64 id)
@@ -525,6 +588,16 @@ void TlsListener::handle(Connection &c, Message message)
         drop(id, QStringLiteral("sent %1 twice").arg(describe(message.type)), false);
         return;
     }
+    if (const auto rate = m_options.rates.find(message.type); rate != m_options.rates.end()) {
+        CertificateBudget &budget = budgetOf(c.peer.fingerprint);
+        if (!budget.messages[message.type].take(rate->second, m_clock.elapsed())) {
+            overBudgetClose(c, QStringLiteral("sent more than %1 %2 messages in a burst (%3 a second on average)")
+                                   .arg(rate->second.burst)
+                                   .arg(describe(message.type))
+                                   .arg(rate->second.perSecond));
+            return;
+        }
+    }
     Q_EMIT messageReceived(id, message);
 }
 
@@ -594,10 +667,12 @@ void TlsListener::enroll(Connection &c, const Message &message)
         return;
     }
     const QByteArray fingerprint = certificateFingerprint(*cert);
-    if (auto added = m_trust.addCertificate(CertificateRecord{fingerprint, name, 0, now, 0, {}, *redeemed}); !added) {
+    const CertificateRecord record{fingerprint, name, 0, now, 0, {}, *redeemed};
+    if (auto added = m_trust.addCertificate(record); !added) {
         drop(c.id, added.error(), true);
         return;
     }
+    m_certificates.insert(fingerprint, record);
     qCInfo(lcNet).noquote() << "enrolled" << describe(*redeemed) << name << "from" << c.address << "certificate"
                             << QString::fromLatin1(fingerprint.toHex().left(16));
     // Its work here is done: it hangs up and comes back with the certificate.
@@ -613,8 +688,32 @@ void TlsListener::send(qint64 connectionId, MessageType type, const QCborMap &he
     if (it == m_connections.end() || !it->second->socket)
         return;
     Connection &c = *it->second;
-    c.outbox.push_back(std::make_unique<OutgoingMessage>(type, header, payload));
+    auto message = std::make_unique<OutgoingMessage>(type, header, payload);
+    const qint64 size = message->remaining();
+    if (c.authenticated && queuedBytes(c) + size > queueLimit()) {
+        overBudgetClose(c, QStringLiteral("does not read what it is sent: %1 MiB were waiting for it and %2 more were "
+                                          "to be queued (the most is %3 MiB)")
+                               .arg(double(queuedBytes(c)) / double(1 << 20), 0, 'f', 1)
+                               .arg(double(size) / double(1 << 20), 0, 'f', 1)
+                               .arg(double(queueLimit()) / double(1 << 20), 0, 'f', 1));
+        return;
+    }
+    c.outboxBytes += size;
+    c.outbox.push_back(std::move(message));
     pump(c);
+}
+
+qint64 TlsListener::queuedBytes(const Connection &c) const
+{
+    return c.outboxBytes + (c.socket ? c.socket->bytesToWrite() : 0);
+}
+
+qint64 TlsListener::queueLimit() const
+{
+    std::uint64_t largest = 0;
+    for (const auto &[type, limit] : m_limits)
+        largest = std::max(largest, limit);
+    return std::max<qint64>(m_options.maxQueuedBytes, 3 * qint64(largest) + (1 << 20));
 }
 
 qint64 TlsListener::pendingBytes(qint64 connectionId) const
@@ -622,13 +721,7 @@ qint64 TlsListener::pendingBytes(qint64 connectionId) const
     const auto it = m_connections.find(connectionId);
     if (it == m_connections.end())
         return 0;
-    const Connection &c = *it->second;
-    qint64 bytes = 0;
-    for (const auto &m : c.outbox)
-        bytes += m->remaining();
-    if (c.socket)
-        bytes += c.socket->bytesToWrite();
-    return bytes;
+    return queuedBytes(*it->second);
 }
 
 void TlsListener::pump(Connection &c)
@@ -639,6 +732,7 @@ void TlsListener::pump(Connection &c)
     while (!c.outbox.empty() && socket->bytesToWrite() < kSocketWindow) {
         std::unique_ptr<OutgoingMessage> next = std::move(c.outbox.front());
         c.outbox.pop_front();
+        c.outboxBytes -= next->remaining();
         socket->send(std::move(next));
     }
 }
@@ -649,6 +743,7 @@ void TlsListener::flushOutbox(Connection &c)
         return;
     // Taken out first: the socket's bytesWritten pumps the outbox again.
     std::deque<std::unique_ptr<OutgoingMessage>> all = std::exchange(c.outbox, {});
+    c.outboxBytes = 0;
     for (auto &message : all)
         c.socket->send(std::move(message));
 }
@@ -658,7 +753,7 @@ void TlsListener::close(qint64 connectionId, const QString &reason, bool fatal, 
     drop(connectionId, reason, fatal, error);
 }
 
-void TlsListener::drop(qint64 id, const QString &reason, bool fatal, bool error)
+void TlsListener::drop(qint64 id, const QString &reason, bool fatal, bool error, bool throttled)
 {
     std::unique_ptr<Connection> c = take(id);
     if (!c)
@@ -667,7 +762,7 @@ void TlsListener::drop(qint64 id, const QString &reason, bool fatal, bool error)
     const QString who = c->peer.workerName.isEmpty() ? c->address
                                                      : QStringLiteral("%1 (worker '%2')").arg(c->address, c->peer.workerName);
     const QString line = QStringLiteral("closing connection from %1 - %2").arg(who, reason);
-    if (refusedBeforeHello)
+    if (refusedBeforeHello || throttled)
         logRefusal(line, error);
     else if (error)
         qCWarning(lcNet).noquote() << line;
@@ -696,6 +791,7 @@ void TlsListener::drop(qint64 id, const QString &reason, bool fatal, bool error)
             // A message already begun ends before the Error; what was not begun is moot for
             // a connection being closed, and does not hold the Error back.
             c->outbox.clear();
+            c->outboxBytes = 0;
             socket->discardUnstarted();
             socket->send(std::make_unique<OutgoingMessage>(ErrorMsg::type, ErrorMsg{reason, fatal}.encode()));
             socket->disconnectFromHost();
@@ -730,30 +826,124 @@ void TlsListener::flushRefusalLog()
     const qint64 now = m_clock.elapsed();
     if (m_unloggedInWindow > 0)
         qCWarning(lcNet).noquote() << m_unloggedInWindow
-                                   << "more connections were refused or closed before authenticating in the last"
+                                   << "more connections were refused or closed (before authenticating, or over a budget) in the last"
                                    << (now - m_logWindowStart + 500) / 1000 << "s (not logged one by one)";
     m_logWindowStart = now;
     m_loggedInWindow = 0;
     m_unloggedInWindow = 0;
 }
 
+Result<void> TlsListener::refreshCertificates(bool force)
+{
+    auto version = m_trustWatch.version();
+    if (!version)
+        return version.takeError();
+    if (!force && *version == m_trustVersion)
+        return {};
+    auto certificates = m_trustWatch.certificates();
+    if (!certificates)
+        return certificates.takeError();
+    QHash<QByteArray, CertificateRecord> index;
+    index.reserve(certificates->size());
+    for (const auto &record : *certificates)
+        index.insert(record.fingerprint, record);
+    m_certificates = std::move(index);
+    m_trustVersion = *version;
+    return {};
+}
+
+Result<std::optional<CertificateRecord>> TlsListener::certificateRecord(const QByteArray &fingerprint)
+{
+    auto it = m_certificates.constFind(fingerprint);
+    if (it == m_certificates.cend()) {
+        if (auto r = refreshCertificates(false); !r)
+            return r.takeError();
+        it = m_certificates.constFind(fingerprint);
+        if (it == m_certificates.cend())
+            return std::optional<CertificateRecord>();
+    }
+    return std::optional<CertificateRecord>(*it);
+}
+
+Result<void> TlsListener::setWorkerId(const QByteArray &fingerprint, qint64 workerId)
+{
+    if (auto r = m_trust.setWorkerId(fingerprint, workerId); !r)
+        return r;
+    if (auto it = m_certificates.find(fingerprint); it != m_certificates.end())
+        it->workerId = workerId;
+    return {};
+}
+
 void TlsListener::checkRevocations()
 {
+    forgetIdleBudgets();
+    // Revocations by an operator, by flotilla revoke in another process, or by the budgets.
+    if (auto r = refreshCertificates(false); !r) {
+        logRefusal(QStringLiteral("cannot read the trust database: %1").arg(r.error()), true);
+        return;
+    }
     if (m_connections.empty())
         return;
-    auto certificates = m_trust.certificates();
-    if (!certificates)
-        return;
     std::vector<std::pair<qint64, QString>> revoked;
-    for (const auto &[id, c] : m_connections) {
-        if (!c->authenticated)
-            continue;
-        for (const auto &record : *certificates)
-            if (record.fingerprint == c->peer.fingerprint && record.revoked())
-                revoked.emplace_back(id, record.revokeReason);
-    }
+    for (const auto &[id, c] : m_connections)
+        if (c->authenticated)
+            if (const auto it = m_certificates.constFind(c->peer.fingerprint);
+                it != m_certificates.cend() && it->revoked())
+                revoked.emplace_back(id, it->revokeReason);
     for (const auto &[id, reason] : revoked)
         drop(id, QStringLiteral("the worker's certificate was revoked (%1)").arg(reason), true);
+}
+
+TlsListener::CertificateBudget &TlsListener::budgetOf(const QByteArray &fingerprint)
+{
+    CertificateBudget &budget = m_budgets[fingerprint];
+    const qint64 now = m_clock.elapsed();
+    budget.lastUsedMs = now;
+    while (!budget.closings.empty() && now - budget.closings.front() >= m_options.budgetWindowMs)
+        budget.closings.pop_front();
+    if (budget.barredUntil != 0 && budget.barredUntil <= now)
+        budget.barredUntil = 0;
+    return budget;
+}
+
+void TlsListener::overBudgetClose(Connection &c, const QString &reason)
+{
+    const qint64 id = c.id;
+    const PeerInfo peer = c.peer;
+    CertificateBudget &budget = budgetOf(peer.fingerprint);
+    const qint64 now = m_clock.elapsed();
+    budget.closings.push_back(now);
+    budget.lastReason = reason;
+    const bool barred = budget.barredUntil == 0 && int(budget.closings.size()) >= m_options.maxBudgetClosings;
+    QString line = QStringLiteral("went over its budget: %1").arg(reason);
+    if (barred) {
+        budget.barredUntil = now + m_options.budgetWindowMs;
+        line += QStringLiteral("; closed %1 times in %2 for budgets, its certificate is refused for %2")
+                    .arg(budget.closings.size())
+                    .arg(duration(m_options.budgetWindowMs));
+        if (m_options.revokeAbusers) {
+            const auto revoked = m_trust.revoke(QString::fromLatin1(peer.fingerprint.toHex()),
+                                                QStringLiteral("went over its budgets %1 times: %2")
+                                                    .arg(budget.closings.size())
+                                                    .arg(reason),
+                                                QDateTime::currentMSecsSinceEpoch());
+            line += revoked ? QStringLiteral(" and revoked") : QStringLiteral(" (cannot revoke it: %1)").arg(revoked.error());
+        }
+    }
+    Q_EMIT overBudget(peer, reason, barred);
+    // Logged within the refusal budget: a storm of sessions under one certificate must not
+    // become a storm of log lines.
+    drop(id, line, false, true, true);
+}
+
+void TlsListener::forgetIdleBudgets()
+{
+    const qint64 now = m_clock.elapsed();
+    for (auto it = m_budgets.begin(); it != m_budgets.end();) {
+        const CertificateBudget &b = it.value();
+        const bool idle = b.connections.empty() && b.barredUntil <= now && now - b.lastUsedMs >= m_options.budgetWindowMs;
+        it = idle ? m_budgets.erase(it) : std::next(it);
+    }
 }
 
 } // namespace flotilla::net

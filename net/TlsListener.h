@@ -10,6 +10,13 @@
 // bounded (Options), and accepting never stops: when the bounds are reached, the oldest
 // unauthenticated connection makes way for the new one.
 //
+// Work after authentication is bounded too, because a join token handed out widely puts a
+// valid certificate in anyone's hands (docs/security.md, "Insiders"): bytes waiting for a
+// peer that does not read, messages per second of each kind and new sessions per second per
+// certificate, sessions at once per certificate. A connection over a budget is closed with
+// a reason that names it; a certificate that keeps going over is barred for a while
+// (overBudget says so, for the coordinator to record and quarantine).
+//
 // Threads: the endpoint and its sockets belong to the thread it lives on (the network
 // thread).
 
@@ -66,6 +73,15 @@ protected:
     void incomingConnection(qintptr descriptor) override;
 };
 
+// A token bucket's size: so many a second on average, so many at once.
+struct MessageRate
+{
+    double perSecond = 0;
+    double burst = 0;
+};
+// What an honest worker or control center never comes near (docs/security.md, "Insiders").
+std::map<MessageType, MessageRate> defaultMessageRates();
+
 class TlsListener : public QObject
 {
     Q_OBJECT
@@ -73,7 +89,7 @@ class TlsListener : public QObject
 public:
     struct Options
     {
-        QString identityDir;               // CA, server key and certificate, trust.json
+        QString identityDir;               // CA, server key and certificate, trust.db
         QHostAddress bindAddress = QHostAddress::Any;
         quint16 port = 0;                  // 0: any free port
         QStringList hostNames{QStringLiteral("127.0.0.1"), QStringLiteral("localhost")};
@@ -90,6 +106,22 @@ public:
         int listenBacklog = 1024;          // the kernel's queue of connections not yet accepted
         int stallTimeoutMs = 15000;        // silence in the middle of a message
         int revocationCheckMs = 2000;
+
+        // Budgets after authentication, per connection and per certificate.
+        // Bytes waiting for a peer (queued and in the socket) beyond which it is closed as one
+        // that does not read; never less than three times the largest payload limit, so that
+        // an honest worker on a slow link may have a whole model on its way.
+        qint64 maxQueuedBytes = qint64(32) << 20;
+        // Messages a certificate may send per second, and in a burst, by kind; kinds not
+        // listed are not counted. Shared by all of a certificate's sessions.
+        std::map<MessageType, MessageRate> rates = defaultMessageRates();
+        MessageRate sessions{0.5, 10};            // new authenticated sessions per certificate
+        int maxSessionsPerCertificate = 8; // at once; the oldest makes way for the newest
+        // A certificate closed this many times for budgets within the window is refused for
+        // the rest of the window (and revoked, with revokeAbusers).
+        int maxBudgetClosings = 5;
+        int budgetWindowMs = 10 * 60 * 1000;
+        bool revokeAbusers = false;
     };
 
     static Result<std::unique_ptr<TlsListener>> create(const Options &options);
@@ -99,6 +131,9 @@ public:
     quint16 port() const;
     QByteArray caFingerprint() const { return m_identity.caFingerprint; }
     TrustStore &trust() { return m_trust; }
+    // Records the coordinator's id for a certificate's worker (in the trust database and in
+    // the endpoint's own index of certificates).
+    Result<void> setWorkerId(const QByteArray &fingerprint, qint64 workerId);
     // The largest payload accepted in a message of this type from workers.
     void setPayloadLimit(MessageType type, std::uint64_t bytes);
 
@@ -128,6 +163,10 @@ Q_SIGNALS:
     void connectionClosed(qint64 connectionId, const QString &reason);
     // A connection refused before it became a worker's (for logs and tests).
     void refused(const QString &address, const QString &reason);
+    // A certificate's connection was closed for going over a budget (reason names which);
+    // barred: it did so often enough to be refused for the rest of the window. Emitted
+    // before connectionClosed.
+    void overBudget(const flotilla::net::PeerInfo &peer, const QString &reason, bool barred);
 
 private:
     enum class Stage
@@ -152,6 +191,26 @@ private:
         QTimer *stallTimer = nullptr;
         // Messages not yet handed to the socket: see pump().
         std::deque<std::unique_ptr<OutgoingMessage>> outbox;
+        qint64 outboxBytes = 0; // their remaining bytes
+    };
+
+    struct Bucket
+    {
+        double tokens = 0;
+        qint64 lastMs = -1;
+        // Takes one token at nowMs; false when none is left.
+        bool take(const MessageRate &rate, qint64 nowMs);
+    };
+    // What one certificate has spent, over all its sessions.
+    struct CertificateBudget
+    {
+        std::map<MessageType, Bucket> messages;
+        Bucket sessions;
+        std::set<qint64> connections; // authenticated, oldest first
+        std::deque<qint64> closings;  // times on m_clock of closings for budgets
+        qint64 barredUntil = 0;
+        QString lastReason;
+        qint64 lastUsedMs = 0;
     };
 
     TlsListener() = default;
@@ -182,14 +241,34 @@ private:
     qint64 joinBlockedMs(const QString &source);
     void joinFailed(const QString &source);
     // fatal: the worker must not come back with the same credentials (it is told so).
-    void drop(qint64 id, const QString &reason, bool fatal, bool error = true);
+    // throttled: logged within the refusal log's budget (a flood must not flood the log).
+    void drop(qint64 id, const QString &reason, bool fatal, bool error = true, bool throttled = false);
     void logRefusal(const QString &line, bool warning);
     void flushRefusalLog();
     void checkRevocations();
+    // Reloads the index of certificates when the trust database changed since the last look
+    // (or always, with force). The network thread checks certificates against the index
+    // only: no handshake waits on the database.
+    Result<void> refreshCertificates(bool force);
+    // The record of a certificate, from the index (reloaded once if it is not there).
+    Result<std::optional<CertificateRecord>> certificateRecord(const QByteArray &fingerprint);
+    // Closes a certificate's connection for going over a budget and counts it against the
+    // certificate; bars (and revokes) it when that happens too often.
+    void overBudgetClose(Connection &c, const QString &reason);
+    // The closings of the window that are left; clears an expired bar.
+    CertificateBudget &budgetOf(const QByteArray &fingerprint);
+    qint64 queuedBytes(const Connection &c) const;
+    qint64 queueLimit() const;
+    void forgetIdleBudgets();
 
     Options m_options;
     CoordinatorIdentity m_identity;
     TrustStore m_trust{QString()};
+    // A second connection to the same database, whose version changes with every write of
+    // m_trust's and of other processes' (flotilla revoke).
+    TrustStore m_trustWatch{QString()};
+    QHash<QByteArray, CertificateRecord> m_certificates;
+    qint64 m_trustVersion = -1;
     std::shared_ptr<TlsContext> m_tls;
     AcceptingServer m_server;
     std::map<qint64, std::unique_ptr<Connection>> m_connections;
@@ -198,6 +277,7 @@ private:
     QHash<QString, std::set<qint64>> m_unauthenticatedBySource;
     QHash<QString, std::deque<qint64>> m_joinFailures; // times on m_clock
     std::map<MessageType, std::uint64_t> m_limits;
+    QHash<QByteArray, CertificateBudget> m_budgets; // by certificate fingerprint
     qint64 m_nextId = 1;
     bool m_takeScheduled = false;
     QElapsedTimer m_clock;

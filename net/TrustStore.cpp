@@ -1,6 +1,5 @@
 #include "net/TrustStore.h"
 
-#include "common/AtomicFile.h"
 
 #include <QCborMap>
 #include <QCborValue>
@@ -11,8 +10,13 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
-#include <QLockFile>
+#include <QFileInfo>
+#include <QMutex>
 #include <QRandomGenerator>
+
+#include <sqlite3.h>
+
+#include <type_traits>
 
 namespace flotilla::net {
 
@@ -145,25 +149,169 @@ Result<JoinToken> JoinToken::decode(const QString &text)
     return t;
 }
 
-TrustStore::TrustStore(QString folder) : m_folder(std::move(folder)) {}
-
 QString TrustStore::path() const
+{
+    return QDir(m_folder).filePath(QStringLiteral("trust.db"));
+}
+
+QString TrustStore::legacyPath() const
 {
     return QDir(m_folder).filePath(QStringLiteral("trust.json"));
 }
 
-Result<TrustStore::Data> TrustStore::load() const
+// One connection per store (and its copies), opened on first use; SQLite serializes the
+// threads that share it.
+struct TrustStore::Database
+{
+    QMutex mutex;
+    sqlite3 *db = nullptr;
+    ~Database()
+    {
+        if (db)
+            sqlite3_close_v2(db);
+    }
+};
+
+TrustStore::TrustStore(QString folder) : m_folder(std::move(folder)), m_db(std::make_shared<Database>()) {}
+
+namespace {
+
+// A prepared statement that finalizes itself; bind() and the column getters as in the store.
+class Query
+{
+public:
+    Query(sqlite3 *db, const char *sql) : m_db(db)
+    {
+        m_rc = sqlite3_prepare_v2(db, sql, -1, &m_stmt, nullptr);
+    }
+    ~Query() { sqlite3_finalize(m_stmt); }
+    Query(const Query &) = delete;
+    Query &operator=(const Query &) = delete;
+
+    Query &bind(qint64 v)
+    {
+        if (m_rc == SQLITE_OK)
+            m_rc = sqlite3_bind_int64(m_stmt, ++m_at, v);
+        return *this;
+    }
+    Query &bind(const QString &v)
+    {
+        if (m_rc == SQLITE_OK) {
+            const QByteArray utf8 = v.toUtf8();
+            m_rc = sqlite3_bind_text(m_stmt, ++m_at, utf8.constData(), int(utf8.size()), SQLITE_TRANSIENT);
+        }
+        return *this;
+    }
+    // SQLITE_ROW, SQLITE_DONE, or an error code.
+    int step()
+    {
+        if (m_rc != SQLITE_OK)
+            return m_rc;
+        return sqlite3_step(m_stmt);
+    }
+    Result<void> run()
+    {
+        const int rc = step();
+        if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+            return fail(QString::fromUtf8(sqlite3_errmsg(m_db)));
+        return {};
+    }
+    qint64 integer(int column) const { return sqlite3_column_int64(m_stmt, column); }
+    QString text(int column) const
+    {
+        return QString::fromUtf8(reinterpret_cast<const char *>(sqlite3_column_text(m_stmt, column)),
+                                 sqlite3_column_bytes(m_stmt, column));
+    }
+    QString error() const { return QString::fromUtf8(sqlite3_errmsg(m_db)); }
+
+private:
+    sqlite3 *m_db;
+    sqlite3_stmt *m_stmt = nullptr;
+    int m_rc = SQLITE_OK;
+    int m_at = 0;
+};
+
+constexpr const char *kSchema = R"(
+CREATE TABLE IF NOT EXISTS tokens(
+    id TEXT PRIMARY KEY, secret_sha256 TEXT NOT NULL, created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL,
+    uses_left INTEGER NOT NULL, uses_total INTEGER NOT NULL, revoked_ms INTEGER NOT NULL DEFAULT 0,
+    note TEXT NOT NULL DEFAULT '', role TEXT NOT NULL DEFAULT 'worker');
+CREATE TABLE IF NOT EXISTS certificates(
+    fingerprint TEXT PRIMARY KEY, worker_name TEXT NOT NULL, worker_id INTEGER NOT NULL DEFAULT 0,
+    issued_ms INTEGER NOT NULL, revoked_ms INTEGER NOT NULL DEFAULT 0, revoke_reason TEXT NOT NULL DEFAULT '',
+    role TEXT NOT NULL DEFAULT 'worker');
+CREATE INDEX IF NOT EXISTS certificates_by_name ON certificates(worker_name);
+)";
+
+constexpr const char *kTokenColumns =
+    "id, secret_sha256, created_ms, expires_ms, uses_left, uses_total, revoked_ms, note, role";
+constexpr const char *kCertificateColumns =
+    "fingerprint, worker_name, worker_id, issued_ms, revoked_ms, revoke_reason, role";
+
+Role roleNamed(const QString &name)
+{
+    return name == QLatin1String("operator") ? Role::Operator : Role::Worker;
+}
+
+TokenRecord tokenFrom(const Query &q)
+{
+    return TokenRecord{QByteArray::fromHex(q.text(0).toLatin1()), QByteArray::fromHex(q.text(1).toLatin1()),
+                       q.integer(2), q.integer(3), int(q.integer(4)), int(q.integer(5)), q.integer(6), q.text(7),
+                       roleNamed(q.text(8))};
+}
+
+CertificateRecord certificateFrom(const Query &q)
+{
+    return CertificateRecord{QByteArray::fromHex(q.text(0).toLatin1()), q.text(1), q.integer(2), q.integer(3),
+                             q.integer(4), q.text(5), roleNamed(q.text(6))};
+}
+
+Result<void> insertToken(sqlite3 *db, const TokenRecord &t)
+{
+    const QString sql = QStringLiteral("INSERT INTO tokens(%1) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)")
+                            .arg(QLatin1String(kTokenColumns));
+    Query q(db, sql.toUtf8().constData());
+    q.bind(hex(t.id)).bind(hex(t.secretSha256)).bind(t.createdMs).bind(t.expiresMs).bind(qint64(t.usesLeft))
+        .bind(qint64(t.usesTotal)).bind(t.revokedMs).bind(t.note).bind(describe(t.role));
+    return q.run();
+}
+
+Result<void> insertCertificate(sqlite3 *db, const CertificateRecord &c)
+{
+    const QString sql = QStringLiteral("INSERT INTO certificates(%1) VALUES(?, ?, ?, ?, ?, ?, ?)")
+                            .arg(QLatin1String(kCertificateColumns));
+    Query q(db, sql.toUtf8().constData());
+    q.bind(hex(c.fingerprint)).bind(c.workerName).bind(c.workerId).bind(c.issuedMs).bind(c.revokedMs)
+        .bind(c.revokeReason).bind(describe(c.role));
+    return q.run();
+}
+
+Result<void> exec(sqlite3 *db, const char *sql)
+{
+    char *message = nullptr;
+    if (sqlite3_exec(db, sql, nullptr, nullptr, &message) == SQLITE_OK)
+        return {};
+    const QString text = QString::fromUtf8(message ? message : sqlite3_errmsg(db));
+    sqlite3_free(message);
+    return fail(text);
+}
+
+} // namespace
+
+Result<TrustStore::Data> TrustStore::loadLegacy() const
 {
     Data data;
-    QFile file(path());
-    if (!file.exists())
-        return data;
+    QFile file(legacyPath());
     if (!file.open(QIODevice::ReadOnly))
-        return fail(QStringLiteral("cannot read '%1': %2").arg(path(), file.errorString()));
+        return fail(QStringLiteral("cannot read '%1': %2").arg(legacyPath(), file.errorString()));
     QJsonParseError parseError{};
     const QJsonDocument doc = QJsonDocument::fromJson(file.readAll(), &parseError);
     if (parseError.error != QJsonParseError::NoError || !doc.isObject())
-        return fail(QStringLiteral("'%1' is corrupt (%2); restore it from a backup").arg(path(), parseError.errorString()));
+        return fail(QStringLiteral("'%1' is corrupt (%2): the coordinator cannot tell which workers it let in; "
+                                   "restore it from a backup, or move it away to start with no workers (every "
+                                   "worker then joins again with a new token)")
+                        .arg(legacyPath(), parseError.error != QJsonParseError::NoError ? parseError.errorString()
+                                                                                        : QStringLiteral("not an object")));
     for (const auto &v : doc.object().value(QStringLiteral("tokens")).toArray()) {
         const QJsonObject o = v.toObject();
         data.tokens << TokenRecord{QByteArray::fromHex(o.value(QStringLiteral("id")).toString().toLatin1()),
@@ -186,51 +334,108 @@ Result<TrustStore::Data> TrustStore::load() const
     return data;
 }
 
-Result<void> TrustStore::save(const Data &data) const
+Result<sqlite3 *> TrustStore::open(bool forWriting) const
 {
-    QJsonArray tokens;
-    const auto withRole = [](QJsonObject o, Role role) {
-        if (role == Role::Operator)
-            o.insert(QStringLiteral("role"), describe(role));
-        return o;
-    };
-    for (const auto &t : data.tokens)
-        tokens.append(withRole(QJsonObject{{QStringLiteral("id"), hex(t.id)},
-                                  {QStringLiteral("secret_sha256"), hex(t.secretSha256)},
-                                  {QStringLiteral("created_ms"), double(t.createdMs)},
-                                  {QStringLiteral("expires_ms"), double(t.expiresMs)},
-                                  {QStringLiteral("uses_left"), t.usesLeft},
-                                  {QStringLiteral("uses_total"), t.usesTotal},
-                                  {QStringLiteral("revoked_ms"), double(t.revokedMs)},
-                                  {QStringLiteral("note"), t.note}}, t.role));
-    QJsonArray certificates;
-    for (const auto &c : data.certificates)
-        certificates.append(withRole(QJsonObject{{QStringLiteral("fingerprint"), hex(c.fingerprint)},
-                                        {QStringLiteral("worker_name"), c.workerName},
-                                        {QStringLiteral("worker_id"), double(c.workerId)},
-                                        {QStringLiteral("issued_ms"), double(c.issuedMs)},
-                                        {QStringLiteral("revoked_ms"), double(c.revokedMs)},
-                                        {QStringLiteral("revoke_reason"), c.revokeReason}}, c.role));
-    const QJsonObject root{{QStringLiteral("tokens"), tokens}, {QStringLiteral("certificates"), certificates}};
-    // Token secrets are stored only as hashes, but the file still says who may connect.
-    return writeFileAtomically(path(), QJsonDocument(root).toJson(), int(QFile::ReadOwner | QFile::WriteOwner));
+    QMutexLocker lock(&m_db->mutex);
+    if (m_db->db)
+        return m_db->db;
+    const bool exists = QFileInfo::exists(path());
+    const bool legacy = QFileInfo::exists(legacyPath());
+    if (!exists && !legacy && !forWriting)
+        return static_cast<sqlite3 *>(nullptr); // nothing yet: reading creates nothing
+    if (!QDir().mkpath(m_folder))
+        return fail(QStringLiteral("cannot create '%1'").arg(m_folder));
+    // A trust.json from before the database: read (and refused if corrupt) before anything
+    // is created, so that a failed migration leaves the folder as it was.
+    std::optional<Data> migrate;
+    if (legacy) {
+        auto data = loadLegacy();
+        if (!data)
+            return data.takeError();
+        migrate = std::move(*data);
+    }
+    sqlite3 *db = nullptr;
+    const int rc = sqlite3_open_v2(QFile::encodeName(path()).constData(), &db,
+                                   SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+    if (rc != SQLITE_OK) {
+        const QString why = db ? QString::fromUtf8(sqlite3_errmsg(db)) : QString::fromUtf8(sqlite3_errstr(rc));
+        sqlite3_close_v2(db);
+        return fail(QStringLiteral("cannot open the trust database '%1': %2").arg(path(), why));
+    }
+    // It says who may connect: private, as the keys beside it (the WAL and its index take the
+    // database file's mode).
+    QFile::setPermissions(path(), QFile::ReadOwner | QFile::WriteOwner);
+    sqlite3_busy_timeout(db, 5000);
+    const auto opened = [&]() -> Result<void> {
+        if (auto r = exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"); !r)
+            return r;
+        if (auto r = exec(db, "BEGIN IMMEDIATE"); !r)
+            return r;
+        Query check(db, "SELECT count(*) FROM sqlite_master WHERE name = 'tokens'");
+        const bool fresh = check.step() == SQLITE_ROW && check.integer(0) == 0;
+        auto r = exec(db, kSchema);
+        if (r && fresh && migrate) {
+            for (const auto &t : migrate->tokens)
+                if (r)
+                    r = insertToken(db, t);
+            for (const auto &c : migrate->certificates)
+                if (r)
+                    r = insertCertificate(db, c);
+        }
+        if (!r) {
+            (void)exec(db, "ROLLBACK");
+            return r;
+        }
+        if (auto c = exec(db, "COMMIT"); !c)
+            return c;
+        // Migrated: the old file is kept beside, under a name nothing reads.
+        if (migrate)
+            QFile::rename(legacyPath(), legacyPath() + QStringLiteral(".migrated"));
+        return {};
+    }();
+    if (!opened) {
+        sqlite3_close_v2(db);
+        return fail(QStringLiteral("cannot set up the trust database '%1': %2").arg(path(), opened.error()));
+    }
+    m_db->db = db;
+    return db;
 }
 
 template <typename F>
 Result<void> TrustStore::modify(F &&change)
 {
-    if (!QDir().mkpath(m_folder))
-        return fail(QStringLiteral("cannot create '%1'").arg(m_folder));
-    QLockFile lock(QDir(m_folder).filePath(QStringLiteral("trust.lock")));
-    lock.setStaleLockTime(30000);
-    if (!lock.tryLock(10000))
-        return fail(QStringLiteral("'%1' is locked by another process for more than 10 s").arg(path()));
-    auto data = load();
-    if (!data)
-        return data.takeError();
-    if (auto r = change(*data); !r)
+    auto db = open(true);
+    if (!db)
+        return db.takeError();
+    QMutexLocker lock(&m_db->mutex);
+    // IMMEDIATE: the write lock is taken before anything is read, so that two writers (serve
+    // and flotilla token) never read the same uses left.
+    if (auto r = exec(*db, "BEGIN IMMEDIATE"); !r)
+        return fail(QStringLiteral("the trust database '%1' is busy: %2").arg(path(), r.error()));
+    auto r = change(*db);
+    if (!r) {
+        (void)exec(*db, "ROLLBACK");
         return r;
-    return save(*data);
+    }
+    if (auto c = exec(*db, "COMMIT"); !c) {
+        (void)exec(*db, "ROLLBACK");
+        return fail(QStringLiteral("cannot write the trust database '%1': %2").arg(path(), c.error()));
+    }
+    return {};
+}
+
+Result<qint64> TrustStore::version() const
+{
+    auto db = open(false);
+    if (!db)
+        return db.takeError();
+    if (!*db)
+        return qint64(0);
+    QMutexLocker lock(&m_db->mutex);
+    Query q(*db, "PRAGMA data_version");
+    if (q.step() != SQLITE_ROW)
+        return fail(q.error());
+    return q.integer(0);
 }
 
 Result<JoinToken> TrustStore::issueToken(const QString &host, quint16 port, const QByteArray &caFingerprint,
@@ -239,13 +444,9 @@ Result<JoinToken> TrustStore::issueToken(const QString &host, quint16 port, cons
     if (validSeconds <= 0 || uses <= 0)
         return fail(QStringLiteral("a join token needs a positive lifetime and number of uses"));
     JoinToken token{host, port, caFingerprint, randomBytes(8), randomBytes(16), nowMs + validSeconds * 1000, role};
-    auto r = modify([&](Data &d) -> Result<void> {
-        d.tokens << TokenRecord{token.id,  QCryptographicHash::hash(token.secret, QCryptographicHash::Sha256),
-                                nowMs,     token.expiresMs,
-                                uses,      uses,
-                                0,         note.left(200),
-                                role};
-        return {};
+    auto r = modify([&](sqlite3 *db) {
+        return insertToken(db, TokenRecord{token.id, QCryptographicHash::hash(token.secret, QCryptographicHash::Sha256),
+                                           nowMs, token.expiresMs, uses, uses, 0, note.left(200), role});
     });
     if (!r)
         return r.takeError();
@@ -255,10 +456,12 @@ Result<JoinToken> TrustStore::issueToken(const QString &host, quint16 port, cons
 Result<Role> TrustStore::redeem(const QByteArray &id, const QByteArray &secret, qint64 nowMs)
 {
     Role role = Role::Worker;
-    auto r = modify([&](Data &d) -> Result<void> {
-        for (auto &t : d.tokens) {
-            if (t.id != id)
-                continue;
+    auto r = modify([&](sqlite3 *db) -> Result<void> {
+        const QString sql = QStringLiteral("SELECT %1 FROM tokens WHERE id = ?").arg(QLatin1String(kTokenColumns));
+        Query q(db, sql.toUtf8().constData());
+        q.bind(hex(id));
+        if (q.step() == SQLITE_ROW) {
+            TokenRecord t = tokenFrom(q);
             if (!constantTimeEqual(t.secretSha256, QCryptographicHash::hash(secret, QCryptographicHash::Sha256)))
                 return fail(QStringLiteral("the join token's secret is wrong"));
             if (t.revokedMs != 0)
@@ -270,9 +473,10 @@ Result<Role> TrustStore::redeem(const QByteArray &id, const QByteArray &secret, 
             if (t.usesLeft <= 0)
                 return fail(QStringLiteral("the join token has been used up (%1 use%2); ask for a new one (flotilla token)")
                                 .arg(t.usesTotal).arg(t.usesTotal == 1 ? QString() : QStringLiteral("s")));
-            --t.usesLeft;
             role = t.role;
-            return {};
+            Query use(db, "UPDATE tokens SET uses_left = uses_left - 1 WHERE id = ?");
+            use.bind(hex(id));
+            return use.run();
         }
         return fail(QStringLiteral("the join token is unknown to this coordinator (issued by another one, or deleted)"));
     });
@@ -292,11 +496,13 @@ Result<TokenRecord> TrustStore::revokeToken(const QString &idOrPrefix, qint64 no
                                    "digits), or at least its first 4")
                         .arg(idOrPrefix));
     TokenRecord revoked;
-    auto r = modify([&](Data &d) -> Result<void> {
-        QList<TokenRecord *> matches;
-        for (auto &t : d.tokens)
-            if (hex(t.id).startsWith(key))
-                matches << &t;
+    auto r = modify([&](sqlite3 *db) -> Result<void> {
+        const QString sql = QStringLiteral("SELECT %1 FROM tokens WHERE substr(id, 1, ?) = ?").arg(QLatin1String(kTokenColumns));
+        Query q(db, sql.toUtf8().constData());
+        q.bind(qint64(key.size())).bind(key);
+        QList<TokenRecord> matches;
+        while (q.step() == SQLITE_ROW)
+            matches << tokenFrom(q);
         if (matches.isEmpty())
             return fail(QStringLiteral("no join token has an id starting with '%1' (flotilla token --list shows them)")
                             .arg(key));
@@ -304,12 +510,14 @@ Result<TokenRecord> TrustStore::revokeToken(const QString &idOrPrefix, qint64 no
             return fail(QStringLiteral("%1 join tokens have ids starting with '%2': give more digits")
                             .arg(matches.size())
                             .arg(key));
-        TokenRecord &t = *matches.first();
+        TokenRecord t = matches.first();
         if (t.revokedMs != 0)
             return fail(QStringLiteral("join token %1 was already revoked at %2").arg(hex(t.id), when(t.revokedMs)));
         t.revokedMs = nowMs;
         revoked = t;
-        return {};
+        Query set(db, "UPDATE tokens SET revoked_ms = ? WHERE id = ?");
+        set.bind(nowMs).bind(hex(t.id));
+        return set.run();
     });
     if (!r)
         return r.takeError();
@@ -318,44 +526,64 @@ Result<TokenRecord> TrustStore::revokeToken(const QString &idOrPrefix, qint64 no
 
 Result<std::optional<TokenRecord>> TrustStore::token(const QByteArray &id) const
 {
-    auto data = load();
-    if (!data)
-        return data.takeError();
-    for (const auto &t : data->tokens)
-        if (t.id == id)
-            return std::optional<TokenRecord>(t);
-    return std::optional<TokenRecord>();
+    auto tokens = select<TokenRecord>("tokens", kTokenColumns, "WHERE id = ?", hex(id));
+    if (!tokens)
+        return tokens.takeError();
+    return tokens->isEmpty() ? std::optional<TokenRecord>() : std::optional<TokenRecord>(tokens->first());
 }
 
 Result<void> TrustStore::addCertificate(const CertificateRecord &record)
 {
-    return modify([&](Data &d) -> Result<void> {
-        d.certificates << record;
-        return {};
-    });
+    return modify([&](sqlite3 *db) { return insertCertificate(db, record); });
 }
 
 Result<void> TrustStore::setWorkerId(const QByteArray &fingerprint, qint64 workerId)
 {
-    return modify([&](Data &d) -> Result<void> {
-        for (auto &c : d.certificates)
-            if (c.fingerprint == fingerprint) {
-                c.workerId = workerId;
-                return {};
-            }
-        return fail(QStringLiteral("no certificate %1 was issued").arg(hex(fingerprint)));
+    return modify([&](sqlite3 *db) -> Result<void> {
+        Query q(db, "UPDATE certificates SET worker_id = ? WHERE fingerprint = ?");
+        q.bind(workerId).bind(hex(fingerprint));
+        if (auto r = q.run(); !r)
+            return r;
+        if (sqlite3_changes(db) == 0)
+            return fail(QStringLiteral("no certificate %1 was issued").arg(hex(fingerprint)));
+        return {};
     });
 }
 
 Result<std::optional<CertificateRecord>> TrustStore::certificate(const QByteArray &fingerprint) const
 {
-    auto data = load();
-    if (!data)
-        return data.takeError();
-    for (const auto &c : data->certificates)
-        if (c.fingerprint == fingerprint)
-            return std::optional<CertificateRecord>(c);
-    return std::optional<CertificateRecord>();
+    auto found = select<CertificateRecord>("certificates", kCertificateColumns, "WHERE fingerprint = ?", hex(fingerprint));
+    if (!found)
+        return found.takeError();
+    return found->isEmpty() ? std::optional<CertificateRecord>() : std::optional<CertificateRecord>(found->first());
+}
+
+template <typename Record>
+Result<QList<Record>> TrustStore::select(const char *table, const char *columns, const char *where,
+                                         const QString &value) const
+{
+    auto db = open(false);
+    if (!db)
+        return db.takeError();
+    QList<Record> out;
+    if (!*db)
+        return out;
+    QMutexLocker lock(&m_db->mutex);
+    const QString sql = QStringLiteral("SELECT %1 FROM %2 %3 ORDER BY rowid")
+                            .arg(QLatin1String(columns), QLatin1String(table), QLatin1String(where));
+    Query q(*db, sql.toUtf8().constData());
+    if (!value.isNull())
+        q.bind(value);
+    int rc = SQLITE_OK;
+    while ((rc = q.step()) == SQLITE_ROW) {
+        if constexpr (std::is_same_v<Record, TokenRecord>)
+            out << tokenFrom(q);
+        else
+            out << certificateFrom(q);
+    }
+    if (rc != SQLITE_DONE)
+        return fail(QStringLiteral("cannot read the trust database '%1': %2").arg(path(), q.error()));
+    return out;
 }
 
 Result<int> TrustStore::revoke(const QString &nameOrFingerprint, const QString &reason, qint64 nowMs,
@@ -363,15 +591,23 @@ Result<int> TrustStore::revoke(const QString &nameOrFingerprint, const QString &
 {
     int count = 0;
     const QString key = nameOrFingerprint.trimmed().toLower().remove(u':');
-    auto r = modify([&](Data &d) -> Result<void> {
-        for (auto &c : d.certificates) {
-            const bool byName = c.workerName == nameOrFingerprint.trimmed();
-            const bool byFingerprint = key.size() >= 8 && hex(c.fingerprint).startsWith(key);
-            if ((byName || byFingerprint) && !c.revoked() && (!only || c.role == *only)) {
-                c.revokedMs = nowMs;
-                c.revokeReason = reason;
-                ++count;
-            }
+    auto r = modify([&](sqlite3 *db) -> Result<void> {
+        const QString sql = QStringLiteral("SELECT %1 FROM certificates WHERE revoked_ms = 0 AND (worker_name = ? OR "
+                                           "(? >= 8 AND substr(fingerprint, 1, ?) = ?))")
+                                .arg(QLatin1String(kCertificateColumns));
+        Query q(db, sql.toUtf8().constData());
+        q.bind(nameOrFingerprint.trimmed()).bind(qint64(key.size())).bind(qint64(key.size())).bind(key);
+        QList<CertificateRecord> matches;
+        while (q.step() == SQLITE_ROW)
+            matches << certificateFrom(q);
+        for (const auto &c : matches) {
+            if (only && c.role != *only)
+                continue;
+            Query set(db, "UPDATE certificates SET revoked_ms = ?, revoke_reason = ? WHERE fingerprint = ?");
+            set.bind(nowMs).bind(reason).bind(hex(c.fingerprint));
+            if (auto done = set.run(); !done)
+                return done;
+            ++count;
         }
         if (count == 0)
             return fail(QStringLiteral("no unrevoked %1certificate matches '%2' (give a worker name or a "
@@ -386,18 +622,12 @@ Result<int> TrustStore::revoke(const QString &nameOrFingerprint, const QString &
 
 Result<QList<TokenRecord>> TrustStore::tokens() const
 {
-    auto data = load();
-    if (!data)
-        return data.takeError();
-    return data->tokens;
+    return select<TokenRecord>("tokens", kTokenColumns, "", QString());
 }
 
 Result<QList<CertificateRecord>> TrustStore::certificates() const
 {
-    auto data = load();
-    if (!data)
-        return data.takeError();
-    return data->certificates;
+    return select<CertificateRecord>("certificates", kCertificateColumns, "", QString());
 }
 
 } // namespace flotilla::net

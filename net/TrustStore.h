@@ -1,10 +1,14 @@
 #pragma once
 // Who may join a coordinator and who may connect to it: join tokens (with an expiry and a
 // number of uses) and the client certificates issued to workers (with their revocations).
-// One JSON file beside the coordinator's keys, changed under a lock file, so that
-// `flotilla token` and `flotilla revoke` can run beside a live `flotilla serve`.
+// One SQLite database beside the coordinator's keys (trust.db, WAL), so that `flotilla
+// token` and `flotilla revoke` can run beside a live `flotilla serve`: an enrolment is a
+// row added, a revocation a row changed, never the whole list rewritten. A trust.json of
+// an older coordinator is moved into it on first use (and kept as trust.json.migrated); a
+// corrupt one is refused, naming the file, and nothing is created.
 //
-// Threads: each method opens, reads (and writes) the file itself; any thread may call.
+// Threads: a store and its copies share one connection, which SQLite serializes; any thread
+// may call. A reader of a folder that has no trust yet creates nothing.
 
 #include "common/Result.h"
 
@@ -12,7 +16,10 @@
 #include <QList>
 #include <QString>
 
+#include <memory>
 #include <optional>
+
+struct sqlite3;
 
 namespace flotilla::net {
 
@@ -80,7 +87,11 @@ class TrustStore
 {
 public:
     explicit TrustStore(QString folder);
-    QString path() const;
+    QString path() const;       // trust.db
+    QString legacyPath() const; // trust.json, migrated on first use
+    // Changes when another connection (another process) has changed the database since this
+    // store last looked: what a cache of the certificates checks before reloading.
+    Result<qint64> version() const;
 
     Result<JoinToken> issueToken(const QString &host, quint16 port, const QByteArray &caFingerprint,
                                  qint64 validSeconds, int uses, qint64 nowMs, const QString &note = {},
@@ -111,12 +122,19 @@ private:
         QList<TokenRecord> tokens;
         QList<CertificateRecord> certificates;
     };
-    Result<Data> load() const;
-    Result<void> save(const Data &data) const;
+    struct Database;
+    Result<Data> loadLegacy() const;
+    // The connection, opened (and the database created, or migrated) on first use; nullptr
+    // when reading a folder that holds no trust yet.
+    Result<sqlite3 *> open(bool forWriting) const;
+    // Runs change in one write transaction.
     template <typename F>
     Result<void> modify(F &&change);
+    template <typename Record>
+    Result<QList<Record>> select(const char *table, const char *columns, const char *where, const QString &value) const;
 
     QString m_folder;
+    std::shared_ptr<Database> m_db;
 };
 
 } // namespace flotilla::net

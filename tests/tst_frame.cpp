@@ -1,13 +1,35 @@
 // Frames and messages without sockets: round trips, chunked payloads, every malformed input
 // the network may bring, and a fuzzing loop over mutated streams.
 #include "net/Frame.h"
+#include "common/Crc32c.h"
 
 #include <QRandomGenerator>
 #include <QtTest>
 
+using namespace flotilla;
 using namespace flotilla::net;
 
 namespace {
+
+// The check value as it travels: CRC-32C, 4 bytes big-endian.
+QByteArray crc(const QByteArray &bytes)
+{
+    Crc32c c;
+    c.addData(bytes);
+    return c.result();
+}
+
+// CRC-32C one bit at a time, as RFC 3720 defines it: what the fast one must agree with.
+std::uint32_t crcBitByBit(const QByteArray &bytes)
+{
+    std::uint32_t c = 0xFFFFFFFFu;
+    for (const char byte : bytes) {
+        c ^= std::uint8_t(byte);
+        for (int k = 0; k < 8; ++k)
+            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    }
+    return ~c;
+}
 
 QByteArray header(std::initializer_list<std::pair<QString, QCborValue>> fields)
 {
@@ -91,11 +113,33 @@ private Q_SLOTS:
         QCOMPARE(c.messages[0].payload, payload);
     }
 
+    // The published check value (RFC 3720 B.4, and "123456789" → E3069283), every length and
+    // alignment against the bit-by-bit definition, and pieces summed one after another.
+    void crc32cIsCastagnolis()
+    {
+        QCOMPARE(Crc32c::of("123456789"), 0xE3069283u);
+        QCOMPARE(Crc32c::of(QByteArray(32, '\0')), 0x8A9136AAu);
+        QCOMPARE(Crc32c::of(QByteArray(32, '\xff')), 0x62A8AB43u);
+        QRandomGenerator g(3);
+        const QByteArray data = randomBytes(g, 300);
+        for (int offset = 0; offset < 8; ++offset)
+            for (int n = 0; n + offset <= 200; ++n) {
+                const QByteArray piece = data.mid(offset, n);
+                QCOMPARE(Crc32c::of(piece), crcBitByBit(piece));
+            }
+        Crc32c pieces;
+        pieces.addData(QByteArrayView(data).first(13));
+        pieces.addData(QByteArrayView(data).sliced(13, 100));
+        pieces.addData(QByteArrayView(data).sliced(113));
+        QCOMPARE(pieces.value(), crcBitByBit(data));
+        qInfo("CRC-32C with the CPU's instruction: %s", Crc32c::accelerated() ? "yes" : "no");
+    }
+
     void digestTravelsInTheFrameThatEndsThePayload()
     {
         QRandomGenerator g(8);
         const QByteArray payload = randomBytes(g, 2 * 1024 * 1024 + 5);
-        const QByteArray sha = QCryptographicHash::hash(payload, QCryptographicHash::Sha256);
+        const QByteArray sha = crc(payload);
         FrameParser frames;
         frames.feed(encodeMessage(MessageType::Result, {}, payload));
         std::vector<Frame> all;
@@ -103,29 +147,29 @@ private Q_SLOTS:
             all.push_back(std::move(*f));
         QCOMPARE(all.size(), std::size_t(3));
         QCOMPARE(all[0].header.value(QStringLiteral("payload_size")).toInteger(), payload.size());
-        QVERIFY(all[0].header.value(QStringLiteral("payload_sha256")).isUndefined());
+        QVERIFY(all[0].header.value(QStringLiteral("payload_crc32c")).isUndefined());
         QVERIFY(all[1].header.isEmpty());
-        QCOMPARE(all[2].header.value(QStringLiteral("payload_sha256")).toByteArray(), sha);
+        QCOMPARE(all[2].header.value(QStringLiteral("payload_crc32c")).toByteArray(), sha);
         // A payload that fits in one frame carries both in that frame.
         FrameParser one;
         one.feed(encodeMessage(MessageType::Result, {}, "abc"));
         const auto single = one.next();
         QVERIFY(single);
-        QCOMPARE(single->header.value(QStringLiteral("payload_sha256")).toByteArray(),
-                 QCryptographicHash::hash("abc", QCryptographicHash::Sha256));
+        QCOMPARE(single->header.value(QStringLiteral("payload_crc32c")).toByteArray(),
+                 crc("abc"));
     }
 
     void digestInTheWrongFrameIsRefused()
     {
         const QByteArray a(Limits::maxFramePayload, 'a');
         const QByteArray b("bb");
-        const QByteArray sha = QCryptographicHash::hash(QByteArray(a + b), QCryptographicHash::Sha256);
+        const QByteArray sha = crc(QByteArray(a + b));
         const auto type = std::uint8_t(MessageType::Result);
         const auto chunk = std::uint8_t(MessageType::Chunk);
         const QByteArray announce = header({{QStringLiteral("payload_size"), a.size() + b.size()}});
         const QByteArray announceWithSha
-            = header({{QStringLiteral("payload_size"), a.size() + b.size()}, {QStringLiteral("payload_sha256"), sha}});
-        const QByteArray shaOnly = header({{QStringLiteral("payload_sha256"), sha}});
+            = header({{QStringLiteral("payload_size"), a.size() + b.size()}, {QStringLiteral("payload_crc32c"), sha}});
+        const QByteArray shaOnly = header({{QStringLiteral("payload_crc32c"), sha}});
         struct Case
         {
             QByteArray wire;
@@ -134,21 +178,21 @@ private Q_SLOTS:
         const Case cases[] = {
             // The old placement: the digest up front, nothing at the end.
             {encodeFrame(kProtocolVersion, type, announceWithSha, a) + encodeFrame(kProtocolVersion, chunk, header({}), b),
-             QStringLiteral("carries its payload_sha256 in the first")},
+             QStringLiteral("carries its payload_crc32c in the first")},
             // No digest at the end.
             {encodeFrame(kProtocolVersion, type, announce, a) + encodeFrame(kProtocolVersion, chunk, header({}), b),
-             QStringLiteral("ends a Result payload carries no 32-byte payload_sha256")},
+             QStringLiteral("ends a Result payload carries no 4-byte payload_crc32c")},
             // A digest of the wrong length at the end.
             {encodeFrame(kProtocolVersion, type, announce, a)
-                 + encodeFrame(kProtocolVersion, chunk, header({{QStringLiteral("payload_sha256"), QByteArray(31, 's')}}), b),
-             QStringLiteral("ends a Result payload carries no 32-byte payload_sha256")},
+                 + encodeFrame(kProtocolVersion, chunk, header({{QStringLiteral("payload_crc32c"), QByteArray(3, 's')}}), b),
+             QStringLiteral("ends a Result payload carries no 4-byte payload_crc32c")},
             // A whole payload in one frame without its digest.
             {encodeFrame(kProtocolVersion, type, header({{QStringLiteral("payload_size"), 2}}), b),
-             QStringLiteral("whole payload without a 32-byte payload_sha256")},
+             QStringLiteral("whole payload without a 4-byte payload_crc32c")},
             // The digest of something else.
             {encodeFrame(kProtocolVersion, type, announce, a)
-                 + encodeFrame(kProtocolVersion, chunk, header({{QStringLiteral("payload_sha256"), QByteArray(32, 's')}}), b),
-             QStringLiteral("SHA-256 does not match")},
+                 + encodeFrame(kProtocolVersion, chunk, header({{QStringLiteral("payload_crc32c"), QByteArray(4, 's')}}), b),
+             QStringLiteral("CRC-32C does not match")},
         };
         for (const Case &c : cases) {
             MessageReader r;
@@ -305,7 +349,7 @@ private Q_SLOTS:
         MessageReader r;
         const Collected c = readAll(r, wire);
         QVERIFY(c.messages.empty());
-        QVERIFY2(c.error.contains(QStringLiteral("SHA-256 does not match")), qPrintable(c.error));
+        QVERIFY2(c.error.contains(QStringLiteral("CRC-32C does not match")), qPrintable(c.error));
     }
 
     void chunkProtocolViolations()
@@ -327,10 +371,10 @@ private Q_SLOTS:
         QVERIFY2(c.error.contains(QStringLiteral("in the middle of a Result payload")), qPrintable(c.error));
 
         // More bytes than announced.
-        const QByteArray sha = QCryptographicHash::hash("abc", QCryptographicHash::Sha256);
+        const QByteArray sha = crc("abc");
         const QByteArray tooLong = encodeFrame(kProtocolVersion, 11,
                                                header({{QStringLiteral("payload_size"), 2},
-                                                       {QStringLiteral("payload_sha256"), sha}}),
+                                                       {QStringLiteral("payload_crc32c"), sha}}),
                                                "abc");
         MessageReader r;
         QVERIFY(readAll(r, tooLong).error.contains(QStringLiteral("longer than the 2 bytes announced")));
@@ -404,7 +448,8 @@ private Q_SLOTS:
         QCOMPARE(QString::fromLatin1(messageName(17)), QStringLiteral("Bye"));
         QVERIFY(!messageName(0));
         QCOMPARE(QString::fromLatin1(messageName(21)), QStringLiteral("Reply"));
-        QVERIFY(!messageName(22));
+        QCOMPARE(QString::fromLatin1(messageName(22)), QStringLiteral("Echo"));
+        QVERIFY(!messageName(23));
         QCOMPARE(describe(MessageType::Result), QStringLiteral("Result"));
     }
 };

@@ -309,6 +309,8 @@ private:
             o.maxUnauthenticatedPerSource = 5;
         if (test == "oldestUnauthenticatedMakesWayWhenFull")
             o.maxUnauthenticated = 10;
+        if (test == "aPeerThatDoesNotReadIsClosed")
+            o.maxQueuedBytes = 4 << 20;
         if (test == "failedJoinsAreLimitedPerSource") {
             o.maxJoinFailuresPerSource = 3;
             o.joinFailureWindowMs = 3000;
@@ -455,6 +457,24 @@ private:
             return QStringLiteral("the endpoint holds %1 connections; only the steady worker's should be left")
                 .arg(m_listener->connectionCount());
         return {};
+    }
+
+    // An insider: a valid certificate, spoken to by hand. Connected, and Hello said, when
+    // the returned connection id is not 0.
+    qint64 insiderHello(RawClient &client, const QString &name, const QHostAddress &from = {})
+    {
+        client.connectTo(m_listener->port(), from);
+        if (!QTest::qWaitFor([&] { return client.m_socket.isEncrypted() || client.closed(); }, 5000)
+            || !client.m_socket.isEncrypted())
+            return 0;
+        client.send(encodeMessage(MessageType::Hello, QCborMap { { QStringLiteral("name"), name } }));
+        if (!QTest::qWaitFor([&] { return client.received(MessageType::Welcome) || client.closed(); }, 5000))
+            return 0;
+        qint64 id = 0;
+        for (const PeerInfo &p : std::as_const(m_hellos))
+            if (p.workerName == name)
+                id = p.connectionId; // the newest
+        return client.received(MessageType::Welcome) ? id : 0;
     }
 
     void clearRecords()
@@ -633,7 +653,7 @@ private Q_SLOTS:
         QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
 
         // Back from the state folder alone; the coordinator now knows its worker id.
-        REQUIRE_OK(m_listener->trust().setWorkerId(fingerprint, 42));
+        REQUIRE_OK(m_listener->setWorkerId(fingerprint, 42));
         m_hellos.clear();
         auto again = newWorker(name);
         QSignalSpy joinedAgain(again.get(), &WorkerClient::joined);
@@ -1652,6 +1672,136 @@ private Q_SLOTS:
 
     // The coordinator shuts down with workers connected: every connection is closed, the
     // workers notice, and nothing crashes. Last, because a crash here ends the run.
+    // Insiders: a certificate obtained with a valid token, and the protocol spoken by hand.
+    // Floods of each kind of message, from ten certificates at once: each connection is
+    // closed at its kind's budget with the budget named, the coordinator sees no more than
+    // the burst of any of them, and the steady worker never notices.
+    void insiderFloodsAreClosedAtTheirBudget_data()
+    {
+        QTest::addColumn<int>("type");
+        for (const MessageType t : { MessageType::ShardRequest, MessageType::Request, MessageType::Heartbeat,
+                 MessageType::HandBack, MessageType::Command, MessageType::Watch })
+            QTest::newRow(qPrintable(describe(t))) << int(t);
+    }
+    void insiderFloodsAreClosedAtTheirBudget()
+    {
+        QFETCH(int, type);
+        const MessageType kind = MessageType(type);
+        const MessageRate rate = defaultMessageRates().at(kind);
+        constexpr int kInsiders = 10;
+        QSignalSpy overBudget(m_listener.get(), &TlsListener::overBudget);
+        std::vector<std::unique_ptr<RawClient>> clients;
+        std::vector<qint64> ids;
+        QByteArray flood;
+        for (int i = 0; i < int(rate.burst) + 100; ++i)
+            flood += encodeMessage(kind, QCborMap { { QStringLiteral("shard"), 0 }, { QStringLiteral("seq"), i } });
+        for (int i = 0; i < kInsiders; ++i) {
+            const QString name = QStringLiteral("insider%1").arg(i);
+            auto credentials = issueClient(m_identity.ca, name, &m_listener->trust());
+            REQUIRE_OK(credentials);
+            clients.push_back(std::make_unique<RawClient>(
+                m_identity.ca.certificatePem, credentials->certificatePem, credentials->keyPem));
+            const qint64 id = insiderHello(*clients.back(), name, loopback(20 + i));
+            QVERIFY2(id != 0, qPrintable(closures() + QLatin1String(" / ") + refusals()));
+            ids.push_back(id);
+        }
+        for (auto &client : clients)
+            client->send(flood);
+        for (int i = 0; i < kInsiders; ++i) {
+            QTRY_VERIFY2_WITH_TIMEOUT(!closureOf(ids[i]).isNull(), qPrintable(closures()), 10000);
+            const QString expected = QStringLiteral("sent more than %1 %2 messages in a burst")
+                                         .arg(rate.burst)
+                                         .arg(describe(kind));
+            QVERIFY2(closureOf(ids[i]).contains(expected), qPrintable(closureOf(ids[i])));
+            QTRY_VERIFY_WITH_TIMEOUT(clients[i]->closed(), 5000);
+            VERIFY_CLIENT_READ_ERROR(*clients[i], expected, false);
+            // What reached the coordinator's logic: at most the burst (and what refilled).
+            int seen = 0;
+            for (const auto &[from, m] : std::as_const(m_messages))
+                seen += from == ids[i] ? 1 : 0;
+            QVERIFY2(seen <= int(rate.burst) + 5, qPrintable(QString::number(seen)));
+            QVERIFY2(seen >= int(rate.burst) - 1, qPrintable(QString::number(seen)));
+        }
+        QCOMPARE(overBudget.size(), kInsiders);
+        QCOMPARE(overBudget.first().at(2).toBool(), false); // once is not yet barred
+        VERIFY_FLEET();
+    }
+
+    // A peer that asks and never reads: what waits for it is bounded, and it is closed with
+    // what it left unread, while the coordinator answers the steady worker at once.
+    void aPeerThatDoesNotReadIsClosed()
+    {
+        // The test's coordinator answers every ShardRequest with 1 MiB.
+        const QByteArray shard(1 << 20, 's');
+        connect(m_listener.get(), &TlsListener::messageReceived, this, [this, shard](qint64 id, const Message &m) {
+            if (m.type == MessageType::ShardRequest)
+                m_listener->send(id, MessageType::ShardData, QCborMap { { QStringLiteral("shard"), 0 } }, shard);
+        });
+        auto credentials = issueClient(m_identity.ca, QStringLiteral("sponge"), &m_listener->trust());
+        REQUIRE_OK(credentials);
+        RawClient client(m_identity.ca.certificatePem, credentials->certificatePem, credentials->keyPem);
+        const qint64 id = insiderHello(client, QStringLiteral("sponge"));
+        QVERIFY(id != 0);
+        // From now on it reads at most 16 KiB: the rest waits in the kernel and the endpoint.
+        client.m_socket.setReadBufferSize(16 * 1024);
+        QObject::disconnect(&client.m_socket, &QIODevice::readyRead, nullptr, nullptr);
+        QByteArray asks;
+        for (int i = 0; i < 150; ++i)
+            asks += encodeMessage(MessageType::ShardRequest, QCborMap { { QStringLiteral("shard"), 0 } });
+        client.send(asks);
+        QTRY_VERIFY2_WITH_TIMEOUT(!closureOf(id).isNull(), qPrintable(closures()), 10000);
+        QVERIFY2(closureOf(id).contains(QLatin1String("does not read what it is sent")), qPrintable(closureOf(id)));
+        QVERIFY2(closureOf(id).contains(QLatin1String("the most is 4.0 MiB")), qPrintable(closureOf(id)));
+        QVERIFY(m_listener->pendingBytes(id) == 0);
+        VERIFY_FLEET();
+    }
+
+    // A storm of sessions under one certificate: never more than the budget at once, new
+    // sessions past the burst are closed, and after the fifth such closing the certificate
+    // is refused for the window; another certificate joins meanwhile as if nothing happened.
+    void sessionStormUnderOneCertificateIsBounded()
+    {
+        QSignalSpy overBudget(m_listener.get(), &TlsListener::overBudget);
+        auto credentials = issueClient(m_identity.ca, QStringLiteral("storm"), &m_listener->trust());
+        REQUIRE_OK(credentials);
+        constexpr int kSessions = 64;
+        std::vector<std::unique_ptr<RawClient>> clients;
+        for (int i = 0; i < kSessions; ++i) {
+            clients.push_back(std::make_unique<RawClient>(
+                m_identity.ca.certificatePem, credentials->certificatePem, credentials->keyPem));
+            clients.back()->connectTo(m_listener->port(), loopback(100 + i));
+        }
+        // Every session ends up either closed or encrypted, and no more than 8 are held.
+        QTRY_VERIFY_WITH_TIMEOUT(std::all_of(clients.begin(), clients.end(),
+                                     [](const auto &c) { return c->closed() || c->m_socket.isEncrypted(); }),
+            15000);
+        QTRY_VERIFY2_WITH_TIMEOUT(m_listener->connectionCount() <= 1 + 8, qPrintable(QString::number(m_listener->connectionCount())), 5000);
+        VERIFY_REFUSED(QStringLiteral("opened more than 10 sessions in a burst"), 5000);
+        VERIFY_REFUSED(QStringLiteral("made way for a newer session of the same certificate"), 5000);
+        VERIFY_REFUSED(QStringLiteral("is refused for another"), 5000);
+        QVERIFY(overBudget.size() >= 5);
+        bool barred = false;
+        for (const auto &signal : std::as_const(overBudget))
+            barred = barred || signal.at(2).toBool();
+        QVERIFY(barred);
+        // Barred: even a calm new session of that certificate is refused, saying why.
+        clearRecords();
+        RawClient late(m_identity.ca.certificatePem, credentials->certificatePem, credentials->keyPem);
+        late.connectTo(m_listener->port());
+        VERIFY_REFUSED(QStringLiteral("its connections were closed 5 times"), 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(late.closed(), 5000);
+        VERIFY_CLIENT_READ_ERROR(late, QStringLiteral("is refused for another"), false);
+        // Another worker joins within the usual time.
+        QString why;
+        auto fresh = newWorker(QStringLiteral("calm"));
+        auto t = token();
+        REQUIRE_OK(t);
+        QVERIFY2(timeToWelcome(*fresh, *t, &why) >= 0, qPrintable(why));
+        clients.clear();
+        fresh.reset();
+        VERIFY_FLEET_EXCEPT_COUNT();
+    }
+
     void destroyingTheEndpointWithLiveConnections()
     {
         std::vector<std::unique_ptr<RawClient>> clients;

@@ -248,6 +248,8 @@ private Q_SLOTS:
 
         QCOMPARE(roundTrip(ByeMsg { QStringLiteral("preempted") }).reason, QStringLiteral("preempted"));
         QCOMPARE(keysOf(ByeMsg {}.encode()), sorted({ "reason" }));
+        QCOMPARE(roundTrip(EchoMsg { 1234567890123 }).seq, qint64(1234567890123));
+        QCOMPARE(keysOf(EchoMsg {}.encode()), sorted({ "seq" }));
     }
 
     void resultRoundTrip()
@@ -399,6 +401,7 @@ private Q_SLOTS:
             "fatal", "Error");
         row("Bye with a reason that is not text", refusal<ByeMsg>(QCborMap { { QStringLiteral("reason"), 1 } }),
             "reason", "Bye");
+        row("Echo without its seq", refusal<EchoMsg>(QCborMap {}), "seq", "Echo");
     }
 
     void malformedHeadersNameTheMessageAndField()

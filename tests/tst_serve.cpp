@@ -1,6 +1,6 @@
 // The coordinator's server in this process with real TLS, and workers that send bad
 // results on purpose: NaN and infinite weights, wrong shapes, a wrong number of values, an
-// absurd norm, unknown leases, the same result twice, a payload whose SHA-256 does not
+// absurd norm, unknown leases, the same result twice, a payload whose CRC-32C does not
 // match, an upload that stops half way. Each is refused with a clear reason, the offending
 // connection is closed, the global model is untouched, and an honest worker carries on.
 // A worker is stored under the name its certificate was issued to, whatever its Hello says.
@@ -578,7 +578,7 @@ private Q_SLOTS:
                 wire[wire.size() - 1] = char(wire[wire.size() - 1] ^ 0x01); // one bit of the last chunk
                 w.socket.write(wire);
             },
-            QStringLiteral("SHA-256 does not match"));
+            QStringLiteral("CRC-32C does not match"));
     }
 
     void silentMidUpload()
@@ -639,6 +639,23 @@ private Q_SLOTS:
 
     // The dashboard, the store and `flotilla revoke` see the name the certificate was issued
     // to; a Hello that claims another is refused, and never becomes a worker.
+    // An Echo comes back with its seq, and costs the job nothing: what bench scale times a
+    // heartbeat's way through the network thread with.
+    void echoIsAnsweredWithItsSeq()
+    {
+        const QString state = enroll();
+        QVERIFY(!state.isEmpty());
+        RawWorker w(state, m_network->port());
+        QVERIFY(w.hello());
+        const qint64 before = seq();
+        w.send(MessageType::Heartbeat, net::HeartbeatMsg{}.encode());
+        w.send(MessageType::Echo, net::EchoMsg{77}.encode());
+        auto echo = w.receive(MessageType::Echo, 5000);
+        QVERIFY2(echo, qPrintable(w.lastError));
+        QCOMPARE(echo->header.value(QStringLiteral("seq")).toInteger(), qint64(77));
+        QCOMPARE(seq(), before);
+    }
+
     void workerIsKnownByItsCertificateName()
     {
         const QString state = enroll();

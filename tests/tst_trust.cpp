@@ -274,7 +274,7 @@ private Q_SLOTS:
     void issueAndRedeemConsumesUses()
     {
         TrustStore store(folder());
-        QCOMPARE(store.path(), QDir(folder()).filePath(QStringLiteral("trust.json")));
+        QCOMPARE(store.path(), QDir(folder()).filePath(QStringLiteral("trust.db")));
         const QByteArray ca = fingerprint(0xca);
         auto token = store.issueToken(QStringLiteral("10.0.0.5"), 7443, ca, 3600, 2, kNow);
         REQUIRE_OK(token);
@@ -414,7 +414,7 @@ private Q_SLOTS:
             {"id": "abcd000000000001", "secret_sha256": "00", "created_ms": 1, "expires_ms": 9e15, "uses_left": 1, "uses_total": 1},
             {"id": "abcd000000000002", "secret_sha256": "00", "created_ms": 1, "expires_ms": 9e15, "uses_left": 1, "uses_total": 1}
         ], "certificates": []})";
-        writeFile(store.path(), json);
+        writeFile(store.legacyPath(), json);
         REQUIRE_ERROR(store.revokeToken(id, kNow), expected);
         const auto tokens = store.tokens();
         REQUIRE_OK(tokens);
@@ -434,7 +434,7 @@ private Q_SLOTS:
         const QByteArray json = R"({"tokens": [
             {"id": "0102030405060708", "secret_sha256": "00", "created_ms": 1, "expires_ms": 9e15, "uses_left": 3, "uses_total": 4}
         ], "certificates": []})";
-        writeFile(store.path(), json);
+        writeFile(store.legacyPath(), json);
         auto tokens = store.tokens();
         REQUIRE_OK(tokens);
         QCOMPARE(tokens->size(), 1);
@@ -516,7 +516,8 @@ private Q_SLOTS:
         TrustStore store(folder());
         auto token = store.issueToken(QStringLiteral("coordinator"), 7443, fingerprint(6), 60, 1, kNow);
         REQUIRE_OK(token);
-        const QByteArray file = readFile(store.path());
+        // The database and its write-ahead log, where a fresh write sits until a checkpoint.
+        const QByteArray file = readFile(store.path()) + readFile(store.path() + QStringLiteral("-wal"));
         QVERIFY(!file.isEmpty());
         QVERIFY(file.contains(token->id.toHex()));
         QVERIFY2(!file.contains(token->secret.toHex()), file.constData());
@@ -727,13 +728,15 @@ private Q_SLOTS:
         auto token = store.issueToken(QStringLiteral("coordinator"), 7443, fingerprint(0x71), 600, 1, kNow);
         REQUIRE_OK(token);
         QCOMPARE(fileMode(store.path()), 0600);
-        // Still private after it is rewritten.
+        // Still private after it is changed, and so are its log and the log's index.
         REQUIRE_OK(store.redeem(token->id, token->secret, kNow));
         REQUIRE_OK(store.addCertificate(record(fingerprint(0x72), QStringLiteral("w"))));
-        QCOMPARE(fileMode(store.path()), 0600);
-        // No temporary copies or lock left behind.
         const QStringList entries = QDir(folder()).entryList(QDir::Files | QDir::Hidden);
-        QCOMPARE(entries, QStringList { QStringLiteral("trust.json") });
+        for (const QString &entry : entries) {
+            QVERIFY2(entry.startsWith(QLatin1String("trust.db")), qPrintable(entry));
+            QCOMPARE(fileMode(QDir(folder()).filePath(entry)), 0600);
+        }
+        QVERIFY(entries.contains(QStringLiteral("trust.db")));
 #else
         QSKIP("file modes are a Unix matter");
 #endif
@@ -767,8 +770,8 @@ private Q_SLOTS:
         QFETCH(QByteArray, content);
         QVERIFY(QDir().mkpath(folder()));
         TrustStore store(folder());
-        writeFile(store.path(), content);
-        const QString path = store.path();
+        writeFile(store.legacyPath(), content);
+        const QString path = store.legacyPath();
         REQUIRE_ERROR(store.tokens(), path, QStringLiteral("corrupt"));
         REQUIRE_ERROR(store.certificates(), path);
         REQUIRE_ERROR(store.certificate(fingerprint(0x75)), path);
@@ -778,6 +781,49 @@ private Q_SLOTS:
         REQUIRE_ERROR(store.addCertificate(record(fingerprint(0x77), QStringLiteral("w"))), path);
         REQUIRE_ERROR(store.revoke(QStringLiteral("w"), QStringLiteral("r"), kNow), path);
         QCOMPARE(readFile(path), content);
+        QVERIFY(!QFileInfo::exists(store.path())); // nothing was created beside it
+    }
+
+    // The trust.json of a coordinator from before the database is moved into it on first
+    // use, whole: tokens with their uses, notes, roles and revocations, certificates with
+    // their worker ids and revocations. The old file is kept aside; a second store (another
+    // process) sees the same.
+    void legacyTrustFileIsMigrated()
+    {
+        QVERIFY(QDir().mkpath(folder()));
+        TrustStore store(folder());
+        const QByteArray json = R"({"tokens": [
+            {"id": "0102030405060708", "secret_sha256": "aa", "created_ms": 5, "expires_ms": 9e15, "uses_left": 3, "uses_total": 4, "note": "lab", "role": "operator"},
+            {"id": "1112131415161718", "secret_sha256": "bb", "created_ms": 6, "expires_ms": 7, "uses_left": 1, "uses_total": 1, "revoked_ms": 8}
+        ], "certificates": [
+            {"fingerprint": "c1c1c1c1", "worker_name": "w1", "worker_id": 17, "issued_ms": 9},
+            {"fingerprint": "c2c2c2c2", "worker_name": "w2", "worker_id": 0, "issued_ms": 10, "revoked_ms": 11, "revoke_reason": "lost laptop"}
+        ]})";
+        writeFile(store.legacyPath(), json);
+        auto tokens = store.tokens();
+        REQUIRE_OK(tokens);
+        QCOMPARE(tokens->size(), 2);
+        QCOMPARE(hex(tokens->at(0).id), QStringLiteral("0102030405060708"));
+        QCOMPARE(tokens->at(0).usesLeft, 3);
+        QCOMPARE(tokens->at(0).usesTotal, 4);
+        QCOMPARE(tokens->at(0).note, QStringLiteral("lab"));
+        QCOMPARE(tokens->at(0).role, Role::Operator);
+        QCOMPARE(tokens->at(1).revokedMs, qint64(8));
+        auto certificates = store.certificates();
+        REQUIRE_OK(certificates);
+        QCOMPARE(certificates->size(), 2);
+        QCOMPARE(certificates->at(0).workerId, qint64(17));
+        QCOMPARE(certificates->at(1).revokeReason, QStringLiteral("lost laptop"));
+        QVERIFY(!QFileInfo::exists(store.legacyPath()));
+        QVERIFY(QFileInfo::exists(store.legacyPath() + QStringLiteral(".migrated")));
+        TrustStore other(folder());
+        auto seen = other.certificate(QByteArray::fromHex("c1c1c1c1"));
+        REQUIRE_OK(seen);
+        QVERIFY(seen->has_value());
+        QCOMPARE((*seen)->workerName, QStringLiteral("w1"));
+        // And it goes on from there: a revocation by one is seen by the other.
+        REQUIRE_OK(other.revoke(QStringLiteral("w1"), QStringLiteral("retired"), kNow));
+        QVERIFY((*store.certificate(QByteArray::fromHex("c1c1c1c1")))->revoked());
     }
 };
 

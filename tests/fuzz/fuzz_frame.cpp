@@ -27,7 +27,7 @@ using flotilla::fuzz::expect;
 namespace {
 
 const QString kPayloadSize = QStringLiteral("payload_size");
-const QString kPayloadSha = QStringLiteral("payload_sha256");
+const QString kPayloadSha = QStringLiteral("payload_crc32c");
 
 const CertificateAuthority &authority()
 {

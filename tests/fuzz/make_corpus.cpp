@@ -4,6 +4,7 @@
 //     fuzz_make_corpus SOURCE_ROOT
 // Frame seeds start with the fuzz target's control byte (see fuzz_frame.cpp). Run it again
 // when the protocol or the job file changes; the keys and csr seeds change on every run.
+#include "common/Crc32c.h"
 #include "common/Sha256.h"
 #include "job/JobSpec.h"
 #include "net/Frame.h"
@@ -27,6 +28,14 @@ using namespace flotilla;
 using namespace flotilla::net;
 
 namespace {
+
+// A payload's check value as frames carry it.
+QByteArray crc32c(const QByteArray &bytes)
+{
+    flotilla::Crc32c c;
+    c.addData(bytes);
+    return c.result();
+}
 
 QString g_root;
 
@@ -109,11 +118,11 @@ QByteArray frame(MessageType type, const QByteArray &header, const QByteArray &p
 QByteArray chunked(MessageType type, QCborMap header, const QByteArray &payload, qsizetype chunkSize,
                    const QByteArray &sha = {})
 {
-    const QByteArray digest = sha.isEmpty() ? Sha256::hash(payload) : sha;
-    const QCborMap last{{QStringLiteral("payload_sha256"), digest}};
+    const QByteArray digest = sha.isEmpty() ? crc32c(payload) : sha;
+    const QCborMap last{{QStringLiteral("payload_crc32c"), digest}};
     header.insert(QStringLiteral("payload_size"), qint64(payload.size()));
     if (payload.size() <= chunkSize)
-        header.insert(QStringLiteral("payload_sha256"), digest);
+        header.insert(QStringLiteral("payload_crc32c"), digest);
     QByteArray out = frame(type, cbor(header), payload.left(chunkSize));
     for (qsizetype at = chunkSize; at < payload.size(); at += chunkSize)
         out += frame(MessageType::Chunk, cbor(at + chunkSize >= payload.size() ? last : QCborMap()),
@@ -288,17 +297,17 @@ void writeFrameSeeds()
           frame(MessageType::Hello, QCborValue(QCborArray{1, 2}).toCbor()));
     s.add(QStringLiteral("header-cut-cbor"), Worker, frame(MessageType::Hello, cbor(hello).chopped(3)));
     s.add(QStringLiteral("payload-unannounced"), Worker, frame(MessageType::Result, cbor(result), floats(6)));
-    s.add(QStringLiteral("sha-mismatch"), Worker,
-          chunked(MessageType::Result, result, floats(6), 8, Sha256::hash("something else")));
-    s.add(QStringLiteral("sha-31-bytes"), Worker,
-          chunked(MessageType::Result, result, floats(6), 8, Sha256::hash("x").left(31)));
+    s.add(QStringLiteral("check-mismatch"), Worker,
+          chunked(MessageType::Result, result, floats(6), 8, crc32c("something else")));
+    s.add(QStringLiteral("check-3-bytes"), Worker,
+          chunked(MessageType::Result, result, floats(6), 8, crc32c("x").left(3)));
     QCborMap negative = result;
     negative.insert(QStringLiteral("payload_size"), -1);
-    negative.insert(QStringLiteral("payload_sha256"), Sha256::hash(""));
+    negative.insert(QStringLiteral("payload_crc32c"), crc32c(""));
     s.add(QStringLiteral("payload-size-negative"), Worker, frame(MessageType::Result, cbor(negative)));
     QCborMap textSize = result;
     textSize.insert(QStringLiteral("payload_size"), QStringLiteral("24"));
-    textSize.insert(QStringLiteral("payload_sha256"), Sha256::hash(floats(6)));
+    textSize.insert(QStringLiteral("payload_crc32c"), crc32c(floats(6)));
     s.add(QStringLiteral("payload-size-text"), Worker, frame(MessageType::Result, cbor(textSize), floats(6)));
     s.add(QStringLiteral("payload-above-limit"), Coordinator,
           chunked(MessageType::Request, QCborMap{{QStringLiteral("samples_per_second"), 1.0}}, floats(6), 8));
@@ -329,8 +338,8 @@ void writeFrameSeeds()
         w.append(qint64(0));
         w.append(QLatin1String("payload_size"));
         w.append(qint64(4));
-        w.append(QLatin1String("payload_sha256"));
-        w.append(Sha256::hash(""));
+        w.append(QLatin1String("payload_crc32c"));
+        w.append(crc32c(""));
         w.endMap();
     }
     s.add(QStringLiteral("duplicate-keys"), Worker, frame(MessageType::Result, raw));
@@ -493,7 +502,7 @@ void writeDictionaries()
                                QByteArray("\x1b", 1), QByteArray("\x9f", 1), QByteArray("\x7f", 1),
                                "-----BEGIN CERTIFICATE REQUEST-----\n", "-----END CERTIFICATE REQUEST-----\n",
                                "-----BEGIN CERTIFICATE-----\n", "-----END CERTIFICATE-----\n"};
-    for (const char *key : {"payload_size", "payload_sha256", "protocol", "name", "instance_type", "price_class",
+    for (const char *key : {"payload_size", "payload_crc32c", "protocol", "name", "instance_type", "price_class",
                             "device", "threads", "samples_per_second", "worker_id", "job", "model", "model_sha256",
                             "input_shape", "classes", "layout", "weights", "seed", "heartbeat_ms", "token_id",
                             "secret", "fingerprint", "lease", "subtask", "epoch", "shard", "begin", "end",

@@ -1,5 +1,7 @@
 #include "TestSupport.h"
 
+#include <QTcpServer>
+
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
@@ -150,6 +152,13 @@ qint64 assimilations(const QString &db)
 QString flotillaBinary()
 {
     return QStringLiteral(FLOTILLA_BINARY);
+}
+
+quint16 freeLoopbackPort()
+{
+    QTcpServer probe;
+    probe.listen(QHostAddress::LocalHost, 0);
+    return probe.serverPort();
 }
 
 QString python()

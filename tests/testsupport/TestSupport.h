@@ -40,6 +40,8 @@ qint64 assimilations(const QString &db);
 
 QString flotillaBinary();
 QString python();
+// A TCP port on 127.0.0.1 that was free a moment ago, for a `flotilla serve` to listen on.
+quint16 freeLoopbackPort();
 // Fashion-MNIST's folder; tests that need it fail with a clear message when it is missing.
 QString fashionMnistDir();
 
