@@ -513,6 +513,8 @@ void TlsListener::onReadyRead(qint64 id)
     if (it == m_connections.end())
         return;
     Connection &c = *it->second;
+    if (c.overBudget)
+        return; // closing: nothing more of its is handled
     if (c.stage == Stage::Tcp) {
         onFirstBytes(c);
         return;
@@ -688,14 +690,26 @@ void TlsListener::send(qint64 connectionId, MessageType type, const QCborMap &he
     if (it == m_connections.end() || !it->second->socket)
         return;
     Connection &c = *it->second;
+    if (c.overBudget)
+        return;
     auto message = std::make_unique<OutgoingMessage>(type, header, payload);
     const qint64 size = message->remaining();
     if (c.authenticated && queuedBytes(c) + size > queueLimit()) {
-        overBudgetClose(c, QStringLiteral("does not read what it is sent: %1 MiB were waiting for it and %2 more were "
-                                          "to be queued (the most is %3 MiB)")
-                               .arg(double(queuedBytes(c)) / double(1 << 20), 0, 'f', 1)
-                               .arg(double(size) / double(1 << 20), 0, 'f', 1)
-                               .arg(double(queueLimit()) / double(1 << 20), 0, 'f', 1));
+        const QString reason = QStringLiteral("does not read what it is sent: %1 MiB were waiting for it and %2 more "
+                                              "were to be queued (the most is %3 MiB)")
+                                   .arg(double(queuedBytes(c)) / double(1 << 20), 0, 'f', 1)
+                                   .arg(double(size) / double(1 << 20), 0, 'f', 1)
+                                   .arg(double(queueLimit()) / double(1 << 20), 0, 'f', 1);
+        // Closed on the next turn of the event loop, not here: the owner may be sending to
+        // each of its connections in a loop that closing one would disturb.
+        c.overBudget = true;
+        QMetaObject::invokeMethod(
+            this,
+            [this, id = c.id, reason] {
+                if (const auto found = m_connections.find(id); found != m_connections.end())
+                    overBudgetClose(*found->second, reason);
+            },
+            Qt::QueuedConnection);
         return;
     }
     c.outboxBytes += size;

@@ -137,6 +137,9 @@ public:
     // The largest payload accepted in a message of this type from workers.
     void setPayloadLimit(MessageType type, std::uint64_t bytes);
 
+    // Queues a message. A peer with more than its budget of bytes waiting unread gets no more
+    // and is closed on the next turn of the event loop, never from inside send(): a caller
+    // may be sending to each of its connections in a loop.
     void send(qint64 connectionId, MessageType type, const QCborMap &header, const QByteArray &payload = {});
     template <typename Msg>
     void send(qint64 connectionId, const Msg &message, const QByteArray &payload = {})
@@ -187,6 +190,7 @@ private:
         qint64 deadline = 0; // on m_clock; unauthenticated connections only
         Stage stage = Stage::Tcp;
         bool authenticated = false; // presented one of our certificates
+        bool overBudget = false;    // to be closed on the next turn of the event loop
         PeerInfo peer;
         QTimer *stallTimer = nullptr;
         // Messages not yet handed to the socket: see pump().
