@@ -138,6 +138,13 @@ Result<std::unique_ptr<TlsListener>> TlsListener::create(const Options &options)
         || options.maxJoinFailuresPerSource < 1 || options.joinFailureWindowMs < 1 || options.listenBacklog < 1)
         return fail(QStringLiteral("the limits on connections before authentication must be positive (and the "
                                    "handshake timeout at least 0.1 s)"));
+    bool ratesOk = options.sessions.burst >= 1 && options.sessions.perSecond > 0;
+    for (const auto &[type, rate] : options.rates)
+        ratesOk = ratesOk && rate.burst >= 1 && rate.perSecond > 0;
+    if (!ratesOk || options.maxSessionsPerCertificate < 1 || options.maxBudgetClosings < 1
+        || options.budgetWindowMs < 1 || options.maxQueuedBytes < 1)
+        return fail(QStringLiteral("the budgets after authentication must be positive (rates at least one message "
+                                   "a burst, at least one session per certificate)"));
     auto identity = loadOrCreateCoordinatorIdentity(options.identityDir, options.hostNames);
     if (!identity)
         return identity.takeError();
@@ -146,8 +153,8 @@ Result<std::unique_ptr<TlsListener>> TlsListener::create(const Options &options)
     e->m_identity = *identity;
     e->m_trust = TrustStore(options.identityDir);
     e->m_trustWatch = TrustStore(options.identityDir);
-    // The trust database is made (or an old trust.json migrated) now, before the first
-    // handshake, and read into the index.
+    // An old trust.json is migrated now, before the first handshake (a fresh folder gets
+    // its database with the first token), and the certificates are read into the index.
     if (auto tokens = e->m_trust.tokens(); !tokens)
         return tokens.takeError();
     if (auto loaded = e->refreshCertificates(true); !loaded)
@@ -532,8 +539,8 @@ void TlsListener::onReadyRead(qint64 id)
         if (!message->has_value())
             return;
         handle(c, std::move(**message));
-        if (!m_connections.count(id))
-            return; // handling closed it
+        if (!m_connections.count(id) || c.overBudget)
+            return; // handling closed it, or is about to
     }
 }
 
@@ -694,7 +701,9 @@ void TlsListener::send(qint64 connectionId, MessageType type, const QCborMap &he
         return;
     auto message = std::make_unique<OutgoingMessage>(type, header, payload);
     const qint64 size = message->remaining();
-    if (c.authenticated && queuedBytes(c) + size > queueLimit()) {
+    // The backlog is what counts: one message larger than the limit (a big shard) may go
+    // to a peer that has read what it was sent before.
+    if (c.authenticated && queuedBytes(c) > 0 && queuedBytes(c) + size > queueLimit()) {
         const QString reason = QStringLiteral("does not read what it is sent: %1 MiB were waiting for it and %2 more "
                                               "were to be queued (the most is %3 MiB)")
                                    .arg(double(queuedBytes(c)) / double(1 << 20), 0, 'f', 1)
@@ -868,15 +877,24 @@ Result<void> TlsListener::refreshCertificates(bool force)
 
 Result<std::optional<CertificateRecord>> TlsListener::certificateRecord(const QByteArray &fingerprint)
 {
-    auto it = m_certificates.constFind(fingerprint);
-    if (it == m_certificates.cend()) {
-        if (auto r = refreshCertificates(false); !r)
-            return r.takeError();
-        it = m_certificates.constFind(fingerprint);
-        if (it == m_certificates.cend())
-            return std::optional<CertificateRecord>();
+    // Changed since the last reload (an enrolment, a revocation in this process or another):
+    // this one certificate is read again, by its key, so that a revocation holds from the
+    // next handshake on; the whole index is reloaded on the revocation timer.
+    auto version = m_trustWatch.version();
+    if (!version)
+        return version.takeError();
+    if (*version != m_trustVersion) {
+        auto fresh = m_trustWatch.certificate(fingerprint);
+        if (!fresh)
+            return fresh.takeError();
+        if (fresh->has_value())
+            m_certificates.insert(fingerprint, **fresh);
+        else
+            m_certificates.remove(fingerprint);
+        return fresh;
     }
-    return std::optional<CertificateRecord>(*it);
+    const auto it = m_certificates.constFind(fingerprint);
+    return it == m_certificates.cend() ? std::optional<CertificateRecord>() : std::optional<CertificateRecord>(*it);
 }
 
 Result<void> TlsListener::setWorkerId(const QByteArray &fingerprint, qint64 workerId)
@@ -948,6 +966,13 @@ void TlsListener::overBudgetClose(Connection &c, const QString &reason)
     // Logged within the refusal budget: a storm of sessions under one certificate must not
     // become a storm of log lines.
     drop(id, line, false, true, true);
+    if (barred) {
+        // The bar is the certificate's, not this session's: its other sessions go too.
+        const std::set<qint64> others = budgetOf(peer.fingerprint).connections;
+        for (const qint64 other : others)
+            drop(other, QStringLiteral("its certificate is refused for %1: %2").arg(duration(m_options.budgetWindowMs), line),
+                 false, true, true);
+    }
 }
 
 void TlsListener::forgetIdleBudgets()

@@ -348,7 +348,9 @@ Result<sqlite3 *> TrustStore::open(bool forWriting) const
     // A trust.json from before the database: read (and refused if corrupt) before anything
     // is created, so that a failed migration leaves the folder as it was.
     std::optional<Data> migrate;
-    if (legacy) {
+    // Once the database exists, a trust.json beside it is history (a restored backup, say):
+    // it is neither read nor trusted.
+    if (legacy && !exists) {
         auto data = loadLegacy();
         if (!data)
             return data.takeError();
@@ -372,7 +374,11 @@ Result<sqlite3 *> TrustStore::open(bool forWriting) const
         if (auto r = exec(db, "BEGIN IMMEDIATE"); !r)
             return r;
         Query check(db, "SELECT count(*) FROM sqlite_master WHERE name = 'tokens'");
-        const bool fresh = check.step() == SQLITE_ROW && check.integer(0) == 0;
+        if (check.step() != SQLITE_ROW) {
+            (void)exec(db, "ROLLBACK");
+            return fail(check.error());
+        }
+        const bool fresh = check.integer(0) == 0;
         auto r = exec(db, kSchema);
         if (r && fresh && migrate) {
             for (const auto &t : migrate->tokens)
@@ -388,9 +394,11 @@ Result<sqlite3 *> TrustStore::open(bool forWriting) const
         }
         if (auto c = exec(db, "COMMIT"); !c)
             return c;
-        // Migrated: the old file is kept beside, under a name nothing reads.
-        if (migrate)
-            QFile::rename(legacyPath(), legacyPath() + QStringLiteral(".migrated"));
+        // Migrated: the old file is kept beside, under a name nothing reads (a new one when
+        // an earlier migration's is there).
+        if (migrate && !QFile::rename(legacyPath(), legacyPath() + QStringLiteral(".migrated")))
+            QFile::rename(legacyPath(),
+                          legacyPath() + QStringLiteral(".migrated-%1").arg(QDateTime::currentMSecsSinceEpoch()));
         return {};
     }();
     if (!opened) {

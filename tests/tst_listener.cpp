@@ -309,7 +309,7 @@ private:
             o.maxUnauthenticatedPerSource = 5;
         if (test == "oldestUnauthenticatedMakesWayWhenFull")
             o.maxUnauthenticated = 10;
-        if (test == "aPeerThatDoesNotReadIsClosed")
+        if (test == "aPeerThatDoesNotReadIsClosed" || test == "oneMessageLargerThanTheBudgetReachesAReader")
             o.maxQueuedBytes = 4 << 20;
         if (test == "failedJoinsAreLimitedPerSource") {
             o.maxJoinFailuresPerSource = 3;
@@ -1753,6 +1753,22 @@ private Q_SLOTS:
         QVERIFY2(closureOf(id).contains(QLatin1String("does not read what it is sent")), qPrintable(closureOf(id)));
         QVERIFY2(closureOf(id).contains(QLatin1String("the most is 4.0 MiB")), qPrintable(closureOf(id)));
         QVERIFY(m_listener->pendingBytes(id) == 0);
+        VERIFY_FLEET();
+    }
+
+    // The budget is on what piles up unread, not on one message: a shard larger than it
+    // reaches a worker that reads.
+    void oneMessageLargerThanTheBudgetReachesAReader()
+    {
+        const QByteArray shard(6 << 20, 'b');
+        connect(m_listener.get(), &TlsListener::messageReceived, this, [this, shard](qint64 id, const Message &m) {
+            if (m.type == MessageType::ShardRequest)
+                m_listener->send(id, MessageType::ShardData, QCborMap { { QStringLiteral("shard"), 0 } }, shard);
+        });
+        m_steady->send(MessageType::ShardRequest, QCborMap { { QStringLiteral("shard"), 0 } });
+        QTRY_VERIFY_WITH_TIMEOUT(std::any_of(m_steadyReceived.cbegin(), m_steadyReceived.cend(),
+                                     [&](const Message &m) { return m.type == MessageType::ShardData && m.payload == shard; }),
+            10000);
         VERIFY_FLEET();
     }
 
