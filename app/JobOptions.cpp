@@ -304,11 +304,21 @@ void addJobOptions(QCommandLineParser &parser)
                                      : QCommandLineOption(QString::fromLatin1(f.name), QString::fromLatin1(f.help)));
 }
 
-Result<JobSpec> jobFromOptions(const QCommandLineParser &parser)
+bool anyJobOptionSet(const QCommandLineParser &parser)
+{
+    for (const auto &f : kFlags) {
+        const QString name = QString::fromLatin1(f.name);
+        if (name != QLatin1String("quiet") && name != QLatin1String("verbose") && parser.isSet(name))
+            return true;
+    }
+    return false;
+}
+
+Result<JobSpec> jobFromOptions(const QCommandLineParser &parser, const QString &jobFile)
 {
     JobSpec job = JobSpec::defaultJob();
-    if (parser.isSet(QStringLiteral("job"))) {
-        auto loaded = JobSpec::load(parser.value(QStringLiteral("job")));
+    if (!jobFile.isEmpty() || parser.isSet(QStringLiteral("job"))) {
+        auto loaded = JobSpec::load(jobFile.isEmpty() ? parser.value(QStringLiteral("job")) : jobFile);
         if (!loaded)
             return loaded.takeError();
         job = *loaded;

@@ -17,7 +17,11 @@ namespace flotilla {
 
 void addJobOptions(QCommandLineParser &parser);
 // The job from --job (or the default job) with the other flags applied, validated.
-Result<JobSpec> jobFromOptions(const QCommandLineParser &parser);
+// jobFile: the job file to start from, instead of --job's.
+Result<JobSpec> jobFromOptions(const QCommandLineParser &parser, const QString &jobFile = {});
+// Whether any option of addJobOptions() that says something of the job was given (not
+// --quiet or --verbose): `flotilla serve` without one runs a fleet service.
+bool anyJobOptionSet(const QCommandLineParser &parser);
 // parser.helpText() with "Usage: flotilla <command>".
 QString commandHelp(const QCommandLineParser &parser, const QString &command);
 // Parses a command's arguments (with --help). Returns the exit code when the command is to

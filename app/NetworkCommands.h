@@ -9,6 +9,9 @@
 namespace flotilla {
 
 int runServeCommand(const QStringList &arguments);
+// `flotilla submit` and `flotilla jobs`: a fleet service's queue (app/FleetCommands.cpp).
+int runSubmitCommand(const QStringList &arguments);
+int runJobsCommand(const QStringList &arguments);
 int runWorkerCommand(const QStringList &arguments);
 int runTokenCommand(const QStringList &arguments);
 int runRevokeCommand(const QStringList &arguments);
@@ -16,5 +19,12 @@ int runReleaseCommand(const QStringList &arguments);
 int runDemoCommand(const QStringList &arguments);
 int runBenchCommand(const QStringList &arguments);
 int runSimulateCommand(const QStringList &arguments);
+
+class NetworkHost;
+// Where a coordinator keeps its CA, certificates, trust list and fleet queue by default.
+QString defaultIdentityDir();
+// `flotilla serve` as a fleet service, once its endpoint is open: runs the queue of
+// identityDir/fleet.db until a stop signal. Returns the exit code.
+int runFleetService(NetworkHost &network, const QString &identityDir, int concurrentJobs, bool quiet);
 
 } // namespace flotilla

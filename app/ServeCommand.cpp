@@ -25,11 +25,6 @@ namespace flotilla {
 
 namespace {
 
-QString defaultIdentityDir()
-{
-    return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/coordinator");
-}
-
 struct FileToken
 {
     QString text;
@@ -100,7 +95,10 @@ int runServeCommand(const QStringList &arguments)
     parser.setApplicationDescription(QStringLiteral(
         "Run a coordinator: train a job with workers that join over TLS (flotilla worker --join TOKEN).\n"
         "Kill it at any moment and start it again with the same --run-dir: the job resumes and the workers\n"
-        "reconnect by themselves."));
+        "reconnect by themselves.\n"
+        "Without a job (no --job, --run-dir or job flag), or with --fleet, it runs a fleet service: it keeps\n"
+        "running, trains the jobs of its queue (flotilla submit, flotilla jobs) several at once, and its\n"
+        "workers stay connected between jobs."));
     parser.addHelpOption();
     addJobOptions(parser);
     parser.addOptions({
@@ -136,6 +134,10 @@ int runServeCommand(const QStringList &arguments)
          QStringLiteral("n"), QStringLiteral("1024")},
         {QStringLiteral("max-unauthenticated-per-address"),
          QStringLiteral("The same, per source address (IPv6: per /64)."), QStringLiteral("n"), QStringLiteral("64")},
+        {QStringLiteral("fleet"), QStringLiteral("Run a fleet service even with job flags (they are ignored).")},
+        {QStringLiteral("concurrent-jobs"),
+         QStringLiteral("Fleet service: jobs of the queue that run at once, sharing the workers by their weights."),
+         QStringLiteral("n"), QStringLiteral("2")},
         {QStringLiteral("join-failures"),
          QStringLiteral("Failed join attempts (wrong, unknown, spent or revoked tokens) one address may make in 10 "
                         "minutes; then its joins are refused until the 10 minutes have passed."),
@@ -144,7 +146,8 @@ int runServeCommand(const QStringList &arguments)
     if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("serve")))
         return *stop;
     installLogSink(parser.isSet(QStringLiteral("verbose")));
-    auto job = jobFromOptions(parser);
+    const bool fleetMode = parser.isSet(QStringLiteral("fleet")) || !anyJobOptionSet(parser);
+    auto job = fleetMode ? Result<JobSpec>(JobSpec::defaultJob()) : jobFromOptions(parser);
     if (!job) {
         std::fprintf(stderr, "flotilla serve: %s\n", job.error().toUtf8().constData());
         return ExitUsage;
@@ -184,28 +187,46 @@ int runServeCommand(const QStringList &arguments)
     if (hosts.isEmpty())
         hosts = {QHostInfo::localHostName(), QStringLiteral("localhost"), QStringLiteral("127.0.0.1")};
 
-    QString runDir = parser.value(QStringLiteral("run-dir"));
-    if (runDir.isEmpty())
-        runDir = defaultRunDir(*job);
-    if (!QDir().mkpath(runDir)) {
-        std::fprintf(stderr, "flotilla serve: cannot create run directory '%s'\n", runDir.toUtf8().constData());
-        return ExitFailure;
+    int concurrentJobs = 2;
+    if (fleetMode) {
+        auto concurrent = positiveOption(parser, QStringLiteral("concurrent-jobs"), 64);
+        if (!concurrent) {
+            std::fprintf(stderr, "flotilla serve: %s\n", concurrent.error().toUtf8().constData());
+            return ExitUsage;
+        }
+        concurrentJobs = *concurrent;
     }
-    setLogFile(QDir(runDir).filePath(QStringLiteral("flotilla.log")));
-    std::printf("Loading data and model for '%s'...\n", job->name.toUtf8().constData());
-    std::fflush(stdout);
-    auto fleet = LocalFleet::create(*job, runDir, localWorkers);
-    if (!fleet) {
-        qCCritical(lcApp).noquote() << "cannot start the job:" << fleet.error();
-        return ExitFailure;
+    std::unique_ptr<LocalFleet> single;
+    if (!fleetMode) {
+        QString runDir = parser.value(QStringLiteral("run-dir"));
+        if (runDir.isEmpty())
+            runDir = defaultRunDir(*job);
+        if (!QDir().mkpath(runDir)) {
+            std::fprintf(stderr, "flotilla serve: cannot create run directory '%s'\n", runDir.toUtf8().constData());
+            return ExitFailure;
+        }
+        setLogFile(QDir(runDir).filePath(QStringLiteral("flotilla.log")));
+        std::printf("Loading data and model for '%s'...\n", job->name.toUtf8().constData());
+        std::fflush(stdout);
+        auto fleet = LocalFleet::create(*job, runDir, localWorkers);
+        if (!fleet) {
+            qCCritical(lcApp).noquote() << "cannot start the job:" << fleet.error();
+            return ExitFailure;
+        }
+        single = std::move(fleet).value();
     }
-    LocalFleet &f = **fleet;
 
     options.identityDir = parser.value(QStringLiteral("identity-dir"));
+    if (fleetMode) {
+        QDir().mkpath(options.identityDir);
+        setLogFile(QDir(options.identityDir).filePath(QStringLiteral("fleet.log")));
+    }
     options.bindAddress = listenAddress;
     options.hostNames = hosts;
     NetworkHost network;
-    if (auto serving = network.start(f.coordinator(), options, {quint16(port)}); !serving) {
+    if (auto serving = fleetMode ? network.startFleet(options, {quint16(port)})
+                                 : network.start(single->coordinator(), options, {quint16(port)});
+        !serving) {
         qCCritical(lcApp).noquote() << "cannot start the coordinator's endpoint:" << serving.error();
         return ExitFailure;
     }
@@ -216,10 +237,15 @@ int runServeCommand(const QStringList &arguments)
                               QJsonDocument(QJsonObject{{QStringLiteral("host"), hosts.first()},
                                                         {QStringLiteral("port"), int(actualPort)}})
                                   .toJson());
-    const JobSpec &spec = f.spec();
-    std::printf("%s job '%s' in %s\n  coordinator on %s:%d (TLS 1.3, CA fingerprint %s)\n",
-                f.resumed() ? "Resuming" : "Starting", spec.name.toUtf8().constData(), f.runDir().toUtf8().constData(),
-                hosts.first().toUtf8().constData(), actualPort, fingerprint.toHex().left(16).constData());
+    if (fleetMode)
+        std::printf("Fleet service of %s\n  coordinator on %s:%d (TLS 1.3, CA fingerprint %s), up to %d jobs at once\n",
+                    options.identityDir.toUtf8().constData(), hosts.first().toUtf8().constData(), actualPort,
+                    fingerprint.toHex().left(16).constData(), concurrentJobs);
+    else
+        std::printf("%s job '%s' in %s\n  coordinator on %s:%d (TLS 1.3, CA fingerprint %s)\n",
+                    single->resumed() ? "Resuming" : "Starting", single->spec().name.toUtf8().constData(),
+                    single->runDir().toUtf8().constData(), hosts.first().toUtf8().constData(), actualPort,
+                    fingerprint.toHex().left(16).constData());
     if (parser.isSet(QStringLiteral("token-file"))) {
         const QString file = parser.value(QStringLiteral("token-file"));
         net::TrustStore trust(options.identityDir);
@@ -240,7 +266,11 @@ int runServeCommand(const QStringList &arguments)
                             : qPrintable(QStringLiteral(" (it replaces %1, now revoked)").arg(token->revoked.join(u','))));
     }
     std::fflush(stdout);
+    if (fleetMode)
+        return runFleetService(network, options.identityDir, concurrentJobs, parser.isSet(QStringLiteral("quiet")));
 
+    LocalFleet &f = *single;
+    const JobSpec &spec = f.spec();
     ProgressPrinter printer(parser.isSet(QStringLiteral("quiet")), spec.fleet.workers);
     QElapsedTimer wall;
     wall.start();

@@ -18,12 +18,12 @@
 
 namespace flotilla {
 
-namespace {
-
 QString defaultIdentityDir()
 {
     return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/coordinator");
 }
+
+namespace {
 
 QByteArray readFile(const QString &path)
 {

@@ -8,7 +8,6 @@
 
 #include <QCoreApplication>
 #include <QFile>
-#include <QHostInfo>
 #include <QStandardPaths>
 #include <QTimer>
 
@@ -38,7 +37,7 @@ int runWorker(const QStringList &arguments, const std::function<void(TrainOutcom
          QStringLiteral("file")},
         {QStringLiteral("state-dir"), QStringLiteral("Folder of this worker's key, certificate and shard cache."),
          QStringLiteral("dir"), defaultState},
-        {QStringLiteral("name"), QStringLiteral("Name shown on the coordinator. Default: this machine's name."),
+        {QStringLiteral("name"), QStringLiteral("Name shown on the coordinator, when joining. Default: the name the state folder's certificate was issued to, else this machine's."),
          QStringLiteral("name")},
         {QStringLiteral("device"), QStringLiteral("auto, cpu, cuda or cuda:N (the N-th GPU)."), QStringLiteral("name"), QStringLiteral("auto")},
         {QStringLiteral("threads"), QStringLiteral("LibTorch threads for training."), QStringLiteral("n"),
@@ -47,6 +46,11 @@ int runWorker(const QStringList &arguments, const std::function<void(TrainOutcom
          QStringLiteral("type"), QStringLiteral("local")},
         {QStringLiteral("price-class"), QStringLiteral("spot, on-demand or volunteer."), QStringLiteral("class"),
          QStringLiteral("volunteer")},
+        {QStringLiteral("accept-models"),
+         QStringLiteral("any: run the TorchScript models of the jobs its coordinator sends (a model is code; the "
+                        "coordinator is the one whose CA this worker pinned when it joined); none: only a model given "
+                        "with --model-file."),
+         QStringLiteral("policy"), QStringLiteral("any")},
         {QStringLiteral("model-file"),
          QStringLiteral("This machine's copy of the job's TorchScript model (TorchScript jobs only)."),
          QStringLiteral("file")},
@@ -100,12 +104,18 @@ int runWorker(const QStringList &arguments, const std::function<void(TrainOutcom
     }
     WorkerAgent::Options options;
     options.stateDir = parser.value(QStringLiteral("state-dir"));
-    options.name = parser.isSet(QStringLiteral("name")) ? parser.value(QStringLiteral("name")) : QHostInfo::localHostName();
+    options.name = parser.value(QStringLiteral("name")); // empty: the certificate's, else this machine's
     options.device = parser.value(QStringLiteral("device"));
     options.threads = std::max(1, parser.value(QStringLiteral("threads")).toInt());
     options.instanceType = parser.value(QStringLiteral("instance-type"));
     options.priceClass = parser.value(QStringLiteral("price-class"));
     options.modelFile = parser.value(QStringLiteral("model-file"));
+    if (const QString policy = parser.value(QStringLiteral("accept-models"));
+        policy != QLatin1String("any") && policy != QLatin1String("none")) {
+        std::fprintf(stderr, "flotilla worker: --accept-models must be any or none, not '%s'\n", qPrintable(policy));
+        return ExitUsage;
+    }
+    options.acceptModels = parser.value(QStringLiteral("accept-models")) == QLatin1String("any");
     options.slowdown = std::clamp(parser.value(QStringLiteral("slowdown")).toDouble(), 1.0, 1000.0);
     options.graceMs = std::max(1, parser.value(QStringLiteral("grace")).toInt()) * 1000;
     options.resultHook = resultHook;
@@ -165,7 +175,7 @@ int runWorker(const QStringList &arguments, const std::function<void(TrainOutcom
         std::fprintf(stderr, "flotilla worker: %s\n", started.error().toUtf8().constData());
         return ExitUsage;
     }
-    std::printf("Worker '%s' %s\n", options.name.toUtf8().constData(),
+    std::printf("Worker '%s' %s\n", agent.name().toUtf8().constData(),
                 token ? "joining with a token" : "connecting with its saved identity");
     std::fflush(stdout);
     installStopSignals();

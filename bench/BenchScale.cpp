@@ -569,7 +569,7 @@ private:
             const double span = double(std::max<qint64>(1, w.resultDueNs - w.leaseAtNs));
             done = std::min(planned, qint64(double(planned) * double(now - w.leaseAtNs) / span));
         }
-        QByteArray bytes = net::encodeMessage(net::HeartbeatMsg{w.leaseId, done, planned});
+        QByteArray bytes = net::encodeMessage(net::HeartbeatMsg{w.leaseId, done, planned, {}});
         if (w.probeSentNs == 0) {
             // The probe behind the heartbeat: its answer times the heartbeat's way through.
             bytes += net::encodeMessage(net::EchoMsg{++w.echoes});

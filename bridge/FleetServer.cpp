@@ -15,8 +15,10 @@ namespace {
 
 using net::MessageType;
 
-// Encoded shards kept for the next connection that asks.
+// Encoded shards kept for the next connection that asks, per job.
 constexpr qint64 kShardCacheBytes = qint64(256) << 20;
+// A TorchScript model a fleet holds in memory and sends to its workers.
+constexpr qint64 kModelBytes = qint64(512) << 20;
 
 // The header as its message's struct, or nothing when it is malformed: then the connection
 // is closed, as for any other violation of the protocol.
@@ -32,71 +34,324 @@ std::optional<Msg> decoded(net::TlsListener &endpoint, qint64 connectionId, cons
 
 } // namespace
 
+Result<std::unique_ptr<FleetServer>> FleetServer::create(const net::TlsListener::Options &options, bool fleet)
+{
+    std::unique_ptr<FleetServer> s(new FleetServer);
+    if (auto r = s->setUp(options, fleet); !r)
+        return r.takeError();
+    return s;
+}
+
 Result<std::unique_ptr<FleetServer>> FleetServer::create(CoordinatorThread *coordinator,
-                                                                     const net::TlsListener::Options &options)
+                                                         const net::TlsListener::Options &options)
+{
+    auto s = create(options, false);
+    if (!s)
+        return s;
+    QString name;
+    coordinator->withCoordinator([&](Coordinator &c) { name = c.spec().name; });
+    if (auto added = (*s)->addJob(name, coordinator); !added)
+        return added.takeError();
+    return s;
+}
+
+Result<void> FleetServer::setUp(const net::TlsListener::Options &options, bool fleet)
 {
     auto endpoint = net::TlsListener::create(options);
     if (!endpoint)
         return endpoint.takeError();
-    std::unique_ptr<FleetServer> s(new FleetServer);
-    s->m_coordinator = coordinator;
-    s->m_listener = std::move(endpoint).value();
+    m_fleet = fleet;
+    m_options = options;
+    m_listener = std::move(endpoint).value();
+    connect(m_listener.get(), &net::TlsListener::helloReceived, this, &FleetServer::onHello);
+    connect(m_listener.get(), &net::TlsListener::messageReceived, this, &FleetServer::onMessage);
+    connect(m_listener.get(), &net::TlsListener::overBudget, this, &FleetServer::onOverBudget);
+    connect(m_listener.get(), &net::TlsListener::connectionClosed, this,
+            [this](qint64 connectionId, const QString &) { onClosed(connectionId); });
+    return {};
+}
+
+Result<void> FleetServer::addJob(const QString &key, CoordinatorThread *coordinator, double weight)
+{
+    if (m_jobs.count(key))
+        return fail(QStringLiteral("the fleet already serves a job '%1'").arg(key));
+    auto job = std::make_unique<Job>();
+    job->key = key;
+    job->coordinator = coordinator;
+    job->weight = weight > 0 && std::isfinite(weight) ? weight : 1.0;
+    job->order = ++m_jobsAdded;
+    QString runDir;
     coordinator->withCoordinator([&](Coordinator &c) {
-        s->m_spec = c.spec();
-        s->m_data = c.data();
-        s->m_layout = c.layout();
+        job->spec = c.spec();
+        job->data = c.data();
+        job->layout = c.layout();
+        runDir = c.runDir();
     });
     // Replicas of a subtask are compared with each other (fleet.redundancy): they must start
     // from the same weights bit for bit, not from two roundings of them.
-    s->m_downlink = std::make_unique<DownlinkEncoder>(
-        s->m_spec.fleet.redundancy > 0 ? Compression::None
-                                       : compressionFromName(s->m_spec.fleet.compression).value_or(Compression::None),
-        s->m_layout);
-    if (s->m_spec.model.kind == QLatin1String("torchscript")) {
-        QFile model(s->m_spec.model.path);
+    job->downlink = std::make_unique<DownlinkEncoder>(
+        job->spec.fleet.redundancy > 0 ? Compression::None
+                                       : compressionFromName(job->spec.fleet.compression).value_or(Compression::None),
+        job->layout);
+    if (job->spec.model.kind == QLatin1String("torchscript")) {
+        QFile model(job->spec.model.path);
         if (!model.open(QIODevice::ReadOnly))
-            return fail(QStringLiteral("cannot read the TorchScript model '%1'").arg(s->m_spec.model.path));
-        QCryptographicHash hash(QCryptographicHash::Sha256);
-        hash.addData(&model);
-        s->m_modelSha256 = QString::fromLatin1(hash.result().toHex());
+            return fail(QStringLiteral("cannot read the TorchScript model '%1'").arg(job->spec.model.path));
+        if (model.size() > kModelBytes)
+            return fail(QStringLiteral("the TorchScript model '%1' is %2 MiB; a fleet sends models of up to %3 MiB")
+                            .arg(job->spec.model.path)
+                            .arg(model.size() >> 20)
+                            .arg(kModelBytes >> 20));
+        job->modelBytes = model.readAll();
+        job->modelSha256 = QString::fromLatin1(
+            QCryptographicHash::hash(job->modelBytes, QCryptographicHash::Sha256).toHex());
     }
-    // A result carries exactly the model's weights; nothing larger is accepted.
-    s->m_listener->setPayloadLimit(MessageType::Result, std::uint64_t(s->m_layout.totalNumel) * 4);
+    // A result carries exactly the model's weights; nothing larger is accepted. Jobs of one
+    // fleet may differ: the largest of them bounds it.
+    std::uint64_t largest = std::uint64_t(job->layout.totalNumel) * 4;
+    for (const auto &[k, other] : m_jobs)
+        largest = std::max<std::uint64_t>(largest, std::uint64_t(other->layout.totalNumel) * 4);
+    m_listener->setPayloadLimit(MessageType::Result, largest);
 
-    FleetServer *self = s.get();
     OperatorService::Options operatorOptions;
-    coordinator->withCoordinator([&](Coordinator &c) { operatorOptions.runDir = c.runDir(); });
-    operatorOptions.hostName = options.hostNames.value(0, QStringLiteral("127.0.0.1"));
-    operatorOptions.addressOf = [self](const WorkerStatus &w) {
+    operatorOptions.runDir = runDir;
+    operatorOptions.hostName = m_options.hostNames.value(0, QStringLiteral("127.0.0.1"));
+    operatorOptions.addressOf = [this](const WorkerStatus &w) {
         return w.name.startsWith(QStringLiteral("local-")) ? QStringLiteral("the coordinator's machine")
-                                                           : self->addressOf(w.id);
+                                                           : addressOf(w.id);
     };
-    self->m_operators = new OperatorService(coordinator, *self->m_listener, std::move(operatorOptions), self);
-    connect(self->m_operators, &OperatorService::stopRequested, self, &FleetServer::stopRequested);
-    connect(self->m_listener.get(), &net::TlsListener::helloReceived, self, &FleetServer::onHello);
-    connect(self->m_listener.get(), &net::TlsListener::messageReceived, self, &FleetServer::onMessage);
-    connect(self->m_listener.get(), &net::TlsListener::overBudget, self, &FleetServer::onOverBudget);
-    connect(self->m_listener.get(), &net::TlsListener::connectionClosed, self,
-            [self](qint64 connectionId, const QString &) { self->onClosed(connectionId); });
-    connect(coordinator, &CoordinatorThread::joinAnswered, self, &FleetServer::onJoined);
-    connect(coordinator, &CoordinatorThread::requestAnswered, self, &FleetServer::onAssigned);
-    connect(coordinator, &CoordinatorThread::submitAnswered, self, &FleetServer::onSubmitted);
-    connect(coordinator, &CoordinatorThread::leaseSuperseded, self, [self](qint64 workerId, qint64 leaseId) {
-        for (const auto &[connection, worker] : self->m_connected)
-            if (worker.workerId == workerId)
-                self->m_listener->send(
-                    connection,
-                    net::CancelMsg{leaseId, QStringLiteral("another worker's result completed the subtask")});
+    job->operators = new OperatorService(coordinator, *m_listener, std::move(operatorOptions), this);
+    connect(job->operators, &OperatorService::stopRequested, this, [this, key](const QString &by) {
+        if (m_fleet)
+            Q_EMIT jobStopRequested(key, by);
+        else
+            Q_EMIT stopRequested(by);
     });
+    // Answers find their job by key and by the order it was added in: a job removed and
+    // added again under its key numbers its tickets from 1 again.
+    const qint64 order = job->order;
+    auto find = [this, key, order]() -> Job * {
+        const auto it = m_jobs.find(key);
+        return it != m_jobs.end() && it->second->order == order ? it->second.get() : nullptr;
+    };
+    Job &j = *job;
+    j.connections.push_back(connect(coordinator, &CoordinatorThread::joinAnswered, this,
+                                    [this, find](qint64 ticket, qint64 workerId, const QString &error) {
+                                        if (Job *job = find())
+                                            onJoined(*job, ticket, workerId, error);
+                                    }));
+    j.connections.push_back(connect(coordinator, &CoordinatorThread::requestAnswered, this,
+                                    [this, find](qint64 ticket, const std::optional<Assignment> &a, bool finished,
+                                                 bool dismissed) {
+                                        if (Job *job = find())
+                                            onAssigned(*job, ticket, a, finished, dismissed);
+                                    }));
+    j.connections.push_back(connect(coordinator, &CoordinatorThread::submitAnswered, this,
+                                    [this, find](qint64 ticket, const SubmitReply &reply) {
+                                        if (Job *job = find())
+                                            onSubmitted(*job, ticket, reply);
+                                    }));
+    j.connections.push_back(connect(coordinator, &CoordinatorThread::leaseSuperseded, this,
+                                    [this, find](qint64 workerId, qint64 leaseId) {
+                                        Job *job = find();
+                                        if (!job)
+                                            return;
+                                        for (const auto &[connection, worker] : m_connected)
+                                            if (worker.workerId == workerId && worker.job == job->key)
+                                                m_listener->send(connection,
+                                                                 net::CancelMsg{leaseId,
+                                                                                QStringLiteral("another worker's result "
+                                                                                               "completed the subtask"),
+                                                                                false, job->key});
+                                    }));
     // Told, not waited for: a worker that is training a copy, reconnecting or waiting out a
     // retry would otherwise ask only after the endpoint has gone, and wait for ever.
-    connect(coordinator, &CoordinatorThread::jobEnded, self, [self](bool done, const QString &) {
-        if (!done)
-            return;
-        for (const auto &[connection, worker] : self->m_connected)
-            self->m_listener->send(connection, net::NoWorkMsg{1000, true, false});
-    });
-    return s;
+    j.connections.push_back(connect(coordinator, &CoordinatorThread::jobEnded, this,
+                                    [this, find](bool done, const QString &) {
+                                        if (Job *job = find())
+                                            onJobEnded(*job, done);
+                                    }));
+    m_jobs.emplace(key, std::move(job));
+    qCInfo(lcBridge).noquote() << "serving job" << key << "with weight" << j.weight;
+    // Workers waiting for a job take this one; the others come as their shares say, between
+    // two of their subtasks.
+    for (const auto &[connection, worker] : std::map<qint64, ConnectedWorker>(m_connected))
+        if (worker.job.isEmpty() && worker.joining.isEmpty())
+            place(connection);
+    return {};
+}
+
+void FleetServer::removeJob(const QString &key)
+{
+    const auto it = m_jobs.find(key);
+    if (it == m_jobs.end())
+        return;
+    std::unique_ptr<Job> job = std::move(it->second);
+    m_jobs.erase(it);
+    for (const auto &c : job->connections)
+        disconnect(c);
+    for (const qint64 connection : job->operators->connections())
+        m_listener->close(connection,
+                          QStringLiteral("the job '%1' is no longer served; attach again to watch another").arg(key),
+                          false, false);
+    delete job->operators;
+    qCInfo(lcBridge).noquote() << "no longer serving job" << key;
+    for (auto &[connection, worker] : m_connected) {
+        if (worker.job == key || worker.joining == key) {
+            worker.job.clear();
+            worker.joining.clear();
+        }
+    }
+    for (const auto &[connection, worker] : std::map<qint64, ConnectedWorker>(m_connected))
+        if (worker.job.isEmpty() && worker.joining.isEmpty())
+            place(connection, key);
+}
+
+void FleetServer::setJobWeight(const QString &key, double weight)
+{
+    if (const auto it = m_jobs.find(key); it != m_jobs.end() && weight > 0 && std::isfinite(weight))
+        it->second->weight = weight;
+}
+
+std::map<QString, int> FleetServer::placement() const
+{
+    std::map<QString, int> out = counts();
+    int waiting = 0;
+    for (const auto &[connection, worker] : m_connected)
+        if (worker.job.isEmpty() && worker.joining.isEmpty())
+            ++waiting;
+    out[QString()] = waiting;
+    return out;
+}
+
+std::map<QString, int> FleetServer::counts() const
+{
+    std::map<QString, int> out;
+    for (const auto &[key, job] : m_jobs)
+        out[key] = 0;
+    for (const auto &[connection, worker] : m_connected) {
+        const QString &key = worker.joining.isEmpty() ? worker.job : worker.joining;
+        if (!key.isEmpty() && out.count(key))
+            ++out[key];
+    }
+    return out;
+}
+
+std::map<QString, double> FleetServer::targets() const
+{
+    double total = 0;
+    for (const auto &[key, job] : m_jobs)
+        total += job->weight;
+    const double workers = double(m_connected.size());
+    std::map<QString, double> out;
+    for (const auto &[key, job] : m_jobs)
+        out[key] = total > 0 ? workers * job->weight / total : 0.0;
+    return out;
+}
+
+QString FleetServer::moveTarget(const QString &from) const
+{
+    if (!m_fleet || m_jobs.size() < 2)
+        return {};
+    const auto target = targets();
+    const auto count = counts();
+    const auto f = target.find(from);
+    if (f == target.end() || double(count.at(from)) - f->second <= 0.5)
+        return {};
+    QString best;
+    double most = 0.5;
+    for (const auto &[key, t] : target) {
+        const double under = t - double(count.at(key));
+        if (key != from && under > most) {
+            most = under;
+            best = key;
+        }
+    }
+    return best;
+}
+
+void FleetServer::place(qint64 connectionId, const QString &except)
+{
+    const auto it = m_connected.find(connectionId);
+    if (it == m_connected.end())
+        return;
+    ConnectedWorker &worker = it->second;
+    const auto target = targets();
+    const auto count = counts();
+    const Job *best = nullptr;
+    double most = -1e300;
+    for (const auto &[key, job] : m_jobs) {
+        if (key == except && m_jobs.size() > 1)
+            continue;
+        const double under = target.at(key) - double(count.at(key));
+        if (!best || under > most + 1e-9 || (std::abs(under - most) <= 1e-9 && job->order < best->order)) {
+            best = job.get();
+            most = under;
+        }
+    }
+    if (!best || best->key == except) {
+        sendWelcome(connectionId, worker, nullptr);
+        Q_EMIT workerPlaced(worker.workerId, QString());
+        return;
+    }
+    Job &job = *m_jobs.at(best->key);
+    worker.joining = job.key;
+    Pending pending;
+    pending.connectionId = connectionId;
+    pending.workerId = worker.workerId;
+    job.joins[job.coordinator->join(worker.info, worker.workerId)] = pending;
+}
+
+void FleetServer::leaveJob(ConnectedWorker &worker, const QString &reason)
+{
+    if (const auto it = m_jobs.find(worker.job); it != m_jobs.end())
+        it->second->coordinator->leave(worker.workerId, reason);
+    worker.job.clear();
+}
+
+void FleetServer::sendWelcome(qint64 connectionId, const ConnectedWorker &worker, const Job *job)
+{
+    net::WelcomeMsg welcome;
+    welcome.workerId = worker.workerId;
+    if (!job) {
+        // Nothing to train: the worker waits, connected, for the next Welcome.
+        welcome.heartbeatMs = 2000;
+        welcome.heartbeatTimeoutMs = 30000;
+        m_listener->send(connectionId, welcome);
+        return;
+    }
+    const JobSpec &spec = job->spec;
+    welcome.job = spec.name;
+    welcome.jobKey = job->key;
+    welcome.model = QString::fromUtf8(
+        QJsonDocument(spec.toJson().value(QStringLiteral("model")).toObject()).toJson(QJsonDocument::Compact));
+    welcome.modelSha256 = job->modelSha256;
+    welcome.inputShape.assign(job->data->inputShape.begin(), job->data->inputShape.end());
+    welcome.classes = job->data->numClasses;
+    welcome.layout = job->layout.digest();
+    welcome.weights = weightManifest(job->layout);
+    welcome.seed = spec.training.seed;
+    welcome.heartbeatMs = spec.fleet.heartbeatIntervalMs();
+    welcome.heartbeatTimeoutMs = qint64(spec.fleet.heartbeatTimeoutSeconds * 1000.0);
+    welcome.compression = spec.fleet.compression;
+    m_listener->send(connectionId, welcome);
+}
+
+void FleetServer::onJobEnded(Job &job, bool done)
+{
+    if (m_fleet)
+        return; // the fleet service removes the job, and its workers go on to the next
+    if (!done)
+        return;
+    for (const auto &[connection, worker] : m_connected)
+        if (worker.job == job.key)
+            m_listener->send(connection, net::NoWorkMsg{1000, true, false});
+}
+
+FleetServer::Job *FleetServer::jobFor(const ConnectedWorker &worker, const QString &named)
+{
+    const auto it = m_jobs.find(named.isEmpty() ? worker.job : named);
+    return it != m_jobs.end() ? it->second.get() : nullptr;
 }
 
 FleetServer::~FleetServer() = default;
@@ -115,76 +370,36 @@ Result<void> FleetServer::listen()
 void FleetServer::onHello(const net::PeerInfo &peer, const net::HelloMsg &hello)
 {
     if (peer.role == net::Role::Operator) {
-        m_operators->attach(peer);
+        // An operator watches the job served longest (the one job, outside a fleet).
+        const Job *first = nullptr;
+        for (const auto &[key, job] : m_jobs)
+            if (!first || job->order < first->order)
+                first = job.get();
+        if (!first) {
+            m_listener->close(peer.connectionId,
+                              QStringLiteral("this fleet runs no job now: attach again once one runs (flotilla jobs "
+                                             "lists the queue)"),
+                              false, false);
+            return;
+        }
+        first->operators->attach(peer);
         return;
     }
-    WorkerInfo info;
-    info.name = peer.workerName;
-    info.instanceType = hello.instanceType;
-    info.priceClass = hello.priceClass;
-    info.device = hello.device.left(16);
-    info.threads = int(std::clamp<qint64>(hello.threads, 0, 4096));
-    info.samplesPerSecond = hello.samplesPerSecond;
-    if (!std::isfinite(info.samplesPerSecond) || info.samplesPerSecond < 0)
-        info.samplesPerSecond = 0;
-    Pending pending;
-    pending.connectionId = peer.connectionId;
-    pending.peer = peer;
-    m_joins[m_coordinator->join(info, peer.workerId)] = pending;
-}
-
-void FleetServer::onClosed(qint64 connectionId)
-{
-    m_operators->onClosed(connectionId);
-    m_connected.erase(connectionId);
-    for (auto *pending : {&m_joins, &m_requests, &m_results})
-        for (auto &[ticket, p] : *pending)
-            if (p.connectionId == connectionId)
-                p.closed = true;
-}
-
-void FleetServer::onOverBudget(const net::PeerInfo &peer, const QString &reason, bool barred)
-{
-    if (peer.role == net::Role::Operator)
-        return; // an operator is not a worker of the job: the listener's log says it
-    qint64 workerId = peer.workerId;
-    if (const auto it = m_connected.find(peer.connectionId); it != m_connected.end())
-        workerId = it->second.workerId;
-    if (workerId == 0)
-        return; // never joined: nothing of the job's to hold it against
-    m_coordinator->recordEvent(EventKind::WorkerOverBudget, workerId,
-                               QStringLiteral("%1's connection was closed: it %2").arg(peer.workerName, reason));
-    if (barred)
-        m_coordinator->quarantineAsync(workerId,
-                                       QStringLiteral("its connections went over their budgets again and again (the "
-                                                      "last: it %1)")
-                                           .arg(reason));
-}
-
-void FleetServer::onJoined(qint64 ticket, qint64 workerId, const QString &error)
-{
-    const auto it = m_joins.find(ticket);
-    if (it == m_joins.end())
-        return; // another server's
-    const Pending pending = it->second;
-    m_joins.erase(it);
-    const net::PeerInfo &peer = pending.peer;
-    if (!error.isEmpty()) {
-        if (!pending.closed)
-            m_listener->close(peer.connectionId, QStringLiteral("cannot join the job: %1").arg(error), true);
-        return;
-    }
-    if (pending.closed) {
-        m_coordinator->leave(workerId, QStringLiteral("its connection closed while it joined"));
-        return;
-    }
-    if (workerId != peer.workerId) {
-        if (auto r = m_listener->setWorkerId(peer.fingerprint, workerId); !r)
-            qCWarning(lcBridge).noquote() << r.error();
-    }
+    ConnectedWorker worker;
+    worker.workerId = peer.workerId;
+    worker.fingerprint = peer.fingerprint;
+    worker.name = peer.workerName;
+    worker.info.name = peer.workerName;
+    worker.info.instanceType = hello.instanceType;
+    worker.info.priceClass = hello.priceClass;
+    worker.info.device = hello.device.left(64);
+    worker.info.threads = int(std::clamp<qint64>(hello.threads, 0, 4096));
+    worker.info.samplesPerSecond = hello.samplesPerSecond;
+    if (!std::isfinite(worker.info.samplesPerSecond) || worker.info.samplesPerSecond < 0)
+        worker.info.samplesPerSecond = 0;
     // A worker connected twice (a reconnect racing the old connection): keep the newest.
     for (auto it = m_connected.begin(); it != m_connected.end();) {
-        if (it->second.workerId == workerId && it->first != peer.connectionId) {
+        if (it->second.workerId == worker.workerId && it->first != peer.connectionId) {
             const qint64 old = it->first;
             it = m_connected.erase(it);
             m_listener->close(old, QStringLiteral("the worker connected again"));
@@ -192,39 +407,99 @@ void FleetServer::onJoined(qint64 ticket, qint64 workerId, const QString &error)
             ++it;
         }
     }
-    m_connected[peer.connectionId] = ConnectedWorker{workerId, peer.fingerprint, peer.workerName};
+    m_connected[peer.connectionId] = worker;
     {
         QMutexLocker lock(&m_addressMutex);
-        m_addresses.insert(workerId, peer.address);
+        m_addresses.insert(worker.workerId, peer.address);
     }
+    place(peer.connectionId);
+}
 
-    net::WelcomeMsg welcome;
-    welcome.workerId = workerId;
-    welcome.job = m_spec.name;
-    welcome.model = QString::fromUtf8(
-        QJsonDocument(m_spec.toJson().value(QStringLiteral("model")).toObject()).toJson(QJsonDocument::Compact));
-    welcome.modelSha256 = m_modelSha256;
-    welcome.inputShape.assign(m_data->inputShape.begin(), m_data->inputShape.end());
-    welcome.classes = m_data->numClasses;
-    welcome.layout = m_layout.digest();
-    welcome.weights = weightManifest(m_layout);
-    welcome.seed = m_spec.training.seed;
-    welcome.heartbeatMs = m_spec.fleet.heartbeatIntervalMs();
-    welcome.heartbeatTimeoutMs = qint64(m_spec.fleet.heartbeatTimeoutSeconds * 1000.0);
-    welcome.compression = m_spec.fleet.compression;
-    m_listener->send(peer.connectionId, welcome);
+void FleetServer::onClosed(qint64 connectionId)
+{
+    for (auto &[key, job] : m_jobs) {
+        job->operators->onClosed(connectionId);
+        for (auto *pending : {&job->joins, &job->requests, &job->results})
+            for (auto &[ticket, p] : *pending)
+                if (p.connectionId == connectionId)
+                    p.closed = true;
+    }
+    m_connected.erase(connectionId);
+}
+
+void FleetServer::onOverBudget(const net::PeerInfo &peer, const QString &reason, bool barred)
+{
+    if (peer.role == net::Role::Operator)
+        return; // an operator is not a worker of the job: the listener's log says it
+    qint64 workerId = peer.workerId;
+    QString key;
+    if (const auto it = m_connected.find(peer.connectionId); it != m_connected.end()) {
+        workerId = it->second.workerId;
+        key = it->second.job;
+    }
+    if (workerId == 0)
+        return; // never joined: nothing of the job's to hold it against
+    // The job it works for holds it against the worker; one that waits has none.
+    const auto it = m_jobs.find(key);
+    if (it == m_jobs.end())
+        return;
+    CoordinatorThread *coordinator = it->second->coordinator;
+    coordinator->recordEvent(EventKind::WorkerOverBudget, workerId,
+                             QStringLiteral("%1's connection was closed: it %2").arg(peer.workerName, reason));
+    if (barred)
+        coordinator->quarantineAsync(workerId,
+                                     QStringLiteral("its connections went over their budgets again and again (the "
+                                                    "last: it %1)")
+                                         .arg(reason));
+}
+
+void FleetServer::onJoined(Job &job, qint64 ticket, qint64 workerId, const QString &error)
+{
+    const auto it = job.joins.find(ticket);
+    if (it == job.joins.end())
+        return;
+    const Pending pending = it->second;
+    job.joins.erase(it);
+    const auto connected = m_connected.find(pending.connectionId);
+    if (pending.closed || connected == m_connected.end()) {
+        if (error.isEmpty())
+            job.coordinator->leave(workerId, QStringLiteral("its connection closed while it joined"));
+        return;
+    }
+    ConnectedWorker &worker = connected->second;
+    if (worker.joining != job.key)
+        return; // placed elsewhere meanwhile
+    worker.joining.clear();
+    if (!error.isEmpty()) {
+        if (!m_fleet || m_jobs.size() < 2) {
+            m_listener->close(pending.connectionId, QStringLiteral("cannot join the job: %1").arg(error), true);
+            return;
+        }
+        // Another job of the fleet may take it (this one quarantined it, say).
+        qCInfo(lcBridge).noquote() << worker.name << "cannot join job" << job.key << "-" << error;
+        sendWelcome(pending.connectionId, worker, nullptr);
+        return;
+    }
+    if (workerId != worker.workerId)
+        qCWarning(lcBridge).noquote() << "job" << job.key << "knows" << worker.name << "as worker" << workerId
+                                      << "- the fleet as" << worker.workerId;
+    worker.workerId = workerId;
+    worker.job = job.key;
+    sendWelcome(pending.connectionId, worker, &job);
+    Q_EMIT workerPlaced(workerId, job.key);
 }
 
 void FleetServer::onMessage(qint64 connectionId, const net::Message &message)
 {
-    if (m_operators->serves(connectionId)) {
-        m_operators->onMessage(connectionId, message);
-        return;
-    }
+    for (auto &[key, job] : m_jobs)
+        if (job->operators->serves(connectionId)) {
+            job->operators->onMessage(connectionId, message);
+            return;
+        }
     const auto it = m_connected.find(connectionId);
     if (it == m_connected.end())
         return;
-    const ConnectedWorker worker = it->second;
+    ConnectedWorker &worker = it->second;
     switch (message.type) {
     case MessageType::Watch:
     case MessageType::Command:
@@ -235,29 +510,32 @@ void FleetServer::onMessage(qint64 connectionId, const net::Message &message)
                               .arg(worker.name, net::describe(message.type)),
                           true);
         return;
-    case MessageType::Request: {
-        const auto request = decoded<net::RequestMsg>(*m_listener, connectionId, message);
-        if (!request)
-            return;
-        Pending pending;
-        pending.connectionId = connectionId;
-        pending.workerId = worker.workerId;
-        pending.takesChanges = request->takesChanges;
-        pending.anchor = request->anchor;
-        m_requests[m_coordinator->request(worker.workerId, request->samplesPerSecond)] = pending;
+    case MessageType::Request:
+        if (const auto request = decoded<net::RequestMsg>(*m_listener, connectionId, message))
+            onRequest(connectionId, worker, *request);
         return;
-    }
     case MessageType::ShardRequest:
         if (const auto request = decoded<net::ShardRequestMsg>(*m_listener, connectionId, message))
-            sendShard(connectionId, *request);
+            sendShard(connectionId, worker, *request);
+        return;
+    case MessageType::ModelRequest:
+        if (const auto request = decoded<net::ModelRequestMsg>(*m_listener, connectionId, message))
+            sendModel(connectionId, *request);
         return;
     case MessageType::Echo:
         if (const auto echo = decoded<net::EchoMsg>(*m_listener, connectionId, message))
             m_listener->send(connectionId, *echo);
         return;
     case MessageType::Heartbeat:
-        if (const auto beat = decoded<net::HeartbeatMsg>(*m_listener, connectionId, message))
-            m_coordinator->heartbeat(worker.workerId, beat->lease, beat->done, beat->planned);
+        if (const auto beat = decoded<net::HeartbeatMsg>(*m_listener, connectionId, message)) {
+            // Every job it works or worked for hears it is alive: one it is not in any more
+            // has let it go already.
+            if (Job *job = jobFor(worker, beat->job))
+                job->coordinator->heartbeat(worker.workerId, beat->job.isEmpty() || beat->job == worker.job
+                                                                 ? beat->lease
+                                                                 : 0,
+                                            beat->done, beat->planned);
+        }
         return;
     case MessageType::Result:
         if (const auto result = decoded<net::ResultMsg>(*m_listener, connectionId, message))
@@ -265,19 +543,22 @@ void FleetServer::onMessage(qint64 connectionId, const net::Message &message)
         return;
     case MessageType::HandBack:
         if (const auto handBack = decoded<net::HandBackMsg>(*m_listener, connectionId, message))
-            m_coordinator->handBack(worker.workerId, handBack->lease,
-                                    QStringLiteral("handed back by the worker: %1").arg(handBack->reason.left(500)),
-                                    handBack->failed);
+            if (Job *job = jobFor(worker, handBack->job))
+                job->coordinator->handBack(worker.workerId, handBack->lease,
+                                           QStringLiteral("handed back by the worker: %1").arg(handBack->reason.left(500)),
+                                           handBack->failed);
         return;
     case MessageType::Bye: {
         const auto bye = decoded<net::ByeMsg>(*m_listener, connectionId, message);
         if (!bye)
             return;
         const QString reason = bye->reason.left(500);
-        if (reason == QLatin1String("preempted"))
-            m_coordinator->recordEvent(EventKind::WorkerPreempted, worker.workerId,
-                                       QStringLiteral("preemption notice: the worker handed in its work and left"));
-        m_coordinator->leave(worker.workerId, QStringLiteral("the worker left: %1").arg(reason));
+        if (Job *job = jobFor(worker, {})) {
+            if (reason == QLatin1String("preempted"))
+                job->coordinator->recordEvent(EventKind::WorkerPreempted, worker.workerId,
+                                              QStringLiteral("preemption notice: the worker handed in its work and left"));
+            job->coordinator->leave(worker.workerId, QStringLiteral("the worker left: %1").arg(reason));
+        }
         m_connected.erase(connectionId);
         m_listener->close(connectionId, QStringLiteral("goodbye"), false, false);
         return;
@@ -287,53 +568,92 @@ void FleetServer::onMessage(qint64 connectionId, const net::Message &message)
     }
 }
 
-const FleetServer::EncodedShard &FleetServer::encodedShard(int shard)
+void FleetServer::onRequest(qint64 connectionId, ConnectedWorker &worker, const net::RequestMsg &request)
 {
-    auto it = m_shardCache.find(shard);
-    if (it == m_shardCache.end()) {
-        const Dataset samples = m_data->train.select(m_data->plan.shard(shard));
+    Job *job = jobFor(worker, {});
+    if (!job) {
+        // Waiting, or joining a job: the Welcome that comes says what to do.
+        if (worker.joining.isEmpty())
+            sendWelcome(connectionId, worker, nullptr);
+        return;
+    }
+    // Between two subtasks is when a worker may go where the shares want it.
+    if (const QString to = moveTarget(job->key); !to.isEmpty()) {
+        qCInfo(lcBridge).noquote() << worker.name << "moves from job" << job->key << "to" << to;
+        leaveJob(worker, QStringLiteral("moved to job %1 of the fleet").arg(to));
+        Job &next = *m_jobs.at(to);
+        worker.joining = to;
+        Pending pending;
+        pending.connectionId = connectionId;
+        pending.workerId = worker.workerId;
+        next.joins[next.coordinator->join(worker.info, worker.workerId)] = pending;
+        return;
+    }
+    Pending pending;
+    pending.connectionId = connectionId;
+    pending.workerId = worker.workerId;
+    pending.takesChanges = request.takesChanges;
+    pending.anchor = request.anchor;
+    job->requests[job->coordinator->request(worker.workerId, request.samplesPerSecond)] = pending;
+}
+
+const FleetServer::EncodedShard &FleetServer::encodedShard(Job &job, int shard)
+{
+    auto it = job.shardCache.find(shard);
+    if (it == job.shardCache.end()) {
+        const Dataset samples = job.data->train.select(job.data->plan.shard(shard));
         EncodedShard e;
         e.manifest = shardManifest(samples);
         e.bytes = shardToBytes(samples);
         e.sha = shardDigest(e.manifest, e.bytes);
-        m_shardSha[shard] = e.sha;
-        m_shardCacheBytes += e.bytes.size();
-        it = m_shardCache.emplace(shard, std::move(e)).first;
+        job.shardSha[shard] = e.sha;
+        job.shardCacheBytes += e.bytes.size();
+        it = job.shardCache.emplace(shard, std::move(e)).first;
         // The least recently used make way, never the one just made.
-        while (m_shardCacheBytes > kShardCacheBytes && m_shardCache.size() > 1) {
-            auto oldest = m_shardCache.end();
-            for (auto c = m_shardCache.begin(); c != m_shardCache.end(); ++c)
-                if (c->first != shard && (oldest == m_shardCache.end() || c->second.lastUsed < oldest->second.lastUsed))
+        while (job.shardCacheBytes > kShardCacheBytes && job.shardCache.size() > 1) {
+            auto oldest = job.shardCache.end();
+            for (auto c = job.shardCache.begin(); c != job.shardCache.end(); ++c)
+                if (c->first != shard
+                    && (oldest == job.shardCache.end() || c->second.lastUsed < oldest->second.lastUsed))
                     oldest = c;
-            m_shardCacheBytes -= oldest->second.bytes.size();
-            m_shardCache.erase(oldest);
+            job.shardCacheBytes -= oldest->second.bytes.size();
+            job.shardCache.erase(oldest);
         }
     }
-    it->second.lastUsed = ++m_shardUses;
+    it->second.lastUsed = ++job.shardUses;
     return it->second;
 }
 
-QByteArray FleetServer::shardSha(int shard)
+QByteArray FleetServer::shardSha(Job &job, int shard)
 {
-    const auto it = m_shardSha.find(shard);
-    return it != m_shardSha.end() ? it->second : encodedShard(shard).sha;
+    const auto it = job.shardSha.find(shard);
+    return it != job.shardSha.end() ? it->second : encodedShard(job, shard).sha;
 }
 
-void FleetServer::onAssigned(qint64 ticket, const std::optional<Assignment> &a, bool finished, bool dismissed)
+void FleetServer::onAssigned(Job &job, qint64 ticket, const std::optional<Assignment> &a, bool finished,
+                             bool dismissed)
 {
-    const auto it = m_requests.find(ticket);
-    if (it == m_requests.end())
+    const auto it = job.requests.find(ticket);
+    if (it == job.requests.end())
         return;
     const Pending pending = it->second;
-    m_requests.erase(it);
+    job.requests.erase(it);
     const qint64 connectionId = pending.connectionId;
-    if (pending.closed) {
+    const auto connected = m_connected.find(connectionId);
+    if (pending.closed || connected == m_connected.end() || connected->second.job != job.key) {
         if (a)
-            m_coordinator->handBack(pending.workerId, a->leaseId,
-                                QStringLiteral("the worker's connection closed before the lease reached it"));
+            job.coordinator->handBack(pending.workerId, a->leaseId,
+                                      QStringLiteral("the worker's connection closed before the lease reached it"));
         return;
     }
     if (!a) {
+        if (m_fleet && (finished || dismissed)) {
+            // Nothing left here for this machine: the fleet has other work for it, or it waits.
+            leaveJob(connected->second, finished ? QStringLiteral("the job is finished")
+                                                 : QStringLiteral("dismissed: the job has no work left for it"));
+            place(connectionId, job.key);
+            return;
+        }
         // Jittered, so that idle workers at an epoch's end do not all ask again at once.
         const int retryMs = 250 + int(QRandomGenerator::global()->bounded(500));
         m_listener->send(connectionId, net::NoWorkMsg{retryMs, finished, dismissed});
@@ -349,8 +669,8 @@ void FleetServer::onAssigned(qint64 ticket, const std::optional<Assignment> &a, 
     assign.end = a->end;
     assign.baseVersion = a->baseVersion;
     assign.deadlineMs = a->deadlineMs;
-    assign.shardSamples = qint64(m_data->plan.shardSize(a->shard));
-    assign.shardSha256 = shardSha(a->shard);
+    assign.shardSamples = qint64(job.data->plan.shardSize(a->shard));
+    assign.shardSha256 = shardSha(job, a->shard);
     assign.optimizer = c.optimizer;
     assign.learningRate = c.learningRate;
     assign.momentum = c.momentum;
@@ -374,29 +694,53 @@ void FleetServer::onAssigned(qint64 ticket, const std::optional<Assignment> &a, 
     // subtask, a worker is sent an anchor whole once per 8 to 16 of its subtasks, and a change
     // from it for the others.
     const qint64 refresh = std::max<qint64>(32, 8 * qint64(m_connected.size()));
-    const auto weights = m_downlink->encode(a->baseSeq, a->weights, pending.anchor, pending.takesChanges, refresh);
+    const auto weights = job.downlink->encode(a->baseSeq, a->weights, pending.anchor, pending.takesChanges, refresh);
     assign.change = compressionName(weights.form.change);
     assign.anchor = weights.form.anchor;
     assign.anchorIncluded = weights.form.anchorIncluded;
-    m_coordinator->countWeightsSent(weights.payload.size(), weights.form.change == Compression::None,
-                                    weights.form.anchorIncluded);
+    job.coordinator->countWeightsSent(weights.payload.size(), weights.form.change == Compression::None,
+                                      weights.form.anchorIncluded);
     m_listener->send(connectionId, assign, weights.payload);
 }
 
-void FleetServer::sendShard(qint64 connectionId, const net::ShardRequestMsg &request)
+void FleetServer::sendShard(qint64 connectionId, const ConnectedWorker &worker, const net::ShardRequestMsg &request)
 {
+    Job *job = jobFor(worker, {});
+    if (!job)
+        return; // its job is no longer served: the Welcome it was sent tells it
     const qint64 shard = request.shard;
-    if (shard >= m_data->plan.numShards()) {
+    if (shard >= job->data->plan.numShards()) {
         m_listener->close(connectionId, QStringLiteral("asked for shard %1, which this job does not have").arg(shard));
         return;
     }
-    const EncodedShard &encoded = encodedShard(int(shard));
+    const EncodedShard &encoded = encodedShard(*job, int(shard));
     m_listener->send(connectionId, net::ShardDataMsg{shard, encoded.manifest}, encoded.bytes);
 }
 
-void FleetServer::receiveResult(qint64 connectionId, const ConnectedWorker &worker, const net::ResultMsg &header,
-                                      const QByteArray &payload)
+void FleetServer::sendModel(qint64 connectionId, const net::ModelRequestMsg &request)
 {
+    for (const auto &[key, job] : m_jobs)
+        if (!job->modelSha256.isEmpty() && job->modelSha256 == request.sha256) {
+            m_listener->send(connectionId, net::ModelDataMsg{job->modelSha256, {}}, job->modelBytes);
+            return;
+        }
+    m_listener->send(connectionId,
+                     net::ModelDataMsg{request.sha256.left(64),
+                                       QStringLiteral("no job of this fleet trains a model with that SHA-256")});
+}
+
+void FleetServer::receiveResult(qint64 connectionId, const ConnectedWorker &worker, const net::ResultMsg &header,
+                                const QByteArray &payload)
+{
+    Job *job = jobFor(worker, header.job);
+    if (!job) {
+        // Its job ended (or the worker was moved and that job then ended): nothing is owed.
+        m_listener->send(connectionId, net::AckMsg{header.lease, QStringLiteral("duplicate"),
+                                                   QStringLiteral("the job '%1' is no longer served").arg(header.job),
+                                                   0, 0, header.job});
+        return;
+    }
+    const WeightLayout &layout = job->layout;
     SubtaskResult r;
     r.leaseId = header.lease;
     r.meanLoss = header.loss;
@@ -408,7 +752,7 @@ void FleetServer::receiveResult(qint64 connectionId, const ConnectedWorker &work
     // The manifest and the bytes are checked before the weights become a tensor; a delta is
     // decoded by the coordinator, which holds the base it is a change from.
     const auto encoding = compressionFromName(header.encoding);
-    if (auto manifest = checkWeightManifest(header.weights, m_layout); !manifest) {
+    if (auto manifest = checkWeightManifest(header.weights, layout); !manifest) {
         r.invalidReason = manifest.error();
     } else if (!encoding) {
         r.invalidReason = QStringLiteral("the result is encoded as '%1', which is not none, fp16 or int8")
@@ -416,7 +760,7 @@ void FleetServer::receiveResult(qint64 connectionId, const ConnectedWorker &work
     } else if (*encoding != Compression::None) {
         r.encoding = *encoding;
         r.update = payload;
-    } else if (auto weights = weightsFromBytes(payload, m_layout); !weights) {
+    } else if (auto weights = weightsFromBytes(payload, layout); !weights) {
         r.invalidReason = weights.error();
     } else {
         r.weights = *weights;
@@ -425,16 +769,16 @@ void FleetServer::receiveResult(qint64 connectionId, const ConnectedWorker &work
     pending.connectionId = connectionId;
     pending.workerId = worker.workerId;
     pending.leaseId = r.leaseId;
-    m_results[m_coordinator->submit(worker.workerId, std::move(r))] = pending;
+    job->results[job->coordinator->submit(worker.workerId, std::move(r))] = pending;
 }
 
-void FleetServer::onSubmitted(qint64 ticket, const SubmitReply &reply)
+void FleetServer::onSubmitted(Job &job, qint64 ticket, const SubmitReply &reply)
 {
-    const auto it = m_results.find(ticket);
-    if (it == m_results.end())
+    const auto it = job.results.find(ticket);
+    if (it == job.results.end())
         return;
     const Pending pending = it->second;
-    m_results.erase(it);
+    job.results.erase(it);
     if (pending.closed)
         return; // nobody to tell: a worker that reconnects and sends it again hears "duplicate"
     const qint64 connectionId = pending.connectionId;
@@ -442,7 +786,8 @@ void FleetServer::onSubmitted(qint64 ticket, const SubmitReply &reply)
                            : reply.status == SubmitStatus::Held      ? QStringLiteral("held")
                            : reply.status == SubmitStatus::Duplicate ? QStringLiteral("duplicate")
                                                                      : QStringLiteral("rejected");
-    m_listener->send(connectionId, net::AckMsg{pending.leaseId, status, reply.reason, reply.seq, reply.version});
+    m_listener->send(connectionId,
+                     net::AckMsg{pending.leaseId, status, reply.reason, reply.seq, reply.version, job.key});
     // A duplicate is what an honest worker sends after a reconnect; a rejected result is not.
     if (reply.status == SubmitStatus::Rejected)
         m_listener->close(connectionId, QStringLiteral("its result was rejected: %1").arg(reply.reason));

@@ -1,11 +1,21 @@
 #pragma once
-// Connects the network to the coordinator: it owns the TLS endpoint, turns workers'
-// messages into calls on the CoordinatorThread (weights decoded and checked on the way),
-// and the coordinator's answers into messages. It is where bytes become tensors and back.
+// Connects the network to the fleet's jobs: it owns the TLS endpoint, places each connected
+// worker in one of the jobs it serves, turns the workers' messages into calls on that job's
+// CoordinatorThread (weights decoded and checked on the way), and the coordinators' answers
+// into messages. It is where bytes become tensors and back.
 //
-// Threads: lives on the network thread with its endpoint; the coordinator runs on its own
-// thread and is reached only through the CoordinatorThread's asynchronous calls, whose answers come
-// back as signals: the network thread never waits for the coordinator (nor for its disk).
+// Jobs: one (`flotilla serve` with a job, the control center), whose end ends its workers,
+// or a fleet's several (`flotilla serve` as a fleet service, FleetService), added and removed
+// while the workers stay connected. In a fleet, a worker is placed in the job furthest
+// under its share of the connected workers (weight / sum of weights), is moved between two
+// of its subtasks when its job is over its share by more than half a worker and another is
+// under by as much, and goes to another job, or waits, when its job ends. docs/algorithms.md
+// gives the policy. A worker's id is its certificate's, the same in every job.
+//
+// Threads: lives on the network thread with its endpoint; the coordinators run on their own
+// threads and are reached only through the CoordinatorThread's asynchronous calls, whose
+// answers come back as signals: the network thread never waits for a coordinator (nor for
+// its disk), except in addJob(), which reads the job's description once.
 
 #include "bridge/OperatorService.h"
 #include "engine/CoordinatorThread.h"
@@ -18,6 +28,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 
 namespace flotilla {
 
@@ -26,9 +37,23 @@ class FleetServer : public QObject
     Q_OBJECT
 
 public:
+    // fleet: workers stay between jobs (see above); otherwise the end of the one job is the
+    // end of its workers.
+    static Result<std::unique_ptr<FleetServer>> create(const net::TlsListener::Options &options, bool fleet);
+    // One job's server, as before fleets: create(options, false) serving `coordinator`.
     static Result<std::unique_ptr<FleetServer>> create(CoordinatorThread *coordinator,
-                                                             const net::TlsListener::Options &options);
+                                                       const net::TlsListener::Options &options);
     ~FleetServer() override;
+
+    // Serves a job under a key of the fleet's (unique among the jobs served); workers are
+    // placed in it at once. The coordinator must outlive removeJob(key).
+    Result<void> addJob(const QString &key, CoordinatorThread *coordinator, double weight = 1.0);
+    // Stops serving a job: its workers go to another job, or wait. What they send for it
+    // afterwards is answered as already done.
+    void removeJob(const QString &key);
+    void setJobWeight(const QString &key, double weight);
+    // Workers connected to each job, by key; "" counts those waiting.
+    std::map<QString, int> placement() const;
 
     Result<void> listen();
     quint16 port() const { return m_listener->port(); }
@@ -36,44 +61,37 @@ public:
     net::TlsListener &listener() { return *m_listener; }
     // Where a worker last connected from; any thread may ask.
     QString addressOf(qint64 workerId) const;
-    // Control centers attached with an operator's certificate.
-    OperatorService &operators() { return *m_operators; }
 
 Q_SIGNALS:
     // An operator asked to stop the job: the process that serves it stops it.
     void stopRequested(const QString &byOperator);
+    // The same, in a fleet: the job of `key`.
+    void jobStopRequested(const QString &key, const QString &byOperator);
+    // A worker was placed in a job ("" : it waits); for logs and tests.
+    void workerPlaced(qint64 workerId, const QString &key);
 
 private:
     struct ConnectedWorker
     {
-        qint64 workerId = 0;
+        qint64 workerId = 0; // the fleet's, from its certificate
         QByteArray fingerprint;
         QString name;
+        WorkerInfo info; // as it said Hello: what it joins each job with
+        QString job;     // the job it works for; empty while it waits or joins one
+        QString joining; // the job it is joining (its join not answered yet)
     };
 
-    // Asked of the coordinator, waiting for its answer.
+    // Asked of a coordinator, waiting for its answer.
     struct Pending
     {
         qint64 connectionId = 0;
         qint64 workerId = 0;
         qint64 leaseId = 0;
-        net::PeerInfo peer; // joins
         bool takesChanges = false; // requests: how the worker can take the weights
         qint64 anchor = 0;
         bool closed = false; // the connection closed meanwhile
     };
 
-    FleetServer() = default;
-    void onHello(const net::PeerInfo &peer, const net::HelloMsg &hello);
-    void onJoined(qint64 ticket, qint64 workerId, const QString &error);
-    void onMessage(qint64 connectionId, const net::Message &message);
-    void onAssigned(qint64 ticket, const std::optional<Assignment> &assignment, bool finished, bool dismissed);
-    void sendShard(qint64 connectionId, const net::ShardRequestMsg &request);
-    void receiveResult(qint64 connectionId, const ConnectedWorker &worker, const net::ResultMsg &header,
-                       const QByteArray &payload);
-    void onSubmitted(qint64 ticket, const SubmitReply &reply);
-    void onClosed(qint64 connectionId);
-    void onOverBudget(const net::PeerInfo &peer, const QString &reason, bool barred);
     // A shard as it goes on the wire: one encoded copy shared by every connection that asks
     // (the payload is implicitly shared, so queueing it for many costs no copy).
     struct EncodedShard
@@ -83,28 +101,71 @@ private:
         QByteArray sha;
         qint64 lastUsed = 0;
     };
-    const EncodedShard &encodedShard(int shard);
-    QByteArray shardSha(int shard);
 
-    CoordinatorThread *m_coordinator = nullptr;
+    struct Job
+    {
+        QString key;
+        CoordinatorThread *coordinator = nullptr;
+        double weight = 1.0;
+        qint64 order = 0; // the order jobs were added in: ties go to the older
+        JobSpec spec;
+        std::shared_ptr<const JobData> data;
+        WeightLayout layout;
+        QString modelSha256; // TorchScript jobs: the model file workers must hold
+        QByteArray modelBytes; // ... sent to those that do not
+        std::map<qint64, Pending> joins; // by ticket
+        std::map<qint64, Pending> requests;
+        std::map<qint64, Pending> results;
+        std::map<int, QByteArray> shardSha;
+        // Bounded: the least recently asked-for shards are encoded again when asked for.
+        std::map<int, EncodedShard> shardCache;
+        qint64 shardCacheBytes = 0;
+        qint64 shardUses = 0;
+        std::unique_ptr<DownlinkEncoder> downlink;
+        OperatorService *operators = nullptr; // a child of the server
+        std::vector<QMetaObject::Connection> connections;
+    };
+
+    FleetServer() = default;
+    Result<void> setUp(const net::TlsListener::Options &options, bool fleet);
+    void onHello(const net::PeerInfo &peer, const net::HelloMsg &hello);
+    void onJoined(Job &job, qint64 ticket, qint64 workerId, const QString &error);
+    void onMessage(qint64 connectionId, const net::Message &message);
+    void onRequest(qint64 connectionId, ConnectedWorker &worker, const net::RequestMsg &request);
+    void onAssigned(Job &job, qint64 ticket, const std::optional<Assignment> &assignment, bool finished,
+                    bool dismissed);
+    void sendShard(qint64 connectionId, const ConnectedWorker &worker, const net::ShardRequestMsg &request);
+    void sendModel(qint64 connectionId, const net::ModelRequestMsg &request);
+    void receiveResult(qint64 connectionId, const ConnectedWorker &worker, const net::ResultMsg &header,
+                       const QByteArray &payload);
+    void onSubmitted(Job &job, qint64 ticket, const SubmitReply &reply);
+    void onClosed(qint64 connectionId);
+    void onOverBudget(const net::PeerInfo &peer, const QString &reason, bool barred);
+    void onJobEnded(Job &job, bool done);
+
+    // The job a message names (or the worker's own when it names none); null when that job
+    // is not served (any more).
+    Job *jobFor(const ConnectedWorker &worker, const QString &named);
+    // Places a worker that works for no job: it joins the job furthest under its share, or
+    // is told to wait. `except`: a job it is not to go to (the one it just left).
+    void place(qint64 connectionId, const QString &except = {});
+    // The job a worker of `from` should move to (empty: none), by the shares.
+    QString moveTarget(const QString &from) const;
+    void leaveJob(ConnectedWorker &worker, const QString &reason);
+    void sendWelcome(qint64 connectionId, const ConnectedWorker &worker, const Job *job);
+    std::map<QString, double> targets() const;
+    std::map<QString, int> counts() const;
+    const EncodedShard &encodedShard(Job &job, int shard);
+    QByteArray shardSha(Job &job, int shard);
+
+    bool m_fleet = false;
+    qint64 m_jobsAdded = 0;
     std::unique_ptr<net::TlsListener> m_listener;
-    OperatorService *m_operators = nullptr; // a child
-    JobSpec m_spec;
-    std::shared_ptr<const JobData> m_data;
-    WeightLayout m_layout;
-    QString m_modelSha256; // TorchScript jobs: the model file workers must hold
+    net::TlsListener::Options m_options;
+    std::map<QString, std::unique_ptr<Job>> m_jobs;
     std::map<qint64, ConnectedWorker> m_connected; // by connection
-    std::map<qint64, Pending> m_joins;     // by ticket
-    std::map<qint64, Pending> m_requests;
-    std::map<qint64, Pending> m_results;
-    std::map<int, QByteArray> m_shardSha;
-    // Bounded: the least recently asked-for shards are encoded again when asked for.
-    std::map<int, EncodedShard> m_shardCache;
-    qint64 m_shardCacheBytes = 0;
-    qint64 m_shardUses = 0;
     mutable QMutex m_addressMutex;
     QHash<qint64, QString> m_addresses;
-    std::unique_ptr<DownlinkEncoder> m_downlink;
 };
 
 } // namespace flotilla

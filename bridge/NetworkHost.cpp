@@ -21,6 +21,20 @@ NetworkHost::~NetworkHost()
 Result<void> NetworkHost::start(CoordinatorThread *coordinator, net::TlsListener::Options options,
                                 const QList<quint16> &ports)
 {
+    return listenOn(options, ports, [coordinator](const net::TlsListener::Options &o) {
+        return FleetServer::create(coordinator, o);
+    });
+}
+
+Result<void> NetworkHost::startFleet(net::TlsListener::Options options, const QList<quint16> &ports)
+{
+    return listenOn(options, ports, [](const net::TlsListener::Options &o) { return FleetServer::create(o, true); });
+}
+
+Result<void> NetworkHost::listenOn(
+    net::TlsListener::Options options, const QList<quint16> &ports,
+    const std::function<Result<std::unique_ptr<FleetServer>>(const net::TlsListener::Options &)> &make)
+{
     stop();
     if (ports.isEmpty())
         return fail(QStringLiteral("no port to listen on was given"));
@@ -28,7 +42,7 @@ Result<void> NetworkHost::start(CoordinatorThread *coordinator, net::TlsListener
     QMetaObject::invokeMethod(m_context.get(), [&] {
         for (const quint16 port : ports) {
             options.port = port;
-            auto created = FleetServer::create(coordinator, options);
+            auto created = make(options);
             if (!created) {
                 error = created.error(); // the identity or the job, not the port: no other port helps
                 return;
@@ -46,6 +60,37 @@ Result<void> NetworkHost::start(CoordinatorThread *coordinator, net::TlsListener
     m_port = m_server->port();
     m_caFingerprint = m_server->caFingerprint();
     return {};
+}
+
+Result<void> NetworkHost::addJob(const QString &key, CoordinatorThread *coordinator, double weight)
+{
+    if (!m_server)
+        return fail(QStringLiteral("the coordinator's endpoint is not open"));
+    Result<void> r;
+    QMetaObject::invokeMethod(m_context.get(), [&] { r = m_server->addJob(key, coordinator, weight); },
+                              Qt::BlockingQueuedConnection);
+    return r;
+}
+
+void NetworkHost::removeJob(const QString &key)
+{
+    if (m_server)
+        QMetaObject::invokeMethod(m_context.get(), [&] { m_server->removeJob(key); }, Qt::BlockingQueuedConnection);
+}
+
+void NetworkHost::setJobWeight(const QString &key, double weight)
+{
+    if (m_server)
+        QMetaObject::invokeMethod(m_context.get(), [&] { m_server->setJobWeight(key, weight); },
+                                  Qt::BlockingQueuedConnection);
+}
+
+std::map<QString, int> NetworkHost::placement() const
+{
+    std::map<QString, int> out;
+    if (m_server)
+        QMetaObject::invokeMethod(m_context.get(), [&] { out = m_server->placement(); }, Qt::BlockingQueuedConnection);
+    return out;
 }
 
 void NetworkHost::stop()

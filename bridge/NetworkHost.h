@@ -13,6 +13,7 @@
 
 #include <QThread>
 
+#include <functional>
 #include <memory>
 
 namespace flotilla {
@@ -29,6 +30,14 @@ public:
     // (options.port is ignored; 0 means any free port). Stops what was served before.
     Result<void> start(CoordinatorThread *coordinator, net::TlsListener::Options options,
                        const QList<quint16> &ports);
+    // Serves a fleet: no job yet; addJob() and removeJob() bring and take them while the
+    // workers stay connected (FleetServer).
+    Result<void> startFleet(net::TlsListener::Options options, const QList<quint16> &ports);
+    // On the network thread, waited for. The coordinator must outlive removeJob(key).
+    Result<void> addJob(const QString &key, CoordinatorThread *coordinator, double weight = 1.0);
+    void removeJob(const QString &key);
+    void setJobWeight(const QString &key, double weight);
+    std::map<QString, int> placement() const;
     // Closes every connection and the port; the network thread stays for the next start().
     void stop();
 
@@ -42,6 +51,8 @@ public:
     FleetServer *server() const { return m_server.get(); }
 
 private:
+    Result<void> listenOn(net::TlsListener::Options options, const QList<quint16> &ports,
+                          const std::function<Result<std::unique_ptr<FleetServer>>(const net::TlsListener::Options &)> &make);
     QThread m_thread;
     std::unique_ptr<QObject> m_context; // lives on m_thread; runs the blocking steps there
     std::unique_ptr<FleetServer> m_server;

@@ -47,6 +47,13 @@ public:
     void onMessage(qint64 connectionId, const net::Message &message);
     void onClosed(qint64 connectionId);
     int operatorCount() const { return int(m_operators.size()); }
+    std::vector<qint64> connections() const
+    {
+        std::vector<qint64> out;
+        for (const auto &[connection, op] : m_operators)
+            out.push_back(connection);
+        return out;
+    }
 
 Q_SIGNALS:
     // An operator asked to stop the job (the process serving it decides how).

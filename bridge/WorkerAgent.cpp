@@ -1,6 +1,7 @@
 #include "bridge/WorkerAgent.h"
 
 #include "bridge/BridgeLog.h"
+#include "common/AtomicFile.h"
 #include "engine/JobData.h"
 #include "engine/WireFormat.h"
 
@@ -54,7 +55,8 @@ WorkerAgent::WorkerAgent(Options options, QObject *parent)
     connect(&m_heartbeat, &QTimer::timeout, this, [this] {
         Q_EMIT statusChanged();
         if (m_client->isConnected())
-            m_client->send(net::HeartbeatMsg{m_current ? m_current->leaseId : 0, m_done.load(), m_planned.load()});
+            m_client->send(net::HeartbeatMsg{m_current ? m_current->leaseId : 0, m_done.load(), m_planned.load(),
+                                             m_current ? m_current->jobKey : m_jobKey});
     });
     m_retry.setSingleShot(true);
     connect(&m_retry, &QTimer::timeout, this, &WorkerAgent::requestWork);
@@ -96,11 +98,8 @@ void WorkerAgent::onWelcomed(const QCborMap &header)
         finish(1, QStringLiteral("the coordinator's welcome cannot be read: %1").arg(welcome.error()));
         return;
     }
-    qCInfo(lcBridge).noquote() << "connected to" << m_client->coordinatorAddress() << "for job" << welcome->job
-                               << "as worker" << welcome->workerId;
-    const QString layout = welcome->layout;
-    m_job = welcome->job;
-    m_jobSeed = welcome->seed;
+    m_asked = false;
+    m_awaitingModel.reset();
     // The coordinator says how often to beat; a value that would miss its own timeout (or an
     // older coordinator that says nothing) falls back to a safe one.
     const qint64 timeoutMs = welcome->heartbeatTimeoutMs;
@@ -112,66 +111,192 @@ void WorkerAgent::onWelcomed(const QCborMap &header)
         intervalMs = safe;
     }
     m_heartbeat.setInterval(int(std::min<qint64>(intervalMs, 60000)));
+    if (welcome->job.isEmpty()) {
+        // A fleet with no job for this machine now: it stays connected and waits for one.
+        qCInfo(lcBridge).noquote() << "connected to" << m_client->coordinatorAddress() << "as worker"
+                                   << welcome->workerId << "- no job runs; waiting for one";
+        dropCurrent(QStringLiteral("the fleet moved the worker off the job"));
+        m_waiting = true;
+        m_job.clear();
+        m_jobKey.clear();
+        sendPending();
+        Q_EMIT statusChanged();
+        return;
+    }
+    m_waiting = false;
+    qCInfo(lcBridge).noquote() << "connected to" << m_client->coordinatorAddress() << "for job" << welcome->job
+                               << "as worker" << welcome->workerId;
+    if (welcome->jobKey != m_jobKey)
+        dropCurrent(QStringLiteral("the fleet moved the worker to job %1").arg(welcome->job));
+    const QJsonObject model = QJsonDocument::fromJson(welcome->model.toUtf8()).object();
+    if (model.value(QStringLiteral("kind")).toString() != QLatin1String("torchscript")) {
+        adopt(*welcome, {});
+        return;
+    }
+    // TorchScript is code: it is loaded only from a file on this machine that has the job's
+    // SHA-256: the models this worker was sent before, its --model-file, or one it asks for.
+    const QString sha = welcome->modelSha256.toLower();
+    const bool shaWellFormed = sha.size() == 64 && std::all_of(sha.begin(), sha.end(), [](QChar c) {
+        return (c >= u'0' && c <= u'9') || (c >= u'a' && c <= u'f');
+    });
+    if (!shaWellFormed) {
+        finish(1, QStringLiteral("the coordinator names the job's model by '%1', which is not a SHA-256")
+                      .arg(welcome->modelSha256.left(80)));
+        return;
+    }
+    auto fileSha = [](const QString &path) {
+        QFile file(path);
+        QCryptographicHash hash(QCryptographicHash::Sha256);
+        if (path.isEmpty() || !file.open(QIODevice::ReadOnly) || !hash.addData(&file))
+            return QString();
+        return QString::fromLatin1(hash.result().toHex());
+    };
+    if (const QString cached = modelCachePath(sha); fileSha(cached) == sha) {
+        adopt(*welcome, cached);
+        return;
+    }
+    if (!m_options.modelFile.isEmpty()) {
+        const QString own = fileSha(m_options.modelFile);
+        if (own == sha) {
+            adopt(*welcome, m_options.modelFile);
+            return;
+        }
+        if (!m_options.acceptModels) {
+            finish(1, own.isEmpty() ? QStringLiteral("cannot read the model file '%1'").arg(m_options.modelFile)
+                                    : QStringLiteral("'%1' is not the job's model: its SHA-256 is %2, the job's %3")
+                                          .arg(m_options.modelFile, own, sha));
+            return;
+        }
+    }
+    if (!m_options.acceptModels) {
+        finish(1, QStringLiteral("the job trains a TorchScript model (SHA-256 %1) and this worker accepts no models "
+                                 "(--accept-models none): start it with --model-file pointing to a copy of it")
+                      .arg(sha));
+        return;
+    }
+    qCInfo(lcBridge).noquote() << "asking the coordinator for the job's model" << sha.left(16);
+    m_awaitingModel = *welcome;
+    m_client->send(net::ModelRequestMsg{sha});
+    Q_EMIT statusChanged();
+}
+
+QString WorkerAgent::modelCachePath(const QString &sha256) const
+{
+    return QDir(m_options.stateDir).filePath(QStringLiteral("models/%1.pt").arg(sha256));
+}
+
+void WorkerAgent::onModel(const net::Message &message)
+{
+    const auto data = decoded<net::ModelDataMsg>(*m_client, message);
+    if (!data || !m_awaitingModel || data->sha256 != m_awaitingModel->modelSha256.toLower())
+        return;
+    if (!data->error.isEmpty()) {
+        finish(1, QStringLiteral("the coordinator cannot send the job's model: %1").arg(data->error.left(500)));
+        return;
+    }
+    const QString sha = QString::fromLatin1(QCryptographicHash::hash(message.payload, QCryptographicHash::Sha256).toHex());
+    if (sha != data->sha256) {
+        m_client->reconnect(QStringLiteral("the model the coordinator sent does not have its SHA-256"));
+        return;
+    }
+    // Bounded: the models used longest ago make way (a model is a few MiB; the bound is for a
+    // fleet that runs many).
+    QDir dir(QDir(m_options.stateDir).filePath(QStringLiteral("models")));
+    dir.mkpath(QStringLiteral("."));
+    QFileInfoList kept = dir.entryInfoList({QStringLiteral("*.pt")}, QDir::Files, QDir::Time);
+    qint64 total = message.payload.size();
+    for (const QFileInfo &f : kept) {
+        total += f.size();
+        if (total > m_options.modelCacheBytes)
+            QFile::remove(f.absoluteFilePath());
+    }
+    const QString path = modelCachePath(sha);
+    if (auto written = writeFileAtomically(path, message.payload); !written) {
+        finish(1, QStringLiteral("cannot keep the job's model: %1").arg(written.error()));
+        return;
+    }
+    const net::WelcomeMsg welcome = *m_awaitingModel;
+    m_awaitingModel.reset();
+    adopt(welcome, path);
+}
+
+void WorkerAgent::dropCurrent(const QString &reason)
+{
+    if (m_training.isRunning()) {
+        m_superseded = true; // what it trained is not sent
+        m_cancel = true;
+        m_training.waitForFinished();
+    }
+    if (m_current) {
+        if (m_client->isConnected())
+            m_client->send(net::HandBackMsg{m_current->leaseId, reason, false, m_current->jobKey});
+        m_current.reset();
+    }
+}
+
+void WorkerAgent::adopt(const net::WelcomeMsg &welcome, const QString &modelPath)
+{
+    const QString layout = welcome.layout;
+    const bool newJob = welcome.jobKey != m_jobKey;
+    m_job = welcome.job;
+    m_jobKey = welcome.jobKey;
+    m_jobSeed = welcome.seed;
     // A form this worker does not know is answered with the weights, which every coordinator takes.
-    const auto compression = compressionFromName(welcome->compression);
+    const auto compression = compressionFromName(welcome.compression);
     if (!compression)
-        qCWarning(lcBridge).noquote() << "the coordinator asks for results as" << welcome->compression
+        qCWarning(lcBridge).noquote() << "the coordinator asks for results as" << welcome.compression
                                       << "which this worker does not know; sending the weights";
     m_compression = compression.value_or(Compression::None);
-    if (!m_session || layout != m_layout) {
+    QStringList shapeText;
+    for (const qint64 d : welcome.inputShape)
+        shapeText << QString::number(d);
+    const QString modelKey = welcome.model + u'|' + welcome.modelSha256 + u'|' + layout + u'|'
+                             + shapeText.join(u',') + u'|' + QString::number(welcome.classes);
+    if (newJob) {
+        // Another job's weights: no anchor or error feedback of the last one applies.
         m_encoder.reset();
         m_downlink.reset();
-        if (m_training.isRunning()) {
-            m_cancel = true;
-            m_training.waitForFinished();
-        }
+    }
+    if (!m_session || modelKey != m_modelKey) {
+        m_encoder.reset();
+        m_downlink.reset();
+        dropCurrent(QStringLiteral("the job's model changed"));
         auto spec = JobSpec::defaultJob();
-        const QJsonObject model = QJsonDocument::fromJson(welcome->model.toUtf8()).object();
+        const QJsonObject model = QJsonDocument::fromJson(welcome.model.toUtf8()).object();
+        const bool script = model.value(QStringLiteral("kind")).toString() == QLatin1String("torchscript");
         auto parsed = JobSpec::fromJson(QJsonObject{{QStringLiteral("model"), model}});
-        if (!parsed && model.value(QStringLiteral("kind")).toString() != QLatin1String("torchscript")) {
+        if (!parsed && !script) {
             finish(1, QStringLiteral("the coordinator's model description cannot be read: %1").arg(parsed.error()));
             return;
         }
         ModelSpec modelSpec = parsed ? parsed->model : spec.model;
-        if (model.value(QStringLiteral("kind")).toString() == QLatin1String("torchscript")) {
-            // TorchScript is code: it is loaded only from this machine's own copy, checked by hash.
+        if (script) {
             modelSpec.kind = QStringLiteral("torchscript");
-            modelSpec.path = m_options.modelFile;
-            QFile file(m_options.modelFile);
-            QCryptographicHash hash(QCryptographicHash::Sha256);
-            if (m_options.modelFile.isEmpty()) {
-                finish(1, QStringLiteral("the job trains a TorchScript model; start the worker with --model-file pointing "
-                                         "to a copy of it (SHA-256 %1)")
-                              .arg(welcome->modelSha256));
-                return;
-            }
-            if (!file.open(QIODevice::ReadOnly) || !hash.addData(&file)) {
-                finish(1, QStringLiteral("cannot read the model file '%1': %2").arg(m_options.modelFile, file.errorString()));
-                return;
-            }
-            if (const QString sha = QString::fromLatin1(hash.result().toHex()); sha != welcome->modelSha256) {
-                finish(1, QStringLiteral("'%1' is not the job's model: its SHA-256 is %2, the job's %3")
-                              .arg(m_options.modelFile, sha, welcome->modelSha256));
-                return;
-            }
+            modelSpec.path = modelPath;
         }
-        const std::vector<std::int64_t> shape(welcome->inputShape.begin(), welcome->inputShape.end());
-        auto session = WorkerJob::create(modelSpec, shape, int(welcome->classes),
-                                             m_options.device, layout);
+        const std::vector<std::int64_t> shape(welcome.inputShape.begin(), welcome.inputShape.end());
+        auto session = WorkerJob::create(modelSpec, shape, int(welcome.classes), m_options.device, layout);
         if (!session) {
             finish(1, session.error());
             return;
         }
         m_session = std::move(session).value();
         m_layout = layout;
+        m_modelKey = modelKey;
         // How fast this machine is, so the coordinator can size its subtasks and deadlines.
         m_speed = m_session->measureThroughput(32, m_options.threads, 0.5) / std::max(1.0, m_options.slowdown);
         m_session->setSlowdown(m_options.slowdown);
         qCInfo(lcBridge).noquote() << "measured" << qRound(m_speed) << "samples/s on" << m_options.device;
     }
     m_asked = false;
+    Q_EMIT statusChanged();
     sendPending();
     requestWork();
+}
+
+QString WorkerAgent::name() const
+{
+    return m_client->name();
 }
 
 WorkerAgent::Status WorkerAgent::status() const
@@ -188,6 +313,8 @@ WorkerAgent::Status WorkerAgent::status() const
         s.state = QStringLiteral("suspended");
     else if (!m_client->isConnected())
         s.state = QStringLiteral("connecting");
+    else if (m_waiting)
+        s.state = QStringLiteral("waiting");
     else if (m_current)
         s.state = QStringLiteral("training");
     else
@@ -218,7 +345,8 @@ void WorkerAgent::setSuspended(bool suspended)
 // already hold it. Asking only after the Ack cost a round trip per subtask, idle.
 void WorkerAgent::requestWork()
 {
-    if (m_preempting || m_finished || m_suspended || m_current || m_asked || !m_client->isConnected())
+    if (m_preempting || m_finished || m_suspended || m_current || m_asked || m_waiting || m_awaitingModel
+        || !m_session || !m_client->isConnected())
         return;
     m_asked = true;
     m_client->send(net::RequestMsg{m_speed, true, m_downlink.anchor()});
@@ -227,6 +355,12 @@ void WorkerAgent::requestWork()
 void WorkerAgent::onMessage(const net::Message &message)
 {
     switch (message.type) {
+    case MessageType::Welcome: // the fleet moved this worker to another job, or has none for it
+        onWelcomed(message.header);
+        return;
+    case MessageType::ModelData:
+        onModel(message);
+        return;
     case MessageType::Assign:
         onAssign(message);
         return;
@@ -257,7 +391,7 @@ void WorkerAgent::onMessage(const net::Message &message)
         const auto ack = decoded<net::AckMsg>(*m_client, message);
         if (!ack)
             return;
-        if (m_pending && m_pending->leaseId == ack->lease)
+        if (m_pending && m_pending->leaseId == ack->lease && (ack->job.isEmpty() || ack->job == m_pending->header.job))
             m_pending.reset();
         // "held": kept for comparison with another worker's result of the same subtask, or in
         // the aggregation buffer until it is folded with others.
@@ -274,7 +408,8 @@ void WorkerAgent::onMessage(const net::Message &message)
     }
     case MessageType::Cancel: {
         const auto cancel = decoded<net::CancelMsg>(*m_client, message);
-        if (cancel && m_current && m_current->leaseId == cancel->lease) {
+        if (cancel && m_current && m_current->leaseId == cancel->lease
+            && (cancel->job.isEmpty() || cancel->job == m_current->jobKey)) {
             m_superseded = true;
             m_cancel = true;
         }
@@ -316,6 +451,7 @@ void WorkerAgent::onAssign(const net::Message &message)
     }
     Current c;
     c.leaseId = a.lease;
+    c.jobKey = m_jobKey;
     c.shard = int(a.shard);
     c.shardSha = a.shardSha256;
     c.shardSamples = a.shardSamples;
@@ -374,14 +510,15 @@ void WorkerAgent::onShard(const net::Message &message)
     // The digest covers the manifest's normalization and augmentation too, not only the bytes.
     const QByteArray sha = shardDigest(data->manifest, message.payload);
     if (sha != m_current->shardSha) {
-        m_client->send(net::HandBackMsg{m_current->leaseId, QStringLiteral("the shard data does not match its SHA-256")});
+        m_client->send(net::HandBackMsg{m_current->leaseId, QStringLiteral("the shard data does not match its SHA-256"), false,
+                                        m_current->jobKey});
         m_current.reset();
         requestWork();
         return;
     }
     auto shard = shardFromBytes(message.payload, data->manifest);
     if (!shard) {
-        m_client->send(net::HandBackMsg{m_current->leaseId, shard.error()});
+        m_client->send(net::HandBackMsg{m_current->leaseId, shard.error(), false, m_current->jobKey});
         m_current.reset();
         requestWork();
         return;
@@ -430,7 +567,7 @@ void WorkerAgent::onTrained()
     }
     if (!outcome) {
         qCWarning(lcBridge).noquote() << "subtask failed:" << outcome.error();
-        m_client->send(net::HandBackMsg{c.leaseId, outcome.error(), true});
+        m_client->send(net::HandBackMsg{c.leaseId, outcome.error(), true, c.jobKey});
         if (m_preempting)
             finish(0, QStringLiteral("preempted"));
         else
@@ -438,7 +575,7 @@ void WorkerAgent::onTrained()
         return;
     }
     if (outcome->covered == 0) {
-        m_client->send(net::HandBackMsg{c.leaseId, QStringLiteral("preempted before the first batch")});
+        m_client->send(net::HandBackMsg{c.leaseId, QStringLiteral("preempted before the first batch"), false, c.jobKey});
         if (m_preempting) {
             m_client->send(net::ByeMsg{QStringLiteral("preempted")});
             finish(0, QStringLiteral("preempted before training anything"));
@@ -453,6 +590,7 @@ void WorkerAgent::onTrained()
         m_options.resultHook(result, c.weights);
     net::ResultMsg header{c.leaseId, result.meanLoss, qint64(result.sampleSteps), qint64(result.covered),
                           result.seconds, result.partial, weightManifest(m_session->layout())};
+    header.job = c.jobKey;
     QByteArray payload;
     if (m_compression == Compression::None) {
         payload = weightsToBytes(result.weights);
@@ -489,7 +627,8 @@ void WorkerAgent::preemptionNotice()
     }
     if (m_current) {
         // Leased but not training yet (the shard was still on its way): give it back at once.
-        m_client->send(net::HandBackMsg{m_current->leaseId, QStringLiteral("preempted before training")});
+        m_client->send(net::HandBackMsg{m_current->leaseId, QStringLiteral("preempted before training"), false,
+                                        m_current->jobKey});
         m_current.reset();
     }
     m_client->send(net::ByeMsg{QStringLiteral("preempted")});

@@ -42,6 +42,10 @@ public:
         QString device = QStringLiteral("auto");
         int threads = 1;
         QString modelFile;   // TorchScript jobs: this machine's copy of the model
+        // TorchScript jobs whose model this machine does not hold: ask the coordinator for it
+        // (the model is code; docs/security.md), or refuse the job.
+        bool acceptModels = true;
+        qint64 modelCacheBytes = qint64(2048) << 20; // models kept, under stateDir/models
         int graceMs = 20000; // after a preemption notice
         double slowdown = 1.0; // benchmarks: train this many times slower (WorkerJob::setSlowdown)
         // Sees every finished result before it is sent, with the weights its subtask started
@@ -64,7 +68,7 @@ public:
 
     struct Status
     {
-        QString state; // connecting, training, idle, suspended, finished, failed
+        QString state; // connecting, waiting (the fleet runs no job for it), training, idle, suspended, finished, failed
         QString coordinator;
         QString job; // as the coordinator's welcome names it
         QString subtask;
@@ -74,6 +78,8 @@ public:
         QString message;
     };
     Status status() const;
+    // The name it works under: its certificate's once start() has read its identity.
+    QString name() const;
 
 Q_SIGNALS:
     void finished(int exitCode, const QString &message);
@@ -85,6 +91,7 @@ private:
     struct Current
     {
         qint64 leaseId = 0;
+        QString jobKey; // the job the lease is of
         int shard = 0;
         QByteArray shardSha;
         qint64 shardSamples = 0;
@@ -100,6 +107,12 @@ private:
     };
 
     void onWelcomed(const QCborMap &welcome);
+    // Works for the job of a Welcome: builds its model unless it is the one held already.
+    void adopt(const net::WelcomeMsg &welcome, const QString &modelPath);
+    void onModel(const net::Message &message);
+    // Drops the subtask under way, if any (its lease handed back to its job).
+    void dropCurrent(const QString &reason);
+    QString modelCachePath(const QString &sha256) const;
     void onMessage(const net::Message &message);
     void requestWork();
     void onAssign(const net::Message &message);
@@ -114,6 +127,10 @@ private:
     std::unique_ptr<WorkerJob> m_session;
     QString m_layout;
     QString m_job;
+    QString m_jobKey;   // the Welcome's: what results, hand-backs and heartbeats name
+    QString m_modelKey; // what the model in m_session was built from
+    bool m_waiting = false; // welcomed with no job: the fleet has none for it now
+    std::optional<net::WelcomeMsg> m_awaitingModel; // asked for the model of this Welcome
     double m_speed = 0.0;
     quint64 m_jobSeed = 0;
     Compression m_compression = Compression::None; // as the coordinator's Welcome asked

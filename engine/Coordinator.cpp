@@ -439,7 +439,15 @@ Result<qint64> Coordinator::workerJoined(const WorkerInfo &info, qint64 knownWor
     if (!rates)
         return rates.takeError();
     const qint64 now = m_clock->nowMs();
-    const auto known = m_workers.find(knownWorkerId);
+    auto known = m_workers.find(knownWorkerId);
+    // A store from before worker ids were the fleet's may hold another machine under this id:
+    // that one is not this worker, who joins under an id of its own.
+    if (known != m_workers.end() && known->second.record.name != info.name) {
+        qCWarning(lcEngine).noquote() << "worker id" << knownWorkerId << "is" << known->second.record.name
+                                      << "in this job's store, not" << info.name << "- it joins under a new id";
+        knownWorkerId = 0;
+        known = m_workers.end();
+    }
     if (knownWorkerId != 0 && known != m_workers.end()) {
         WorkerState &w = known->second;
         w.online = true;
@@ -459,8 +467,8 @@ Result<qint64> Coordinator::workerJoined(const WorkerInfo &info, qint64 knownWor
                       QStringLiteral("the worker came back without the result (it was restarted)"));
         return knownWorkerId;
     }
-    WorkerRecord record{0, info.name, info.instanceType, info.priceClass, info.device, info.threads, now, now,
-                        QStringLiteral("online")};
+    WorkerRecord record{std::max<qint64>(knownWorkerId, 0), info.name, info.instanceType, info.priceClass, info.device,
+                        info.threads, now, now, QStringLiteral("online")};
     auto id = m_store->addWorker(m_jobId, record);
     if (!id)
         return id.takeError();

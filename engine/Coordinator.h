@@ -235,8 +235,10 @@ public:
     Store &store() { return *m_store; }
     void setHooks(CoordinatorHooks hooks) { m_hooks = std::move(hooks); }
 
-    // A worker joins, or comes back (knownWorkerId != 0): a returning worker's active leases
-    // are lost, since it can no longer be working on them.
+    // A worker joins, or comes back. knownWorkerId is the fleet's id for it (its certificate's,
+    // the same in every job), 0 for a worker of this process: a worker known under that id
+    // comes back and loses its active leases, since it can no longer be working on them; one
+    // not known yet is added under that id.
     Result<qint64> workerJoined(const WorkerInfo &info, qint64 knownWorkerId = 0);
     void workerLeft(qint64 workerId, const QString &reason);
     // A note from whoever runs the fleet (e.g. a simulated preemption), stored as an event.

@@ -31,6 +31,10 @@ struct JobRecord
     qint64 finishedMs = 0;
 };
 
+// Workers with no fleet id (the worker threads of the coordinator's own process) are numbered
+// from here; a fleet's workers keep the id their certificate was given at enrolment.
+constexpr qint64 kLocalWorkerIds = 1000000000;
+
 struct WorkerRecord
 {
     qint64 id = 0;
@@ -157,6 +161,8 @@ public:
     Result<std::optional<JobRecord>> latestJob();
     Result<void> setJobState(qint64 jobId, const QString &state, qint64 nowMs);
 
+    // Under worker.id when it is set (a fleet's worker: the id its certificate has in every
+    // job), else under the next id from kLocalWorkerIds up. Returns the id.
     Result<qint64> addWorker(qint64 jobId, const WorkerRecord &worker);
     Result<void> updateWorker(qint64 jobId, const WorkerRecord &worker);
     Result<std::vector<WorkerRecord>> workers(qint64 jobId);

@@ -166,7 +166,7 @@ QCborMap WelcomeMsg::encode() const
         { key("model_sha256"), modelSha256 }, { key("input_shape"), shape }, { key("classes"), classes },
         { key("layout"), layout }, { key("weights"), weights }, { key("seed"), qint64(seed) },
         { key("heartbeat_ms"), heartbeatMs }, { key("heartbeat_timeout_ms"), heartbeatTimeoutMs },
-        { key("compression"), compression } };
+        { key("compression"), compression }, { key("job_key"), jobKey } };
 }
 
 Result<WelcomeMsg> WelcomeMsg::decode(const QCborMap &header)
@@ -185,6 +185,7 @@ Result<WelcomeMsg> WelcomeMsg::decode(const QCborMap &header)
     r.integer("heartbeat_ms", m.heartbeatMs);
     r.integer("heartbeat_timeout_ms", m.heartbeatTimeoutMs);
     r.text("compression", m.compression);
+    r.text("job_key", m.jobKey);
     return r.finish(std::move(m));
 }
 
@@ -355,7 +356,10 @@ Result<ShardDataMsg> ShardDataMsg::decode(const QCborMap &header)
 
 QCborMap HeartbeatMsg::encode() const
 {
-    return QCborMap { { key("lease"), lease }, { key("done"), done }, { key("planned"), planned } };
+    QCborMap m { { key("lease"), lease }, { key("done"), done }, { key("planned"), planned } };
+    if (!job.isEmpty())
+        m.insert(key("job"), job);
+    return m;
 }
 
 Result<HeartbeatMsg> HeartbeatMsg::decode(const QCborMap &header)
@@ -365,14 +369,18 @@ Result<HeartbeatMsg> HeartbeatMsg::decode(const QCborMap &header)
     r.integer("lease", m.lease, Need::Required);
     r.integer("done", m.done);
     r.integer("planned", m.planned);
+    r.text("job", m.job);
     return r.finish(std::move(m));
 }
 
 QCborMap ResultMsg::encode() const
 {
-    return QCborMap { { key("lease"), lease }, { key("loss"), loss }, { key("sample_steps"), sampleSteps },
+    QCborMap m { { key("lease"), lease }, { key("loss"), loss }, { key("sample_steps"), sampleSteps },
         { key("covered"), covered }, { key("seconds"), seconds }, { key("partial"), partial },
         { key("weights"), weights }, { key("encoding"), encoding } };
+    if (!job.isEmpty())
+        m.insert(key("job"), job);
+    return m;
 }
 
 Result<ResultMsg> ResultMsg::decode(const QCborMap &header)
@@ -387,13 +395,17 @@ Result<ResultMsg> ResultMsg::decode(const QCborMap &header)
     r.boolean("partial", m.partial);
     r.map("weights", m.weights);
     r.text("encoding", m.encoding);
+    r.text("job", m.job);
     return r.finish(std::move(m));
 }
 
 QCborMap AckMsg::encode() const
 {
-    return QCborMap { { key("lease"), lease }, { key("status"), status }, { key("reason"), reason },
+    QCborMap m { { key("lease"), lease }, { key("status"), status }, { key("reason"), reason },
         { key("seq"), seq }, { key("version"), version } };
+    if (!job.isEmpty())
+        m.insert(key("job"), job);
+    return m;
 }
 
 Result<AckMsg> AckMsg::decode(const QCborMap &header)
@@ -405,6 +417,7 @@ Result<AckMsg> AckMsg::decode(const QCborMap &header)
     r.text("reason", m.reason);
     r.integer("seq", m.seq);
     r.integer("version", m.version);
+    r.text("job", m.job);
     return r.finish(std::move(m));
 }
 
@@ -413,6 +426,8 @@ template<MessageType Type> QCborMap LeaseReasonMsg<Type>::encode() const
     QCborMap m { { key("lease"), lease }, { key("reason"), reason } };
     if (failed)
         m.insert(key("failed"), true);
+    if (!job.isEmpty())
+        m.insert(key("job"), job);
     return m;
 }
 
@@ -423,11 +438,42 @@ template<MessageType Type> Result<LeaseReasonMsg<Type>> LeaseReasonMsg<Type>::de
     r.integer("lease", m.lease, Need::Required);
     r.text("reason", m.reason);
     r.boolean("failed", m.failed);
+    r.text("job", m.job);
     return r.finish(std::move(m));
 }
 
 template struct LeaseReasonMsg<MessageType::HandBack>;
 template struct LeaseReasonMsg<MessageType::Cancel>;
+
+QCborMap ModelRequestMsg::encode() const
+{
+    return QCborMap { { key("sha256"), sha256 } };
+}
+
+Result<ModelRequestMsg> ModelRequestMsg::decode(const QCborMap &header)
+{
+    ModelRequestMsg m;
+    HeaderReader r(header, type);
+    r.text("sha256", m.sha256, Need::Required);
+    return r.finish(std::move(m));
+}
+
+QCborMap ModelDataMsg::encode() const
+{
+    QCborMap m { { key("sha256"), sha256 } };
+    if (!error.isEmpty())
+        m.insert(key("error"), error);
+    return m;
+}
+
+Result<ModelDataMsg> ModelDataMsg::decode(const QCborMap &header)
+{
+    ModelDataMsg m;
+    HeaderReader r(header, type);
+    r.text("sha256", m.sha256, Need::Required);
+    r.text("error", m.error);
+    return r.finish(std::move(m));
+}
 
 QCborMap ErrorMsg::encode() const
 {

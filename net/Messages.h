@@ -54,6 +54,12 @@ struct WelcomeMsg
     // How the job wants results: none (the weights), fp16 or int8 (a delta from the lease's
     // base). A worker that does not know the field sends the weights, which are always taken.
     QString compression = QStringLiteral("none");
+    // Which of the fleet's jobs this is: the worker's results, hand-backs and heartbeats name
+    // it, so that one of a job the worker was moved from (or that ended) is not taken as the
+    // next job's. A Welcome may come again on the same connection: the worker now works for
+    // that job. An empty job (and key) says the fleet runs no job the worker could take:
+    // it waits, connected, for the next Welcome.
+    QString jobKey = {};
 
     QCborMap encode() const;
     static Result<WelcomeMsg> decode(const QCborMap &header);
@@ -177,6 +183,7 @@ struct HeartbeatMsg
     qint64 lease = 0; // 0 when idle
     qint64 done = 0; // sample-steps
     qint64 planned = 0;
+    QString job = {}; // the Welcome's job key; empty: the connection's job
 
     QCborMap encode() const;
     static Result<HeartbeatMsg> decode(const QCborMap &header);
@@ -196,6 +203,7 @@ struct ResultMsg
     bool partial = false;
     QCborMap weights; // the manifest; an absent one is refused with the result, not here
     QString encoding = QStringLiteral("none"); // none, fp16, int8: as Welcome asked
+    QString job = {}; // the job key of the Welcome the lease came under; empty: the connection's job
 
     QCborMap encode() const;
     static Result<ResultMsg> decode(const QCborMap &header);
@@ -209,6 +217,7 @@ struct AckMsg
     QString reason;
     qint64 seq = 0;
     qint64 version = 0;
+    QString job = {}; // the result's job key, as it came
 
     QCborMap encode() const;
     static Result<AckMsg> decode(const QCborMap &header);
@@ -223,6 +232,7 @@ template<MessageType Type> struct LeaseReasonMsg
     qint64 lease = 0;
     QString reason;
     bool failed = false;
+    QString job = {}; // the lease's job key; empty: the connection's job
 
     QCborMap encode() const;
     static Result<LeaseReasonMsg> decode(const QCborMap &header);
@@ -231,6 +241,28 @@ using HandBackMsg = LeaseReasonMsg<MessageType::HandBack>;
 using CancelMsg = LeaseReasonMsg<MessageType::Cancel>;
 extern template struct LeaseReasonMsg<MessageType::HandBack>;
 extern template struct LeaseReasonMsg<MessageType::Cancel>;
+
+// A TorchScript job's model, asked for by its SHA-256 (Welcome's model_sha256) by a worker
+// that does not hold it; ModelData's payload is the file, which the worker checks against
+// the digest before it keeps or loads it.
+struct ModelRequestMsg
+{
+    static constexpr MessageType type = MessageType::ModelRequest;
+    QString sha256;
+
+    QCborMap encode() const;
+    static Result<ModelRequestMsg> decode(const QCborMap &header);
+};
+
+struct ModelDataMsg
+{
+    static constexpr MessageType type = MessageType::ModelData;
+    QString sha256;
+    QString error = {}; // set, with no payload, when the coordinator has no such model
+
+    QCborMap encode() const;
+    static Result<ModelDataMsg> decode(const QCborMap &header);
+};
 
 struct ErrorMsg
 {

@@ -39,7 +39,9 @@ constexpr std::uint8_t kProtocolVersion = 3;
     X(Update, 19, C)          \
     X(Command, 20, W)         \
     X(Reply, 21, C)           \
-    X(Echo, 22, B)
+    X(Echo, 22, B)            \
+    X(ModelRequest, 23, W)    \
+    X(ModelData, 24, C)
 
 enum class MessageType : std::uint8_t {
 #define FLOTILLA_ENUM(name, code, dir) name = code,

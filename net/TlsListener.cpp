@@ -71,6 +71,7 @@ bool sentByWorkers(MessageType t)
     case MessageType::Watch:
     case MessageType::Command:
     case MessageType::Echo:
+    case MessageType::ModelRequest:
         return true;
     default:
         return false;
@@ -89,6 +90,7 @@ std::map<MessageType, MessageRate> defaultMessageRates()
         {MessageType::Heartbeat, {20, 100}}, {MessageType::Result, {50, 200}},
         {MessageType::HandBack, {50, 200}},  {MessageType::Command, {10, 50}},
         {MessageType::Watch, {1, 10}},       {MessageType::Echo, {20, 100}},
+        {MessageType::ModelRequest, {1, 10}},
     };
 }
 
@@ -895,15 +897,6 @@ Result<std::optional<CertificateRecord>> TlsListener::certificateRecord(const QB
     }
     const auto it = m_certificates.constFind(fingerprint);
     return it == m_certificates.cend() ? std::optional<CertificateRecord>() : std::optional<CertificateRecord>(*it);
-}
-
-Result<void> TlsListener::setWorkerId(const QByteArray &fingerprint, qint64 workerId)
-{
-    if (auto r = m_trust.setWorkerId(fingerprint, workerId); !r)
-        return r;
-    if (auto it = m_certificates.find(fingerprint); it != m_certificates.end())
-        it->workerId = workerId;
-    return {};
 }
 
 void TlsListener::checkRevocations()

@@ -47,7 +47,7 @@ struct PeerInfo
     qint64 connectionId = 0;
     QByteArray fingerprint;
     QString workerName;  // the name its certificate was issued to (enrolled under)
-    qint64 workerId = 0; // known from an earlier join, else 0
+    qint64 workerId = 0; // the fleet's id for it, from its certificate's record (one per certificate, every job)
     QString address;
     Role role = Role::Worker; // what its certificate was issued for
 };
@@ -131,9 +131,6 @@ public:
     quint16 port() const;
     QByteArray caFingerprint() const { return m_identity.caFingerprint; }
     TrustStore &trust() { return m_trust; }
-    // Records the coordinator's id for a certificate's worker (in the trust database and in
-    // the endpoint's own index of certificates).
-    Result<void> setWorkerId(const QByteArray &fingerprint, qint64 workerId);
     // The largest payload accepted in a message of this type from workers.
     void setPayloadLimit(MessageType type, std::uint64_t bytes);
 

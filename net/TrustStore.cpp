@@ -276,13 +276,17 @@ Result<void> insertToken(sqlite3 *db, const TokenRecord &t)
     return q.run();
 }
 
+// A certificate's worker id is the fleet's: given here, once, the next after the largest, so
+// that it names one certificate in every job the fleet runs (a job's store keeps its workers
+// under these ids). The record's own workerId is ignored.
 Result<void> insertCertificate(sqlite3 *db, const CertificateRecord &c)
 {
-    const QString sql = QStringLiteral("INSERT INTO certificates(%1) VALUES(?, ?, ?, ?, ?, ?, ?)")
+    const QString sql = QStringLiteral("INSERT INTO certificates(%1) VALUES(?, ?, (SELECT COALESCE(MAX(worker_id), 0) "
+                                       "+ 1 FROM certificates), ?, ?, ?, ?)")
                             .arg(QLatin1String(kCertificateColumns));
     Query q(db, sql.toUtf8().constData());
-    q.bind(hex(c.fingerprint)).bind(c.workerName).bind(c.workerId).bind(c.issuedMs).bind(c.revokedMs)
-        .bind(c.revokeReason).bind(describe(c.role));
+    q.bind(hex(c.fingerprint)).bind(c.workerName).bind(c.issuedMs).bind(c.revokedMs).bind(c.revokeReason)
+        .bind(describe(c.role));
     return q.run();
 }
 
@@ -295,6 +299,28 @@ Result<void> exec(sqlite3 *db, const char *sql)
     sqlite3_free(message);
     return fail(text);
 }
+
+// Databases written before worker ids were the fleet's kept the id a certificate was given
+// by the first job it joined, so two machines could share one across jobs. Numbered again,
+// once, in the order the certificates were issued; the index then holds them apart.
+Result<void> numberCertificates(sqlite3 *db)
+{
+    Query version(db, "PRAGMA user_version");
+    if (version.step() != SQLITE_ROW)
+        return fail(version.error());
+    if (version.integer(0) >= 2)
+        return {};
+    if (auto r = exec(db, "UPDATE certificates SET worker_id = -rowid; "
+                          "UPDATE certificates SET worker_id = (SELECT count(*) FROM certificates AS o WHERE "
+                          "o.issued_ms < certificates.issued_ms OR (o.issued_ms = certificates.issued_ms AND "
+                          "o.rowid <= certificates.rowid)); "
+                          "CREATE UNIQUE INDEX IF NOT EXISTS certificates_by_worker ON certificates(worker_id); "
+                          "PRAGMA user_version = 2;");
+        !r)
+        return r;
+    return {};
+}
+
 
 } // namespace
 
@@ -388,6 +414,8 @@ Result<sqlite3 *> TrustStore::open(bool forWriting) const
                 if (r)
                     r = insertCertificate(db, c);
         }
+        if (r)
+            r = numberCertificates(db);
         if (!r) {
             (void)exec(db, "ROLLBACK");
             return r;
@@ -543,19 +571,6 @@ Result<std::optional<TokenRecord>> TrustStore::token(const QByteArray &id) const
 Result<void> TrustStore::addCertificate(const CertificateRecord &record)
 {
     return modify([&](sqlite3 *db) { return insertCertificate(db, record); });
-}
-
-Result<void> TrustStore::setWorkerId(const QByteArray &fingerprint, qint64 workerId)
-{
-    return modify([&](sqlite3 *db) -> Result<void> {
-        Query q(db, "UPDATE certificates SET worker_id = ? WHERE fingerprint = ?");
-        q.bind(workerId).bind(hex(fingerprint));
-        if (auto r = q.run(); !r)
-            return r;
-        if (sqlite3_changes(db) == 0)
-            return fail(QStringLiteral("no certificate %1 was issued").arg(hex(fingerprint)));
-        return {};
-    });
 }
 
 Result<std::optional<CertificateRecord>> TrustStore::certificate(const QByteArray &fingerprint) const

@@ -74,7 +74,7 @@ struct CertificateRecord
 {
     QByteArray fingerprint; // SHA-256 of the certificate's DER
     QString workerName;
-    qint64 workerId = 0;    // the coordinator's id for the worker, once it has joined a job
+    qint64 workerId = 0;    // the fleet's id for the worker, given at enrolment (addCertificate ignores it)
     qint64 issuedMs = 0;
     qint64 revokedMs = 0;
     QString revokeReason;
@@ -105,7 +105,6 @@ public:
     Result<std::optional<TokenRecord>> token(const QByteArray &id) const;
 
     Result<void> addCertificate(const CertificateRecord &record);
-    Result<void> setWorkerId(const QByteArray &fingerprint, qint64 workerId);
     Result<std::optional<CertificateRecord>> certificate(const QByteArray &fingerprint) const;
     // Revokes the certificates of a worker's (or an operator's) name, or the one with a (hex, or hex prefix of at
     // least 8 digits) fingerprint. Returns how many were revoked.

@@ -7,6 +7,7 @@
 
 #include <QDir>
 #include <QFile>
+#include <QHostInfo>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QRandomGenerator>
@@ -109,11 +110,30 @@ Result<void> WorkerClient::configure(const std::optional<JoinToken> &token)
             m_ca = QSslCertificate();
             m_token = token;
         }
-        return {};
+        return settleName();
     }
     if (!hasIdentity())
         return fail(QStringLiteral("'%1' holds no worker identity: join a coordinator first with --join TOKEN")
                         .arg(m_options.stateDir));
+    return settleName();
+}
+
+Result<void> WorkerClient::settleName()
+{
+    // The certificate says who this worker is: a name asked for that is not its own would be
+    // refused by the coordinator at every Hello.
+    const QString issued = m_certificatePem.isEmpty()
+                               ? QString()
+                               : QSslCertificate(m_certificatePem).subjectInfo(QSslCertificate::CommonName).value(0);
+    if (!issued.isEmpty()) {
+        if (!m_options.name.isEmpty() && m_options.name != issued)
+            return fail(QStringLiteral("the identity in '%1' was issued to worker '%2', not '%3': leave out --name, or "
+                                       "join as '%3' with another state folder and a token")
+                            .arg(m_options.stateDir, issued, m_options.name));
+        m_options.name = issued;
+    }
+    if (m_options.name.isEmpty())
+        m_options.name = QHostInfo::localHostName();
     return {};
 }
 

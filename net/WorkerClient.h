@@ -32,7 +32,7 @@ public:
     struct Options
     {
         QString stateDir;          // key.pem, cert.pem, ca.pem, coordinator.json
-        QString name;              // the worker's name, shown on the coordinator
+        QString name;              // the worker's name, shown on the coordinator; empty: its certificate's, else this machine's
         int initialBackoffMs = 500;
         int maxBackoffMs = 30000;
         int stallTimeoutMs = 15000;
@@ -45,6 +45,8 @@ public:
     // joins with the token. Without a token, the state folder must hold an identity.
     Result<void> configure(const std::optional<JoinToken> &token);
     bool hasIdentity() const { return !m_certificatePem.isEmpty(); }
+    // The name it joins or connects under (settled by configure()).
+    QString name() const { return m_options.name; }
     QString coordinatorAddress() const { return QStringLiteral("%1:%2").arg(m_host).arg(m_port); }
 
     // Connects (joining first if needed) and says Hello with these fields on every
@@ -83,6 +85,8 @@ private:
     void giveUp(const QString &reason);
     Result<void> loadIdentity();
     Result<void> saveIdentity();
+    // The name from the certificate, when there is one; a different one asked for is an error.
+    Result<void> settleName();
 
     Options m_options;
     std::optional<JoinToken> m_token;

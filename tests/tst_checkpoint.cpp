@@ -388,7 +388,12 @@ private Q_SLOTS:
         WorkerRecord v = w;
         v.name = QStringLiteral("worker-2");
         v.priceClass = QStringLiteral("volunteer");
+        // Under an id of its own: a fleet's worker keeps its certificate's, and one id is one
+        // worker, so a second row under it is refused.
+        QVERIFY(!store->addWorker(job, v).ok());
+        v.id = 0;
         v.id = store->addWorker(job, v).value();
+        QVERIFY(v.id >= kLocalWorkerIds);
 
         w.lastSeenMs = 900;
         w.state = QStringLiteral("offline");
@@ -412,7 +417,9 @@ private Q_SLOTS:
         QCOMPARE(all->at(1).state, QStringLiteral("online"));
 
         // Foreign keys are on: a worker of a job that does not exist is refused.
-        auto orphan = store->addWorker(job + 100, w);
+        WorkerRecord stray = w;
+        stray.id = 0;
+        auto orphan = store->addWorker(job + 100, stray);
         QVERIFY(!orphan.ok());
         expectError(orphan.error(), {QStringLiteral("job store error"), QStringLiteral("FOREIGN KEY")});
     }

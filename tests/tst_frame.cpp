@@ -449,7 +449,8 @@ private Q_SLOTS:
         QVERIFY(!messageName(0));
         QCOMPARE(QString::fromLatin1(messageName(21)), QStringLiteral("Reply"));
         QCOMPARE(QString::fromLatin1(messageName(22)), QStringLiteral("Echo"));
-        QVERIFY(!messageName(23));
+        QCOMPARE(QString::fromLatin1(messageName(24)), QStringLiteral("ModelData"));
+        QVERIFY(!messageName(25));
         QCOMPARE(describe(MessageType::Result), QStringLiteral("Result"));
     }
 };

@@ -652,8 +652,10 @@ private Q_SLOTS:
         QVERIFY2(closureOf(firstId).contains(QLatin1String("disconnected")), qPrintable(closureOf(firstId)));
         QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
 
-        // Back from the state folder alone; the coordinator now knows its worker id.
-        REQUIRE_OK(m_listener->setWorkerId(fingerprint, 42));
+        // Back from the state folder alone, under the fleet's id for its certificate.
+        const qint64 fleetId = (*record)->workerId;
+        QVERIFY(fleetId > 0);
+        QCOMPARE(peer->workerId, fleetId);
         m_hellos.clear();
         auto again = newWorker(name);
         QSignalSpy joinedAgain(again.get(), &WorkerClient::joined);
@@ -668,7 +670,7 @@ private Q_SLOTS:
         const PeerInfo *back = helloFrom(name);
         QVERIFY(back);
         QCOMPARE(back->fingerprint, fingerprint);
-        QCOMPARE(back->workerId, qint64(42));
+        QCOMPARE(back->workerId, fleetId);
         QVERIFY(back->connectionId != firstId);
         QCOMPARE(readFile(QDir(dir).filePath(QStringLiteral("cert.pem"))), certPem);
 
@@ -1381,7 +1383,7 @@ private Q_SLOTS:
         WorkerClient renamed(o);
         QCOMPARE(timeToWelcome(renamed, std::nullopt, &why), qint64(-1));
         QVERIFY2(why.contains(QLatin1String("issued to worker 'lab-1'")), qPrintable(why));
-        QVERIFY2(why.contains(QLatin1String("--name lab-1")), qPrintable(why));
+        QVERIFY2(why.contains(QLatin1String("leave out --name")), qPrintable(why));
         renamed.stop();
         QTRY_COMPARE_WITH_TIMEOUT(m_listener->connectionCount(), 1, 5000);
         VERIFY_FLEET();

@@ -108,9 +108,12 @@ private Q_SLOTS:
         WelcomeMsg compressed = welcome();
         compressed.compression = QStringLiteral("int8");
         QCOMPARE(roundTrip(compressed).compression, QStringLiteral("int8"));
+        WelcomeMsg keyed = welcome();
+        keyed.jobKey = QStringLiteral("job-7");
+        QCOMPARE(roundTrip(keyed).jobKey, QStringLiteral("job-7"));
         QCOMPARE(keysOf(welcome().encode()),
             sorted({ "worker_id", "job", "model", "model_sha256", "input_shape", "classes", "layout", "weights", "seed",
-                "heartbeat_ms", "heartbeat_timeout_ms", "compression" }));
+                "heartbeat_ms", "heartbeat_timeout_ms", "compression", "job_key" }));
     }
 
     void redeemAndEnrolledRoundTrip()
@@ -222,6 +225,22 @@ private Q_SLOTS:
         QCOMPARE(beat.done, qint64(60));
         QCOMPARE(beat.planned, qint64(120));
         QCOMPARE(keysOf(beat.encode()), sorted({ "lease", "done", "planned" }));
+        // The fleet's job key travels only when it is set: one job's peers never see it.
+        const HeartbeatMsg keyed = roundTrip(HeartbeatMsg { 5, 60, 120, QStringLiteral("job-2") });
+        QCOMPARE(keyed.job, QStringLiteral("job-2"));
+        QCOMPARE(keysOf(keyed.encode()), sorted({ "lease", "done", "planned", "job" }));
+        QCOMPARE(roundTrip(AckMsg { 5, QStringLiteral("duplicate"), {}, 0, 0, QStringLiteral("job-1") }).job,
+                 QStringLiteral("job-1"));
+        QCOMPARE(roundTrip(HandBackMsg { 9, QStringLiteral("moved"), false, QStringLiteral("job-3") }).job,
+                 QStringLiteral("job-3"));
+
+        const QString sha(64, u'a');
+        QCOMPARE(roundTrip(ModelRequestMsg { sha }).sha256, sha);
+        QCOMPARE(keysOf(ModelRequestMsg { sha }.encode()), sorted({ "sha256" }));
+        QVERIFY(!ModelRequestMsg::decode(QCborMap {}));
+        const ModelDataMsg missing = roundTrip(ModelDataMsg { sha, QStringLiteral("no such model") });
+        QCOMPARE(missing.error, QStringLiteral("no such model"));
+        QCOMPARE(keysOf(ModelDataMsg { sha }.encode()), sorted({ "sha256" }));
 
         const AckMsg ack = roundTrip(AckMsg { 5, QStringLiteral("held"), QStringLiteral("why"), 11, 12 });
         QCOMPARE(ack.lease, qint64(5));

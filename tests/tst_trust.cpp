@@ -15,6 +15,8 @@
 #include <QCryptographicHash>
 #include <QDateTime>
 #include <QDir>
+
+#include <sqlite3.h>
 #include <QFile>
 #include <QTemporaryDir>
 
@@ -540,7 +542,7 @@ private Q_SLOTS:
         const CertificateRecord &c = **found;
         QCOMPARE(c.fingerprint, r.fingerprint);
         QCOMPARE(c.workerName, QStringLiteral("gpu-box"));
-        QCOMPARE(c.workerId, qint64(7));
+        QCOMPARE(c.workerId, qint64(1)); // the fleet's number for it, not the record's 7
         QCOMPARE(c.issuedMs, kNow - 5000);
         QCOMPARE(c.revokedMs, qint64(0));
         QVERIFY(!c.revoked());
@@ -632,18 +634,57 @@ private Q_SLOTS:
             store.revoke(hex(fingerprint(0x34)), QStringLiteral("unknown"), kNow), QStringLiteral("no unrevoked"));
     }
 
-    void setWorkerId()
+    // One id per certificate for the whole fleet: every job's store keeps its workers under
+    // these, so two machines must never share one, whatever id the record asked for.
+    void everyCertificateHasAnIdOfItsOwn()
     {
         TrustStore store(folder());
-        const QByteArray fp = fingerprint(0x41);
-        REQUIRE_OK(store.addCertificate(record(fp, QStringLiteral("w"))));
-        REQUIRE_OK(store.setWorkerId(fp, 1234567890123));
-        auto c = store.certificate(fp);
-        REQUIRE_OK(c);
-        QCOMPARE((*c)->workerId, qint64(1234567890123));
-        QCOMPARE((*c)->workerName, QStringLiteral("w"));
-        REQUIRE_ERROR(
-            store.setWorkerId(fingerprint(0x42), 1), QStringLiteral("no certificate"), hex(fingerprint(0x42)));
+        CertificateRecord first = record(fingerprint(0x41), QStringLiteral("w1"), kNow);
+        first.workerId = 7; // ignored: the fleet numbers certificates
+        CertificateRecord second = record(fingerprint(0x42), QStringLiteral("w2"), kNow + 1);
+        second.workerId = 7;
+        REQUIRE_OK(store.addCertificate(first));
+        REQUIRE_OK(store.addCertificate(second));
+        const qint64 a = (*store.certificate(fingerprint(0x41)))->workerId;
+        const qint64 b = (*store.certificate(fingerprint(0x42)))->workerId;
+        QVERIFY(a > 0 && b > 0);
+        QVERIFY2(a != b, qPrintable(QStringLiteral("both certificates have worker id %1").arg(a)));
+        // A revoked certificate keeps its id: a new one does not take it.
+        QCOMPARE(*store.revoke(QStringLiteral("w1"), QStringLiteral("retired"), kNow), 1);
+        REQUIRE_OK(store.addCertificate(record(fingerprint(0x43), QStringLiteral("w3"), kNow + 2)));
+        const qint64 c = (*store.certificate(fingerprint(0x43)))->workerId;
+        QVERIFY(c != a && c != b);
+    }
+
+    // A trust database from before the ids were the fleet's: the id was the one the first job
+    // gave, so two machines enrolled for two jobs could hold the same. Opening it numbers the
+    // certificates again, in the order they were issued.
+    void oldDatabasesAreNumberedAgain()
+    {
+        const QString dir = folder();
+        {
+            TrustStore store(dir);
+            REQUIRE_OK(store.addCertificate(record(fingerprint(0x44), QStringLiteral("w1"), kNow)));
+            REQUIRE_OK(store.addCertificate(record(fingerprint(0x45), QStringLiteral("w2"), kNow + 5)));
+        }
+        sqlite3 *db = nullptr;
+        QCOMPARE(sqlite3_open(QDir(dir).filePath(QStringLiteral("trust.db")).toUtf8().constData(), &db), SQLITE_OK);
+        char *error = nullptr;
+        const int rc = sqlite3_exec(db,
+                                    "DROP INDEX certificates_by_worker; UPDATE certificates SET worker_id = 1; "
+                                    "PRAGMA user_version = 1;",
+                                    nullptr, nullptr, &error);
+        const QString message = QString::fromUtf8(error ? error : "");
+        sqlite3_free(error);
+        sqlite3_close(db);
+        QVERIFY2(rc == SQLITE_OK, qPrintable(message));
+        TrustStore store(dir);
+        auto w1 = store.certificate(fingerprint(0x44));
+        REQUIRE_OK(w1);
+        auto w2 = store.certificate(fingerprint(0x45));
+        REQUIRE_OK(w2);
+        QCOMPARE((*w1)->workerId, qint64(1));
+        QCOMPARE((*w2)->workerId, qint64(2));
     }
 
     // ---- the file ----
@@ -812,7 +853,9 @@ private Q_SLOTS:
         auto certificates = store.certificates();
         REQUIRE_OK(certificates);
         QCOMPARE(certificates->size(), 2);
-        QCOMPARE(certificates->at(0).workerId, qint64(17));
+        // Numbered by the fleet in the order they were issued, not as the old file said.
+        QCOMPARE(certificates->at(0).workerId, qint64(1));
+        QCOMPARE(certificates->at(1).workerId, qint64(2));
         QCOMPARE(certificates->at(1).revokeReason, QStringLiteral("lost laptop"));
         QVERIFY(!QFileInfo::exists(store.legacyPath()));
         QVERIFY(QFileInfo::exists(store.legacyPath() + QStringLiteral(".migrated")));

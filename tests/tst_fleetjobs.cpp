@@ -1,0 +1,408 @@
+// One fleet, many jobs, with real processes on loopback and real TLS: a fleet service
+// (`flotilla serve` without a job), jobs queued with `flotilla submit`, managed with
+// `flotilla jobs`, and workers (`flotilla worker`) that stay connected from one job to the
+// next. Worker ids are the fleet's (one per certificate, the same in every job's store); a
+// worker restarted from its state folder needs no --name; a TorchScript job's model reaches
+// the workers that do not hold it, and a worker that accepts no models says so; a SIGKILLed
+// fleet service resumes its running jobs and runs its queue, every shard of every epoch of
+// every job assimilated exactly once.
+#include "TestSupport.h"
+#include "engine/FleetQueue.h"
+
+#include <QtTest>
+
+#include <map>
+
+using namespace flotilla;
+
+namespace {
+
+constexpr int kTrainLimit = 2000;
+constexpr int kShards = 4;
+
+struct Lab
+{
+    QTemporaryDir dir;
+    quint16 port = test::freeLoopbackPort();
+
+    QString path(const QString &name) const { return dir.filePath(name); }
+    QString identity() const { return path(QStringLiteral("identity")); }
+    QString token() const
+    {
+        QFile f(path(QStringLiteral("token")));
+        return f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()).trimmed() : QString();
+    }
+
+    std::unique_ptr<QProcess> serve(int concurrentJobs)
+    {
+        auto p = std::make_unique<QProcess>();
+        p->setProcessChannelMode(QProcess::MergedChannels);
+        p->setStandardOutputFile(path(QStringLiteral("serve.out")), QIODevice::Append);
+        p->start(test::flotillaBinary(),
+                 {QStringLiteral("serve"), QStringLiteral("--identity-dir"), identity(), QStringLiteral("--listen"),
+                  QStringLiteral("127.0.0.1"), QStringLiteral("--host"), QStringLiteral("127.0.0.1"),
+                  QStringLiteral("--port"), QString::number(port), QStringLiteral("--token-file"),
+                  path(QStringLiteral("token")), QStringLiteral("--concurrent-jobs"), QString::number(concurrentJobs)});
+        return p;
+    }
+
+    // joinAs: the name to join with a token; empty: back from the state folder alone, with no
+    // --name (the certificate says who it is).
+    std::unique_ptr<QProcess> worker(const QString &state, const QString &joinAs, const QStringList &extra = {})
+    {
+        auto p = std::make_unique<QProcess>();
+        p->setProcessChannelMode(QProcess::MergedChannels);
+        p->setStandardOutputFile(path(state + QStringLiteral(".out")), QIODevice::Append);
+        QStringList args{QStringLiteral("worker"), QStringLiteral("--state-dir"), path(QStringLiteral("workers/") + state),
+                         QStringLiteral("--grace"), QStringLiteral("5")};
+        if (!joinAs.isEmpty())
+            args << QStringLiteral("--join") << token() << QStringLiteral("--name") << joinAs;
+        p->start(test::flotillaBinary(), args + extra);
+        return p;
+    }
+
+    QString log(const QString &name) const
+    {
+        QFile f(path(name + QStringLiteral(".out")));
+        return f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()) : QString();
+    }
+
+    // A small job: kShards shards of a Fashion-MNIST subset, no simulated preemptions.
+    QString jobFile(const QString &name, int epochs, const QString &modelFile = {})
+    {
+        JobSpec job = JobSpec::defaultJob();
+        job.name = name;
+        job.dataset.trainLimit = kTrainLimit;
+        job.dataset.testLimit = 300;
+        job.training.epochs = epochs;
+        job.training.shards = kShards;
+        job.fleet.workers = 0;
+        job.fleet.preemption.meanIntervalSeconds = 0;
+        job.fleet.heartbeatTimeoutSeconds = 6;
+        if (!modelFile.isEmpty()) {
+            job.model.kind = QStringLiteral("torchscript");
+            job.model.path = modelFile;
+        }
+        const QString file = path(name + QStringLiteral(".json"));
+        if (!job.save(file))
+            return {};
+        return file;
+    }
+
+    test::ProcessRun flotilla(const QStringList &args) const
+    {
+        return test::runFlotilla(args + QStringList{QStringLiteral("--identity-dir"), identity()}, 60000);
+    }
+
+    // Submits a job; returns its id in the queue, 0 when refused.
+    qint64 submit(const QString &name, int epochs, const QString &as, const QString &modelFile = {})
+    {
+        const test::ProcessRun run = flotilla({QStringLiteral("submit"), jobFile(name, epochs, modelFile),
+                                               QStringLiteral("--as"), as});
+        if (run.exitCode != 0) {
+            qWarning("submit refused: %s %s", qPrintable(run.out), qPrintable(run.err));
+            return 0;
+        }
+        const auto match = QRegularExpression(QStringLiteral("^Job (\\d+) ")).match(run.out);
+        return match.hasMatch() ? match.captured(1).toLongLong() : 0;
+    }
+
+    std::map<qint64, QueuedJob> queue() const
+    {
+        std::map<qint64, QueuedJob> out;
+        auto q = FleetQueue::open(QDir(identity()).filePath(QStringLiteral("fleet.db")));
+        if (!q)
+            return out;
+        auto jobs = (*q)->jobs();
+        if (jobs)
+            for (const QueuedJob &j : *jobs)
+                out[j.id] = j;
+        return out;
+    }
+
+    QString stateOf(qint64 id) const
+    {
+        const auto jobs = queue();
+        const auto it = jobs.find(id);
+        return it == jobs.end() ? QString() : it->second.state;
+    }
+
+    bool allFinished(const std::vector<qint64> &ids) const
+    {
+        const auto jobs = queue();
+        for (const qint64 id : ids) {
+            const auto it = jobs.find(id);
+            if (it == jobs.end() || it->second.state != QLatin1String("finished"))
+                return false;
+        }
+        return true;
+    }
+
+    QString runDb(qint64 id) const
+    {
+        const auto jobs = queue();
+        const auto it = jobs.find(id);
+        return it == jobs.end() ? QString() : QDir(it->second.runDir).filePath(QStringLiteral("flotilla.db"));
+    }
+
+    // The job's workers, by name, with the ids its store keeps them under.
+    std::map<QString, qint64> workersOf(qint64 id) const
+    {
+        std::map<QString, qint64> out;
+        auto store = Store::open(runDb(id));
+        if (!store)
+            return out;
+        auto workers = (*store)->workers(1);
+        if (workers)
+            for (const WorkerRecord &w : *workers)
+                out[w.name] = w.id;
+        return out;
+    }
+
+    QString queueText() const { return flotilla({QStringLiteral("jobs")}).out; }
+};
+
+std::vector<qint64> shardSizes()
+{
+    return std::vector<qint64>(kShards, kTrainLimit / kShards);
+}
+
+QString exactlyOnce(const QString &db, int epochs)
+{
+    auto store = Store::open(db);
+    if (!store)
+        return store.error();
+    return test::verifyExactlyOnce(**store, shardSizes(), epochs);
+}
+
+void stop(QProcess &p)
+{
+    if (p.state() == QProcess::NotRunning)
+        return;
+    p.terminate();
+    if (!p.waitForFinished(20000)) {
+        p.kill();
+        p.waitForFinished(5000);
+    }
+}
+
+} // namespace
+
+class TestFleetJobs : public QObject
+{
+    Q_OBJECT
+
+private Q_SLOTS:
+    void initTestCase()
+    {
+        QVERIFY2(QFileInfo::exists(test::fashionMnistDir()), "Debian's dataset-fashion-mnist is needed");
+    }
+
+    // The lab of the issue: job A with w1 then w2 joining with a token; both workers
+    // restarted from their state folders, w2 first and without --name; then a queue of three
+    // jobs run by the same two processes. Every job's store knows two workers, under the ids
+    // their certificates were given, and nobody was disconnected for somebody else.
+    void workersBelongToTheFleet()
+    {
+        Lab lab;
+        auto serve = lab.serve(1);
+        QTRY_VERIFY_WITH_TIMEOUT(!lab.token().isEmpty(), 60000);
+        const qint64 a = lab.submit(QStringLiteral("a"), 1, QStringLiteral("alice"));
+        QVERIFY(a > 0);
+        auto w1 = lab.worker(QStringLiteral("w1"), QStringLiteral("w1"));
+        QTRY_VERIFY_WITH_TIMEOUT(QFileInfo::exists(lab.path(QStringLiteral("workers/w1/cert.pem"))), 30000);
+        auto w2 = lab.worker(QStringLiteral("w2"), QStringLiteral("w2"));
+        QTRY_VERIFY2_WITH_TIMEOUT(lab.allFinished({a}), qPrintable(lab.queueText() + lab.log(QStringLiteral("serve"))),
+                                  120000);
+        // With no job to run, the workers wait, connected, instead of exiting.
+        QTest::qWait(2000);
+        QCOMPARE(w1->state(), QProcess::Running);
+        QCOMPARE(w2->state(), QProcess::Running);
+        const std::map<QString, qint64> idsA = lab.workersOf(a);
+        QCOMPARE(int(idsA.size()), 2);
+        QVERIFY(idsA.at(QStringLiteral("w1")) != idsA.at(QStringLiteral("w2")));
+
+        // Both restart from their state folders, w2 first, without --name.
+        stop(*w1);
+        stop(*w2);
+        QCOMPARE(w1->exitCode(), 0);
+        QCOMPARE(w2->exitCode(), 0);
+        w2 = lab.worker(QStringLiteral("w2"), {});
+        QTRY_VERIFY_WITH_TIMEOUT(lab.log(QStringLiteral("w2")).contains(QLatin1String("Worker 'w2' connecting")),
+                                 20000);
+        QTest::qWait(1500);
+        w1 = lab.worker(QStringLiteral("w1"), {});
+        QTRY_VERIFY_WITH_TIMEOUT(lab.log(QStringLiteral("w1")).contains(QLatin1String("Worker 'w1' connecting")),
+                                 20000);
+        // A queue of three, by two submitters.
+        const qint64 b = lab.submit(QStringLiteral("b"), 1, QStringLiteral("bob"));
+        const qint64 c = lab.submit(QStringLiteral("c"), 2, QStringLiteral("alice"));
+        const qint64 d = lab.submit(QStringLiteral("d"), 1, QStringLiteral("bob"));
+        QVERIFY(b > 0 && c > 0 && d > 0);
+        QTRY_VERIFY2_WITH_TIMEOUT(lab.allFinished({b, c, d}),
+                                  qPrintable(lab.queueText() + lab.log(QStringLiteral("serve")).right(3000)), 240000);
+        QTest::qWait(1000);
+        QCOMPARE(w1->state(), QProcess::Running);
+        QCOMPARE(w2->state(), QProcess::Running);
+        for (const qint64 id : {b, c, d}) {
+            const auto ids = lab.workersOf(id);
+            QVERIFY2(ids == idsA, qPrintable(QStringLiteral("job %1 keeps %2 worker(s), w1 as %3, w2 as %4")
+                                                 .arg(id)
+                                                 .arg(ids.size())
+                                                 .arg(ids.count(QStringLiteral("w1")) ? ids.at(QStringLiteral("w1")) : -1)
+                                                 .arg(ids.count(QStringLiteral("w2")) ? ids.at(QStringLiteral("w2")) : -1)));
+            const QString wrong = exactlyOnce(lab.runDb(id), id == c ? 2 : 1);
+            QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
+        }
+        for (const QString &name : {QStringLiteral("w1"), QStringLiteral("w2")})
+            QVERIFY2(!lab.log(name).contains(QLatin1String("connected again")), qPrintable(lab.log(name).right(2000)));
+        stop(*w1);
+        stop(*w2);
+        QCOMPARE(w1->exitCode(), 0);
+        QCOMPARE(w2->exitCode(), 0);
+        stop(*serve);
+        QCOMPARE(serve->exitCode(), 0);
+    }
+
+    // A submitter manages its own jobs; another is refused, and the job is untouched.
+    void aSubmitterManagesItsOwnJobs()
+    {
+        Lab lab;
+        const qint64 id = lab.submit(QStringLiteral("mine"), 1, QStringLiteral("alice"));
+        QVERIFY(id > 0);
+        test::ProcessRun refused = lab.flotilla({QStringLiteral("jobs"), QStringLiteral("cancel"), QString::number(id),
+                                                 QStringLiteral("--as"), QStringLiteral("bob")});
+        QCOMPARE(refused.exitCode, 1);
+        QVERIFY2(refused.err.contains(QLatin1String("submitted by alice, not bob")), qPrintable(refused.err));
+        QCOMPARE(lab.stateOf(id), QStringLiteral("queued"));
+        QCOMPARE(lab.flotilla({QStringLiteral("jobs"), QStringLiteral("weight"), QString::number(id),
+                               QStringLiteral("2.5"), QStringLiteral("--as"), QStringLiteral("alice")})
+                     .exitCode,
+                 0);
+        QCOMPARE(lab.queue().at(id).weight, 2.5);
+        const test::ProcessRun badWeight = lab.flotilla({QStringLiteral("jobs"), QStringLiteral("weight"),
+                                                         QString::number(id), QStringLiteral("0"),
+                                                         QStringLiteral("--as"), QStringLiteral("alice")});
+        QCOMPARE(badWeight.exitCode, 1);
+        QVERIFY2(badWeight.err.contains(QLatin1String("positive")), qPrintable(badWeight.err));
+        QCOMPARE(lab.flotilla({QStringLiteral("jobs"), QStringLiteral("cancel"), QString::number(id),
+                               QStringLiteral("--admin"), QStringLiteral("--as"), QStringLiteral("root")})
+                     .exitCode,
+                 0);
+        QCOMPARE(lab.stateOf(id), QStringLiteral("cancelled"));
+        QCOMPARE(lab.queue().at(id).message, QStringLiteral("cancelled by root"));
+        const test::ProcessRun again = lab.flotilla({QStringLiteral("jobs"), QStringLiteral("resume"),
+                                                     QString::number(id), QStringLiteral("--as"),
+                                                     QStringLiteral("alice")});
+        QCOMPARE(again.exitCode, 1);
+        QVERIFY2(again.err.contains(QLatin1String("cancelled already")), qPrintable(again.err));
+        const test::ProcessRun unknown = lab.flotilla({QStringLiteral("jobs"), QStringLiteral("pause"),
+                                                       QStringLiteral("99")});
+        QCOMPARE(unknown.exitCode, 2);
+        QVERIFY2(unknown.err.contains(QLatin1String("no job '99'")), qPrintable(unknown.err));
+        // Data that is not there is refused at submission, not when its turn comes.
+        const test::ProcessRun noData = lab.flotilla({QStringLiteral("submit"), QStringLiteral("--dataset"),
+                                                      QStringLiteral("csv"), QStringLiteral("--data"),
+                                                      lab.path(QStringLiteral("missing.csv"))});
+        QCOMPARE(noData.exitCode, 2);
+        QVERIFY2(noData.err.contains(QLatin1String("missing.csv")), qPrintable(noData.err));
+    }
+
+    // Two jobs at once share three workers; the service is SIGKILLed while two run and three
+    // are queued; started again, it resumes the two and runs the rest, with the same worker
+    // processes. Every job keeps every shard of every epoch assimilated exactly once.
+    void survivesASigkillWithJobsRunningAndQueued()
+    {
+        Lab lab;
+        auto serve = lab.serve(2);
+        QTRY_VERIFY_WITH_TIMEOUT(!lab.token().isEmpty(), 60000);
+        std::vector<qint64> ids;
+        for (int i = 0; i < 5; ++i)
+            ids.push_back(lab.submit(QStringLiteral("job%1").arg(i), 3, i % 2 ? QStringLiteral("bob")
+                                                                              : QStringLiteral("alice")));
+        for (const qint64 id : ids)
+            QVERIFY(id > 0);
+        std::vector<std::unique_ptr<QProcess>> workers;
+        for (const char *name : {"w1", "w2", "w3"}) {
+            workers.push_back(lab.worker(QString::fromLatin1(name), QString::fromLatin1(name)));
+            QTRY_VERIFY_WITH_TIMEOUT(
+                QFileInfo::exists(lab.path(QStringLiteral("workers/%1/cert.pem").arg(QLatin1String(name)))), 30000);
+        }
+        // Two run at once, each with workers of its own.
+        QTRY_VERIFY2_WITH_TIMEOUT(test::assimilations(lab.runDb(ids[0])) >= 2
+                                      && test::assimilations(lab.runDb(ids[1])) >= 2,
+                                  qPrintable(lab.queueText()), 120000);
+        const auto running = lab.queue();
+        QCOMPARE(running.at(ids[0]).state, QStringLiteral("running"));
+        QCOMPARE(running.at(ids[1]).state, QStringLiteral("running"));
+        for (std::size_t i = 2; i < ids.size(); ++i)
+            QCOMPARE(running.at(ids[i]).state, QStringLiteral("queued"));
+        serve->kill();
+        QVERIFY(serve->waitForFinished(10000));
+        serve = lab.serve(2);
+        QTRY_VERIFY2_WITH_TIMEOUT(lab.allFinished(ids),
+                                  qPrintable(lab.queueText() + lab.log(QStringLiteral("serve")).right(3000)), 300000);
+        for (const qint64 id : ids) {
+            const QString wrong = exactlyOnce(lab.runDb(id), 3);
+            QVERIFY2(wrong.isEmpty(), qPrintable(QStringLiteral("job %1: %2").arg(id).arg(wrong)));
+        }
+        // The two that ran resumed from their run folders.
+        for (const qint64 id : {ids[0], ids[1]}) {
+            auto store = Store::open(lab.runDb(id));
+            QVERIFY(store);
+            QCOMPARE(int((*store)->events(1, EventKind::JobResumed)->size()), 1);
+        }
+        for (auto &w : workers)
+            QCOMPARE(w->state(), QProcess::Running);
+        for (auto &w : workers)
+            stop(*w);
+        stop(*serve);
+    }
+
+    // A TorchScript job's model travels to the workers: one without --model-file is sent it
+    // (and keeps it, by its SHA-256); one that accepts no models says why and stops.
+    void theModelTravelsWithTheJob()
+    {
+        Lab lab;
+        const QString model = lab.path(QStringLiteral("net.pt"));
+        const test::ProcessRun made = test::runPython(QStringLiteral(R"PY(
+import sys, torch
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(784, 32)
+        self.fc2 = torch.nn.Linear(32, 10)
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+torch.manual_seed(0)
+torch.jit.script(Net()).save(sys.argv[1])
+)PY"),
+                                                      {model});
+        QVERIFY2(made.exitCode == 0, qPrintable(made.err));
+        auto serve = lab.serve(1);
+        QTRY_VERIFY_WITH_TIMEOUT(!lab.token().isEmpty(), 60000);
+        const qint64 id = lab.submit(QStringLiteral("scripted"), 1, QStringLiteral("alice"), model);
+        QVERIFY(id > 0);
+        // The job trains the fleet's copy: the file it was submitted from may go.
+        QVERIFY(QFile::remove(model));
+        auto refusing = lab.worker(QStringLiteral("careful"), QStringLiteral("careful"),
+                                   {QStringLiteral("--accept-models"), QStringLiteral("none")});
+        QVERIFY(refusing->waitForFinished(60000));
+        QCOMPARE(refusing->exitCode(), 1);
+        QVERIFY2(lab.log(QStringLiteral("careful")).contains(QLatin1String("accepts no models")),
+                 qPrintable(lab.log(QStringLiteral("careful"))));
+        auto w1 = lab.worker(QStringLiteral("w1"), QStringLiteral("w1"));
+        QTRY_VERIFY2_WITH_TIMEOUT(lab.allFinished({id}),
+                                  qPrintable(lab.queueText() + lab.log(QStringLiteral("serve")).right(3000)), 120000);
+        const QString wrong = exactlyOnce(lab.runDb(id), 1);
+        QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
+        const QStringList kept = QDir(lab.path(QStringLiteral("workers/w1/models"))).entryList({QStringLiteral("*.pt")});
+        QCOMPARE(kept.size(), 1);
+        QCOMPARE(kept.first().size(), 64 + 3);
+        stop(*w1);
+        stop(*serve);
+    }
+};
+
+QTEST_GUILESS_MAIN(TestFleetJobs)
+#include "tst_fleetjobs.moc"
