@@ -435,12 +435,16 @@ void FleetServer::onOverBudget(const net::PeerInfo &peer, const QString &reason,
     QString key;
     if (const auto it = m_connected.find(peer.connectionId); it != m_connected.end()) {
         workerId = it->second.workerId;
-        key = it->second.job;
+        key = it->second.job.isEmpty() ? it->second.joining : it->second.job;
     }
     if (workerId == 0)
         return; // never joined: nothing of the job's to hold it against
-    // The job it works for holds it against the worker; one that waits has none.
-    const auto it = m_jobs.find(key);
+    // The job it works for (or is joining) holds it against the worker; one between jobs,
+    // or a connection closed before it was placed, answers to the job served longest.
+    auto it = m_jobs.find(key);
+    if (it == m_jobs.end())
+        it = std::min_element(m_jobs.begin(), m_jobs.end(),
+                              [](const auto &a, const auto &b) { return a.second->order < b.second->order; });
     if (it == m_jobs.end())
         return;
     CoordinatorThread *coordinator = it->second->coordinator;
