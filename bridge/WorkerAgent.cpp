@@ -170,7 +170,7 @@ void WorkerAgent::onWelcomed(const QCborMap &header)
     }
     if (!m_options.acceptModels) {
         finish(1, QStringLiteral("the job trains a TorchScript model (SHA-256 %1) and this worker accepts no models "
-                                 "(--accept-models none): start it with --model-file pointing to a copy of it")
+                                 "(--accept-models none): start the worker with --model-file pointing to a copy of it")
                       .arg(sha));
         return;
     }

@@ -278,9 +278,12 @@ private Q_SLOTS:
         QVERIFY(model.open(QIODevice::ReadOnly));
         const QString sha = QString::fromLatin1(QCryptographicHash::hash(model.readAll(), QCryptographicHash::Sha256).toHex());
 
+        // Workers that accept no models from the coordinator (by default they are sent it:
+        // tst_fleetjobs).
         const auto worker = [&](const QString &name, const QStringList &extra) {
             return test::runFlotilla(QStringList{QStringLiteral("worker"), QStringLiteral("--join"), join,
-                                                 QStringLiteral("--state-dir"), dir + u'/' + name, QStringLiteral("--name"), name}
+                                                 QStringLiteral("--state-dir"), dir + u'/' + name, QStringLiteral("--name"), name,
+                                                 QStringLiteral("--accept-models"), QStringLiteral("none")}
                                          + extra,
                                      60000);
         };
