@@ -3,6 +3,7 @@
 #include "app/AppLog.h"
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
+#include "app/NetworkCommands.h"
 #include "bridge/AgentDesk.h"
 #include "bridge/DesktopSession.h"
 #include "bridge/RemoteSession.h"
@@ -441,12 +442,7 @@ int runControlCenter(const QStringList &arguments)
         // Only the attached window: the local control center stays closed.
         std::optional<net::JoinToken> token;
         if (parser.isSet(QStringLiteral("connect"))) {
-            QString text = parser.value(QStringLiteral("connect"));
-            if (!text.startsWith(QLatin1String("flt1.")) && QFile::exists(text)) {
-                QFile file(text);
-                text = file.open(QIODevice::ReadOnly) ? QString::fromUtf8(file.read(4096)) : QString();
-            }
-            auto decoded = net::JoinToken::decode(text);
+            auto decoded = tokenArgument(parser.value(QStringLiteral("connect")));
             if (!decoded) {
                 std::fprintf(stderr, "flotilla gui: --connect: %s\n", decoded.error().toUtf8().constData());
                 return ExitUsage;

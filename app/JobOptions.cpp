@@ -103,6 +103,9 @@ const Flag kFlags[] = {
                             "their results; a disagreement goes to a third (default 0)."},
     {"redundancy-tolerance", "r", "Two results agree when they differ by at most this much, relative to the larger "
                                   "update (default 0.05)."},
+    {"require-device", "kind", "In a fleet: place only workers with this device in the job: any, cpu or cuda "
+                               "(default any)."},
+    {"require-memory-mb", "MiB", "In a fleet: place only workers whose machine has this much memory (default 0: any)."},
     {"quiet", nullptr, "No live progress line."},
     {"verbose", nullptr, "Print every event (joins, leases, assimilations) to standard error."},
 };
@@ -178,6 +181,7 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
         number("preempt-notice", job.fleet.preemption.noticeFraction),
         number("rejoin-delay", job.fleet.preemption.rejoinDelaySeconds),
         integer("quarantine-after", job.fleet.quarantineAfter),
+        integer("require-memory-mb", job.fleet.requireMemoryMb),
         number("redundancy", job.fleet.redundancy),
         number("redundancy-tolerance", job.fleet.redundancyTolerance),
         [&]() -> Result<void> {
@@ -226,6 +230,7 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
     text("instance-type", job.fleet.instanceType);
     text("price-class", job.fleet.priceClass);
     text("compression", job.fleet.compression);
+    text("require-device", job.fleet.requireDevice);
     if (p.isSet(QStringLiteral("price-table")))
         job.fleet.priceTable = QFileInfo(p.value(QStringLiteral("price-table"))).absoluteFilePath();
     return job.validate();

@@ -4,6 +4,9 @@
 // coordinator and worker processes on this machine and knocks workers out at random.
 // Each takes its arguments without the program name (arguments[0] is the command).
 
+#include "common/Result.h"
+#include "net/TrustStore.h"
+
 #include <QStringList>
 
 namespace flotilla {
@@ -19,6 +22,9 @@ int runReleaseCommand(const QStringList &arguments);
 int runDemoCommand(const QStringList &arguments);
 int runBenchCommand(const QStringList &arguments);
 int runSimulateCommand(const QStringList &arguments);
+
+// A token given on the command line: the token itself (flt1.…), or a file that holds one.
+Result<net::JoinToken> tokenArgument(const QString &value);
 
 class NetworkHost;
 // Where a coordinator keeps its CA, certificates, trust list and fleet queue by default.

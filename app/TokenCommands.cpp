@@ -62,7 +62,7 @@ int listTokens(const QString &dir, bool all)
     if (shown == 0)
         std::printf(all ? "No join tokens have been issued.\n"
                         : "No live join tokens (--all lists expired, used up and revoked ones too).\n");
-    // Operators: control centers attached from elsewhere, revoked by name like workers.
+    // Operators and submitters: people attached from elsewhere, revoked by name like workers.
     auto certificates = trust.certificates();
     if (!certificates) {
         std::fprintf(stderr, "flotilla token: %s\n", certificates.error().toUtf8().constData());
@@ -70,13 +70,14 @@ int listTokens(const QString &dir, bool all)
     }
     bool heading = false;
     for (const net::CertificateRecord &c : *certificates) {
-        if (c.role != net::Role::Operator || (c.revoked() && !all))
+        if (!net::isPerson(c.role) || (c.revoked() && !all))
             continue;
         if (!heading)
-            std::printf("\nOperators (flotilla revoke NAME bars one):\n%-32s  %-16s  %s\n", "NAME", "ENROLLED (UTC)",
-                        "STATE");
+            std::printf("\nOperators and submitters (flotilla revoke NAME bars one):\n%-32s  %-9s  %-16s  %s\n", "NAME",
+                        "ROLE", "ENROLLED (UTC)", "STATE");
         heading = true;
-        std::printf("%-32s  %-16s  %s\n", c.workerName.toUtf8().constData(), utc(c.issuedMs).toUtf8().constData(),
+        std::printf("%-32s  %-9s  %-16s  %s\n", c.workerName.toUtf8().constData(),
+                    net::describe(c.role).toUtf8().constData(), utc(c.issuedMs).toUtf8().constData(),
                     c.revoked() ? qPrintable(QStringLiteral("revoked %1").arg(utc(c.revokedMs))) : "active");
     }
     return ExitOk;
@@ -97,6 +98,18 @@ int revokeToken(const QString &dir, const QString &id)
 }
 
 } // namespace
+
+Result<net::JoinToken> tokenArgument(const QString &value)
+{
+    QString text = value;
+    if (!text.startsWith(QLatin1String("flt1.")) && QFile::exists(text)) {
+        QFile file(text);
+        if (!file.open(QIODevice::ReadOnly))
+            return fail(QStringLiteral("cannot read the token file '%1': %2").arg(value, file.errorString()));
+        text = QString::fromUtf8(file.read(4096));
+    }
+    return net::JoinToken::decode(text);
+}
 
 int runTokenCommand(const QStringList &arguments)
 {
@@ -119,10 +132,15 @@ int runTokenCommand(const QStringList &arguments)
          QStringLiteral("port")},
         {QStringLiteral("note"), QStringLiteral("What the token is for, shown by --list."), QStringLiteral("text"),
          QStringLiteral("flotilla token")},
-        {QStringLiteral("operator"),
-         QStringLiteral("An operator token: for a control center that attaches from elsewhere (File > Connect to "
-                        "coordinator..., or flotilla gui --connect TOKEN) to watch the job, pause, resume or stop it, "
-                        "and hand out join tokens. An operator never trains; a worker's certificate cannot watch.")},
+        {{QStringLiteral("operator"), QStringLiteral("admin")},
+         QStringLiteral("An operator token, the fleet's administrator: for a control center that attaches from "
+                        "elsewhere (File > Connect to coordinator..., or flotilla gui --connect TOKEN) or flotilla "
+                        "submit/jobs --coordinator, to watch and manage any job, hand out join tokens, revoke and "
+                        "release workers. An operator never trains; a worker's certificate cannot watch.")},
+        {QStringLiteral("submitter"),
+         QStringLiteral("A submitter token: for a person who queues jobs on the fleet from elsewhere (a control "
+                        "center, or flotilla submit --coordinator), watches them, and manages and downloads its own "
+                        "jobs, not others' nor the fleet.")},
         {QStringLiteral("list"), QStringLiteral("List the live join tokens instead of issuing one.")},
         {QStringLiteral("all"), QStringLiteral("With --list: expired, used up and revoked tokens too.")},
         {QStringLiteral("revoke"),
@@ -160,10 +178,16 @@ int runTokenCommand(const QStringList &arguments)
         return ExitUsage;
     }
     net::TrustStore trust(dir);
-    const net::Role role = parser.isSet(QStringLiteral("operator")) ? net::Role::Operator : net::Role::Worker;
+    if (parser.isSet(QStringLiteral("operator")) && parser.isSet(QStringLiteral("submitter"))) {
+        std::fprintf(stderr, "flotilla token: give --operator or --submitter, not both\n");
+        return ExitUsage;
+    }
+    const net::Role role = parser.isSet(QStringLiteral("operator"))    ? net::Role::Operator
+                           : parser.isSet(QStringLiteral("submitter")) ? net::Role::Submitter
+                                                                        : net::Role::Worker;
     QString note = parser.value(QStringLiteral("note"));
-    if (role == net::Role::Operator && !parser.isSet(QStringLiteral("note")))
-        note = QStringLiteral("flotilla token --operator");
+    if (role != net::Role::Worker && !parser.isSet(QStringLiteral("note")))
+        note = QStringLiteral("flotilla token --%1").arg(net::describe(role));
     auto token = trust.issueToken(host, static_cast<quint16>(port), fingerprint, valid, uses,
                                   QDateTime::currentMSecsSinceEpoch(), note, role);
     if (!token) {
@@ -171,7 +195,10 @@ int runTokenCommand(const QStringList &arguments)
         return ExitFailure;
     }
     std::fprintf(stderr, "%s token %s for %s:%d, %d use%s, valid until %s:\n",
-                 role == net::Role::Operator ? "Operator" : "Join", token->id.toHex().constData(),
+                 role == net::Role::Operator    ? "Operator"
+                 : role == net::Role::Submitter ? "Submitter"
+                                                : "Join",
+                 token->id.toHex().constData(),
                  host.toUtf8().constData(), port, uses, uses == 1 ? "" : "s",
                  QDateTime::fromMSecsSinceEpoch(token->expiresMs).toString(Qt::ISODate).toUtf8().constData());
     std::printf("%s\n", token->encode().toUtf8().constData());

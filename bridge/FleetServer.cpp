@@ -1,10 +1,13 @@
 #include "bridge/FleetServer.h"
 
 #include "bridge/BridgeLog.h"
+#include "bridge/FleetRequests.h"
+#include "bridge/WatchStream.h"
 #include "common/Sha256.h"
 #include "engine/WireFormat.h"
 
 #include <QCryptographicHash>
+#include <QDateTime>
 #include <QFile>
 #include <QJsonDocument>
 #include <QRandomGenerator>
@@ -63,6 +66,17 @@ Result<void> FleetServer::setUp(const net::TlsListener::Options &options, bool f
     m_fleet = fleet;
     m_options = options;
     m_listener = std::move(endpoint).value();
+    // A fleet's quarantine outlives its jobs and the service's restarts.
+    if (fleet) {
+        auto quarantined = m_listener->trust().quarantined();
+        if (!quarantined)
+            return quarantined.takeError();
+        m_quarantined = std::move(quarantined).value();
+    }
+    // A submission carries its job's model and data; only a person's certificate may send one.
+    if (fleet)
+        m_listener->setPersonPayloadLimit(MessageType::Command,
+                                          std::uint64_t(FleetRequests::kMaxSubmissionBytes) + (std::uint64_t(1) << 20));
     connect(m_listener.get(), &net::TlsListener::helloReceived, this, &FleetServer::onHello);
     connect(m_listener.get(), &net::TlsListener::messageReceived, this, &FleetServer::onMessage);
     connect(m_listener.get(), &net::TlsListener::overBudget, this, &FleetServer::onOverBudget);
@@ -71,7 +85,8 @@ Result<void> FleetServer::setUp(const net::TlsListener::Options &options, bool f
     return {};
 }
 
-Result<void> FleetServer::addJob(const QString &key, CoordinatorThread *coordinator, double weight)
+Result<void> FleetServer::addJob(const QString &key, CoordinatorThread *coordinator, double weight,
+                                 const QString &owner)
 {
     if (m_jobs.count(key))
         return fail(QStringLiteral("the fleet already serves a job '%1'").arg(key));
@@ -115,6 +130,8 @@ Result<void> FleetServer::addJob(const QString &key, CoordinatorThread *coordina
 
     OperatorService::Options operatorOptions;
     operatorOptions.runDir = runDir;
+    operatorOptions.owner = owner;
+    operatorOptions.jobKey = m_fleet ? key : QString();
     operatorOptions.hostName = m_options.hostNames.value(0, QStringLiteral("127.0.0.1"));
     operatorOptions.addressOf = [this](const WorkerStatus &w) {
         return w.name.startsWith(QStringLiteral("local-")) ? QStringLiteral("the coordinator's machine")
@@ -127,6 +144,14 @@ Result<void> FleetServer::addJob(const QString &key, CoordinatorThread *coordina
         else
             Q_EMIT stopRequested(by);
     });
+    connect(job->operators, &OperatorService::releaseRequested, this,
+            [this](qint64 workerId, const QString &by) { releaseInFleet(workerId, QStringLiteral("operator %1").arg(by)); });
+    if (m_fleet)
+        job->connections.push_back(connect(coordinator, &CoordinatorThread::eventRecorded, this,
+                                           [this](const EventRecord &e) {
+                                               if (e.kind == eventName(EventKind::WorkerQuarantined))
+                                                   quarantineInFleet(e.workerId, e.detail);
+                                           }));
     // Answers find their job by key and by the order it was added in: a job removed and
     // added again under its key numbers its tickets from 1 again.
     const qint64 order = job->order;
@@ -173,6 +198,10 @@ Result<void> FleetServer::addJob(const QString &key, CoordinatorThread *coordina
                                     }));
     m_jobs.emplace(key, std::move(job));
     qCInfo(lcBridge).noquote() << "serving job" << key << "with weight" << j.weight;
+    // People who waited for a job watch this one.
+    for (const auto &[connection, person] : std::map<qint64, Person>(m_people))
+        if (person.job.isEmpty())
+            attachPerson(connection);
     // Workers waiting for a job take this one; the others come as their shares say, between
     // two of their subtasks.
     for (const auto &[connection, worker] : std::map<qint64, ConnectedWorker>(m_connected))
@@ -190,11 +219,22 @@ void FleetServer::removeJob(const QString &key)
     m_jobs.erase(it);
     for (const auto &c : job->connections)
         disconnect(c);
-    for (const qint64 connection : job->operators->connections())
-        m_listener->close(connection,
-                          QStringLiteral("the job '%1' is no longer served; attach again to watch another").arg(key),
-                          false, false);
+    for (const qint64 connection : job->operators->connections()) {
+        if (!m_fleet) {
+            m_listener->close(connection,
+                              QStringLiteral("the job '%1' is no longer served; attach again to watch another").arg(key),
+                              false, false);
+            continue;
+        }
+        // In a fleet, a person stays connected and watches the next job (or waits).
+        job->operators->onClosed(connection);
+        if (const auto it = m_people.find(connection); it != m_people.end())
+            it->second.job.clear();
+    }
     delete job->operators;
+    for (const auto &[connection, person] : std::map<qint64, Person>(m_people))
+        if (person.job.isEmpty())
+            attachPerson(connection);
     qCInfo(lcBridge).noquote() << "no longer serving job" << key;
     for (auto &[connection, worker] : m_connected) {
         if (worker.job == key || worker.joining == key) {
@@ -242,14 +282,79 @@ std::map<QString, double> FleetServer::targets() const
     double total = 0;
     for (const auto &[key, job] : m_jobs)
         total += job->weight;
-    const double workers = double(m_connected.size());
+    // Shares of the workers that may train: the fleet's quarantine holds the others.
+    double workers = 0;
+    for (const auto &[connection, worker] : m_connected)
+        workers += m_quarantined.count(worker.workerId) ? 0.0 : 1.0;
     std::map<QString, double> out;
     for (const auto &[key, job] : m_jobs)
         out[key] = total > 0 ? workers * job->weight / total : 0.0;
     return out;
 }
 
-QString FleetServer::moveTarget(const QString &from) const
+QString FleetServer::lacks(const ConnectedWorker &worker, const Job &job)
+{
+    QStringList missing;
+    const QString &device = job.spec.fleet.requireDevice;
+    const bool cuda = worker.info.device.startsWith(QLatin1String("cuda"));
+    if ((device == QLatin1String("cuda") && !cuda) || (device == QLatin1String("cpu") && cuda))
+        missing << QStringLiteral("a %1 device (it has %2)").arg(device, worker.info.device.isEmpty()
+                                                                            ? QStringLiteral("none said")
+                                                                            : worker.info.device.left(40));
+    const qint64 memory = job.spec.fleet.requireMemoryMb;
+    if (memory > 0 && worker.memoryMb < memory)
+        missing << QStringLiteral("%1 MiB of memory (it has %2)")
+                       .arg(memory)
+                       .arg(worker.memoryMb > 0 ? QStringLiteral("%1 MiB").arg(worker.memoryMb) : QStringLiteral("none said"));
+    return missing.join(QStringLiteral(" and "));
+}
+
+QString FleetServer::waitingReason(const ConnectedWorker &worker) const
+{
+    if (const auto q = m_quarantined.find(worker.workerId); q != m_quarantined.end())
+        return QStringLiteral("quarantined by the fleet (%1); an operator releases it").arg(q->second.left(300));
+    QStringList needs;
+    for (const auto &[key, job] : m_jobs)
+        if (const QString missing = lacks(worker, *job); !missing.isEmpty())
+            needs << QStringLiteral("%1 needs %2").arg(key, missing);
+    return needs.isEmpty() ? QString() : QStringLiteral("no running job this machine can train: ") + needs.join(QStringLiteral("; "));
+}
+
+std::map<QString, QString> FleetServer::unmetRequirements() const
+{
+    std::map<QString, QString> out;
+    for (const auto &[key, job] : m_jobs) {
+        int connected = 0;
+        int quarantined = 0;
+        QString example;
+        bool someone = false;
+        for (const auto &[connection, worker] : m_connected) {
+            ++connected;
+            if (m_quarantined.count(worker.workerId)) {
+                ++quarantined;
+                continue;
+            }
+            const QString missing = lacks(worker, *job);
+            someone = someone || missing.isEmpty();
+            if (example.isEmpty() && !missing.isEmpty())
+                example = QStringLiteral("%1 lacks %2").arg(worker.name, missing);
+        }
+        // No worker connected at all: the job's own progress says so.
+        if (someone || connected == 0)
+            continue;
+        const FleetSpec &f = job->spec.fleet;
+        out[key] = quarantined == connected
+                       ? QStringLiteral("every connected worker is quarantined by the fleet (an operator releases them)")
+                       : QStringLiteral("no connected worker meets its requirements (fleet.require_device %1, "
+                                        "fleet.require_memory_mb %2): %3")
+                             .arg(f.requireDevice)
+                             .arg(f.requireMemoryMb)
+                             .arg(example);
+    }
+    return out;
+}
+
+QString FleetServer::moveTarget(const ConnectedWorker &worker, const QString &from) const
 {
     if (!m_fleet || m_jobs.size() < 2)
         return {};
@@ -262,7 +367,7 @@ QString FleetServer::moveTarget(const QString &from) const
     double most = 0.5;
     for (const auto &[key, t] : target) {
         const double under = t - double(count.at(key));
-        if (key != from && under > most) {
+        if (key != from && under > most && lacks(worker, *m_jobs.at(key)).isEmpty()) {
             most = under;
             best = key;
         }
@@ -276,12 +381,17 @@ void FleetServer::place(qint64 connectionId, const QString &except)
     if (it == m_connected.end())
         return;
     ConnectedWorker &worker = it->second;
+    if (m_quarantined.count(worker.workerId)) {
+        sendWelcome(connectionId, worker, nullptr, waitingReason(worker));
+        Q_EMIT workerPlaced(worker.workerId, QString());
+        return;
+    }
     const auto target = targets();
     const auto count = counts();
     const Job *best = nullptr;
     double most = -1e300;
     for (const auto &[key, job] : m_jobs) {
-        if (key == except && m_jobs.size() > 1)
+        if ((key == except && m_jobs.size() > 1) || !lacks(worker, *job).isEmpty())
             continue;
         const double under = target.at(key) - double(count.at(key));
         if (!best || under > most + 1e-9 || (std::abs(under - most) <= 1e-9 && job->order < best->order)) {
@@ -290,7 +400,7 @@ void FleetServer::place(qint64 connectionId, const QString &except)
         }
     }
     if (!best || best->key == except) {
-        sendWelcome(connectionId, worker, nullptr);
+        sendWelcome(connectionId, worker, nullptr, waitingReason(worker));
         Q_EMIT workerPlaced(worker.workerId, QString());
         return;
     }
@@ -302,6 +412,40 @@ void FleetServer::place(qint64 connectionId, const QString &except)
     job.joins[job.coordinator->join(worker.info, worker.workerId)] = pending;
 }
 
+void FleetServer::quarantineInFleet(qint64 workerId, const QString &reason)
+{
+    if (workerId <= 0 || m_quarantined.count(workerId))
+        return;
+    m_quarantined[workerId] = reason;
+    if (auto r = m_listener->trust().quarantine(workerId, reason, QDateTime::currentMSecsSinceEpoch()); !r)
+        qCWarning(lcBridge).noquote() << "cannot record the fleet's quarantine of worker" << workerId << "-" << r.error();
+    qCWarning(lcBridge).noquote() << "worker" << workerId << "is quarantined in the fleet: no job gets it until an "
+                                                             "operator releases it -"
+                                  << reason;
+    // Out of its job at once, and into none.
+    for (auto &[connection, worker] : m_connected)
+        if (worker.workerId == workerId) {
+            leaveJob(worker, QStringLiteral("quarantined: %1").arg(reason));
+            worker.joining.clear();
+            place(connection);
+        }
+}
+
+void FleetServer::releaseInFleet(qint64 workerId, const QString &by)
+{
+    if (!m_quarantined.erase(workerId))
+        return;
+    if (auto r = m_listener->trust().release(workerId); !r)
+        qCWarning(lcBridge).noquote() << "cannot record the release of worker" << workerId << "-" << r.error();
+    qCInfo(lcBridge).noquote() << "worker" << workerId << "released from the fleet's quarantine by" << by;
+    // Every job that quarantined it lets it go too.
+    for (const auto &[key, job] : m_jobs)
+        job->coordinator->releaseAsync(workerId, by);
+    for (const auto &[connection, worker] : std::map<qint64, ConnectedWorker>(m_connected))
+        if (worker.workerId == workerId && worker.job.isEmpty() && worker.joining.isEmpty())
+            place(connection);
+}
+
 void FleetServer::leaveJob(ConnectedWorker &worker, const QString &reason)
 {
     if (const auto it = m_jobs.find(worker.job); it != m_jobs.end())
@@ -309,10 +453,12 @@ void FleetServer::leaveJob(ConnectedWorker &worker, const QString &reason)
     worker.job.clear();
 }
 
-void FleetServer::sendWelcome(qint64 connectionId, const ConnectedWorker &worker, const Job *job)
+void FleetServer::sendWelcome(qint64 connectionId, const ConnectedWorker &worker, const Job *job,
+                              const QString &waiting)
 {
     net::WelcomeMsg welcome;
     welcome.workerId = worker.workerId;
+    welcome.waiting = waiting;
     if (!job) {
         // Nothing to train: the worker waits, connected, for the next Welcome.
         welcome.heartbeatMs = 2000;
@@ -367,22 +513,131 @@ Result<void> FleetServer::listen()
     return m_listener->listen();
 }
 
-void FleetServer::onHello(const net::PeerInfo &peer, const net::HelloMsg &hello)
+bool FleetServer::isQueueAction(const QString &action)
 {
-    if (peer.role == net::Role::Operator) {
-        // An operator watches the job served longest (the one job, outside a fleet).
-        const Job *first = nullptr;
-        for (const auto &[key, job] : m_jobs)
-            if (!first || job->order < first->order)
-                first = job.get();
-        if (!first) {
-            m_listener->close(peer.connectionId,
-                              QStringLiteral("this fleet runs no job now: attach again once one runs (flotilla jobs "
-                                             "lists the queue)"),
-                              false, false);
+    return action == QLatin1String("jobs") || action == QLatin1String("submit") || action.startsWith(QLatin1String("job-"));
+}
+
+void FleetServer::answer(qint64 connectionId, const QCborMap &reply, const QByteArray &payload)
+{
+    if (m_people.count(connectionId))
+        m_listener->send(connectionId, net::MessageType::Reply, reply, payload);
+}
+
+void FleetServer::attachPerson(qint64 connectionId)
+{
+    const auto it = m_people.find(connectionId);
+    if (it == m_people.end())
+        return;
+    Person &person = it->second;
+    // A person watches the job served longest (the one job, outside a fleet).
+    Job *first = nullptr;
+    for (const auto &[key, job] : m_jobs)
+        if (!first || job->order < first->order)
+            first = job.get();
+    if (first) {
+        person.job = first->key;
+        first->operators->attach(person.peer);
+        return;
+    }
+    if (!m_fleet) {
+        m_listener->close(connectionId, QStringLiteral("this coordinator serves no job now"), false, false);
+        return;
+    }
+    // A fleet that runs no job: the person stays, may use the queue, and is welcomed again
+    // (and so watches) when the next job starts.
+    person.job.clear();
+    m_listener->send(connectionId, net::WelcomeMsg{});
+}
+
+void FleetServer::onPersonMessage(qint64 connectionId, const net::Message &message)
+{
+    Person &person = m_people.at(connectionId);
+    if (message.type == MessageType::Command) {
+        auto command = net::CommandMsg::decode(message.header);
+        if (!command) {
+            m_listener->close(connectionId, command.error());
             return;
         }
-        first->operators->attach(peer);
+        if (isQueueAction(command->action)) {
+            if (!m_fleet) {
+                m_listener->send(connectionId,
+                                 net::ReplyMsg{command->id, command->action,
+                                               QStringLiteral("this coordinator runs one job, not a fleet: it has no "
+                                                              "queue (flotilla serve without a job runs a fleet)"),
+                                               {}});
+                return;
+            }
+            Q_EMIT queueCommand(connectionId, person.peer.workerName, person.peer.role == net::Role::Operator,
+                                message.header, message.payload);
+            return;
+        }
+    }
+    if (const auto job = m_jobs.find(person.job); !person.job.isEmpty() && job != m_jobs.end()) {
+        job->second->operators->onMessage(connectionId, message);
+        return;
+    }
+    switch (message.type) {
+    case MessageType::Watch: {
+        net::UpdateMsg idle;
+        idle.reset = true;
+        idle.state = QStringLiteral("idle");
+        idle.message = QStringLiteral("this fleet runs no job now; a submitted job starts when its turn comes");
+        m_listener->send(connectionId, idle, encodeBatch({}));
+        return;
+    }
+    case MessageType::Command: {
+        const auto command = net::CommandMsg::decode(message.header);
+        const QString by = person.peer.workerName;
+        if (auto answered = OperatorService::fleetCommand(*m_listener, m_options.hostNames.value(0, QStringLiteral("127.0.0.1")),
+                                                          by, person.peer.role, *command)) {
+            m_listener->send(connectionId, *answered);
+            return;
+        }
+        if (command->action == QLatin1String("release")) {
+            const bool administrator = person.peer.role == net::Role::Operator;
+            if (administrator)
+                releaseInFleet(command->workerId, QStringLiteral("operator %1").arg(by));
+            m_listener->send(connectionId,
+                             net::ReplyMsg{command->id, command->action,
+                                           administrator ? QString()
+                                                         : QStringLiteral("%1 is a submitter: only an operator, the "
+                                                                          "fleet's administrator, may release")
+                                                               .arg(by),
+                                           administrator ? QStringLiteral("released worker %1").arg(command->workerId)
+                                                         : QString()});
+            return;
+        }
+        m_listener->send(connectionId,
+                         net::ReplyMsg{command ? command->id : 0, command ? command->action : QString(),
+                                       QStringLiteral("this fleet runs no job now: there is no job to %1")
+                                           .arg(command ? command->action : QStringLiteral("command")),
+                                       {}});
+        return;
+    }
+    case MessageType::Echo:
+        if (const auto echo = decoded<net::EchoMsg>(*m_listener, connectionId, message))
+            m_listener->send(connectionId, *echo);
+        return;
+    case MessageType::Bye:
+        m_listener->close(connectionId, QStringLiteral("%1 said goodbye").arg(person.peer.workerName), false, false);
+        return;
+    default:
+        m_listener->close(connectionId,
+                          QStringLiteral("%1 '%2' sent %3: a person's certificate watches and manages jobs, it never "
+                                         "trains (a worker joins with a worker's token)")
+                              .arg(net::describe(person.peer.role), person.peer.workerName,
+                                   net::describe(message.type)),
+                          true);
+        return;
+    }
+}
+
+void FleetServer::onHello(const net::PeerInfo &peer, const net::HelloMsg &hello)
+{
+    if (net::isPerson(peer.role)) {
+        m_people[peer.connectionId] = Person{peer, {}};
+        attachPerson(peer.connectionId);
         return;
     }
     ConnectedWorker worker;
@@ -395,6 +650,7 @@ void FleetServer::onHello(const net::PeerInfo &peer, const net::HelloMsg &hello)
     worker.info.device = hello.device.left(64);
     worker.info.threads = int(std::clamp<qint64>(hello.threads, 0, 4096));
     worker.info.samplesPerSecond = hello.samplesPerSecond;
+    worker.memoryMb = std::clamp<qint64>(hello.memoryMb, 0, qint64(1) << 40);
     if (!std::isfinite(worker.info.samplesPerSecond) || worker.info.samplesPerSecond < 0)
         worker.info.samplesPerSecond = 0;
     // A worker connected twice (a reconnect racing the old connection): keep the newest.
@@ -417,6 +673,7 @@ void FleetServer::onHello(const net::PeerInfo &peer, const net::HelloMsg &hello)
 
 void FleetServer::onClosed(qint64 connectionId)
 {
+    m_people.erase(connectionId);
     for (auto &[key, job] : m_jobs) {
         job->operators->onClosed(connectionId);
         for (auto *pending : {&job->joins, &job->requests, &job->results})
@@ -429,8 +686,8 @@ void FleetServer::onClosed(qint64 connectionId)
 
 void FleetServer::onOverBudget(const net::PeerInfo &peer, const QString &reason, bool barred)
 {
-    if (peer.role == net::Role::Operator)
-        return; // an operator is not a worker of the job: the listener's log says it
+    if (net::isPerson(peer.role))
+        return; // a person is not a worker of the job: the listener's log says it
     qint64 workerId = peer.workerId;
     QString key;
     if (const auto it = m_connected.find(peer.connectionId); it != m_connected.end()) {
@@ -495,11 +752,10 @@ void FleetServer::onJoined(Job &job, qint64 ticket, qint64 workerId, const QStri
 
 void FleetServer::onMessage(qint64 connectionId, const net::Message &message)
 {
-    for (auto &[key, job] : m_jobs)
-        if (job->operators->serves(connectionId)) {
-            job->operators->onMessage(connectionId, message);
-            return;
-        }
+    if (m_people.count(connectionId)) {
+        onPersonMessage(connectionId, message);
+        return;
+    }
     const auto it = m_connected.find(connectionId);
     if (it == m_connected.end())
         return;
@@ -578,11 +834,11 @@ void FleetServer::onRequest(qint64 connectionId, ConnectedWorker &worker, const 
     if (!job) {
         // Waiting, or joining a job: the Welcome that comes says what to do.
         if (worker.joining.isEmpty())
-            sendWelcome(connectionId, worker, nullptr);
+            sendWelcome(connectionId, worker, nullptr, waitingReason(worker));
         return;
     }
     // Between two subtasks is when a worker may go where the shares want it.
-    if (const QString to = moveTarget(job->key); !to.isEmpty()) {
+    if (const QString to = moveTarget(worker, job->key); !to.isEmpty()) {
         qCInfo(lcBridge).noquote() << worker.name << "moves from job" << job->key << "to" << to;
         leaveJob(worker, QStringLiteral("moved to job %1 of the fleet").arg(to));
         Job &next = *m_jobs.at(to);

@@ -47,13 +47,18 @@ public:
 
     // Serves a job under a key of the fleet's (unique among the jobs served); workers are
     // placed in it at once. The coordinator must outlive removeJob(key).
-    Result<void> addJob(const QString &key, CoordinatorThread *coordinator, double weight = 1.0);
+    // owner: the submitter whose job it is (a fleet's); empty: only an operator commands it.
+    Result<void> addJob(const QString &key, CoordinatorThread *coordinator, double weight = 1.0,
+                        const QString &owner = {});
     // Stops serving a job: its workers go to another job, or wait. What they send for it
     // afterwards is answered as already done.
     void removeJob(const QString &key);
     void setJobWeight(const QString &key, double weight);
     // Workers connected to each job, by key; "" counts those waiting.
     std::map<QString, int> placement() const;
+    // The jobs that no connected worker may be placed in, by key: why (what they require, or
+    // the fleet's quarantine). A job with no worker connected at all is not listed.
+    std::map<QString, QString> unmetRequirements() const;
 
     Result<void> listen();
     quint16 port() const { return m_listener->port(); }
@@ -61,6 +66,10 @@ public:
     net::TlsListener &listener() { return *m_listener; }
     // Where a worker last connected from; any thread may ask.
     QString addressOf(qint64 workerId) const;
+    // Answers a person's queue command (queueCommand), if its connection is still open.
+    void answer(qint64 connectionId, const QCborMap &reply, const QByteArray &payload);
+    // Whether an action is one of a fleet's queue (jobs, submit, job-*), not the watched job's.
+    static bool isQueueAction(const QString &action);
 
 Q_SIGNALS:
     // An operator asked to stop the job: the process that serves it stops it.
@@ -69,6 +78,10 @@ Q_SIGNALS:
     void jobStopRequested(const QString &key, const QString &byOperator);
     // A worker was placed in a job ("" : it waits); for logs and tests.
     void workerPlaced(qint64 workerId, const QString &key);
+    // A person (an operator or a submitter) asked something of the fleet's queue: the fleet
+    // service answers it through answer(). header: the Command, as it came.
+    void queueCommand(qint64 connectionId, const QString &name, bool administrator, const QCborMap &header,
+                      const QByteArray &payload);
 
 private:
     struct ConnectedWorker
@@ -77,6 +90,7 @@ private:
         QByteArray fingerprint;
         QString name;
         WorkerInfo info; // as it said Hello: what it joins each job with
+        qint64 memoryMb = 0; // its machine's, as it said Hello (0: not said)
         QString job;     // the job it works for; empty while it waits or joins one
         QString joining; // the job it is joining (its join not answered yet)
     };
@@ -126,7 +140,16 @@ private:
         std::vector<QMetaObject::Connection> connections;
     };
 
+    // A person's connection: the job whose stream it watches ("" while the fleet runs none).
+    struct Person
+    {
+        net::PeerInfo peer;
+        QString job;
+    };
+
     FleetServer() = default;
+    void attachPerson(qint64 connectionId);
+    void onPersonMessage(qint64 connectionId, const net::Message &message);
     Result<void> setUp(const net::TlsListener::Options &options, bool fleet);
     void onHello(const net::PeerInfo &peer, const net::HelloMsg &hello);
     void onJoined(Job &job, qint64 ticket, qint64 workerId, const QString &error);
@@ -150,9 +173,18 @@ private:
     // is told to wait. `except`: a job it is not to go to (the one it just left).
     void place(qint64 connectionId, const QString &except = {});
     // The job a worker of `from` should move to (empty: none), by the shares.
-    QString moveTarget(const QString &from) const;
+    QString moveTarget(const ConnectedWorker &worker, const QString &from) const;
+    // What a job needs (fleet.require_device, fleet.require_memory_mb) that the worker lacks;
+    // empty when it may be placed there.
+    static QString lacks(const ConnectedWorker &worker, const Job &job);
+    // Why a worker that no job takes waits: the fleet's quarantine, or what the running jobs
+    // need; empty when no job runs.
+    QString waitingReason(const ConnectedWorker &worker) const;
     void leaveJob(ConnectedWorker &worker, const QString &reason);
-    void sendWelcome(qint64 connectionId, const ConnectedWorker &worker, const Job *job);
+    // The fleet's quarantine: a worker one job quarantined is placed in none until released.
+    void quarantineInFleet(qint64 workerId, const QString &reason);
+    void releaseInFleet(qint64 workerId, const QString &by);
+    void sendWelcome(qint64 connectionId, const ConnectedWorker &worker, const Job *job, const QString &waiting = {});
     std::map<QString, double> targets() const;
     std::map<QString, int> counts() const;
     const EncodedShard &encodedShard(Job &job, int shard);
@@ -164,6 +196,8 @@ private:
     net::TlsListener::Options m_options;
     std::map<QString, std::unique_ptr<Job>> m_jobs;
     std::map<qint64, ConnectedWorker> m_connected; // by connection
+    std::map<qint64, Person> m_people;             // by connection
+    std::map<qint64, QString> m_quarantined;       // the fleet's, by worker id: why
     mutable QMutex m_addressMutex;
     QHash<qint64, QString> m_addresses;
 };

@@ -1,6 +1,7 @@
 #include "bridge/FleetService.h"
 
 #include "bridge/BridgeLog.h"
+#include "bridge/FleetRequests.h"
 
 #include <QDateTime>
 #include <QDir>
@@ -23,7 +24,8 @@ FleetService::FleetService(NetworkHost &network, std::unique_ptr<FleetQueue> que
 {
     m_poll.setInterval(std::max(50, m_options.pollMs));
     connect(&m_poll, &QTimer::timeout, this, &FleetService::tick);
-    if (FleetServer *server = m_network.server())
+    if (FleetServer *server = m_network.server()) {
+        connect(server, &FleetServer::queueCommand, this, &FleetService::onQueueCommand);
         connect(server, &FleetServer::jobStopRequested, this, [this](const QString &key, const QString &by) {
             for (const auto &[id, job] : m_running)
                 if (keyOf(id) == key) {
@@ -32,6 +34,57 @@ FleetService::FleetService(NetworkHost &network, std::unique_ptr<FleetQueue> que
                     qCInfo(lcBridge).noquote() << "operator" << by << "asked to stop job" << id << "- pausing it";
                 }
         });
+    }
+}
+
+void FleetService::onQueueCommand(qint64 connectionId, const QString &name, bool administrator,
+                                  const QCborMap &header, const QByteArray &payload)
+{
+    auto command = net::CommandMsg::decode(header);
+    if (!command)
+        return; // the server decoded it before: it cannot happen
+    const net::CommandMsg &c = *command;
+    const Requester by{name, administrator, true};
+    FleetRequests requests(*m_queue, m_options.fleetDir);
+    QString error;
+    QString text;
+    QByteArray answer;
+    if (c.action == QLatin1String("jobs")) {
+        if (auto jobs = requests.jobs())
+            answer = encodeJobs(*jobs);
+        else
+            error = jobs.error();
+    } else if (c.action == QLatin1String("submit")) {
+        auto submission = decodeSubmission(payload);
+        auto queued = submission ? requests.submit(by, std::move(submission).value(), now())
+                                 : Result<std::pair<QueuedJob, int>>(submission.takeError());
+        if (queued) {
+            text = QStringLiteral("job %1 '%2' queued for %3 (%4 queued ahead of it)")
+                       .arg(queued->first.id)
+                       .arg(queued->first.name, name)
+                       .arg(queued->second);
+            QTimer::singleShot(0, this, &FleetService::tick);
+        } else {
+            error = queued.error();
+        }
+    } else if (c.action == QLatin1String("job-download")) {
+        if (auto bundle = requests.download(by, c.job))
+            answer = encodeBundle(*bundle);
+        else
+            error = bundle.error();
+    } else {
+        auto done = requests.manage(by, c.job, c.action.mid(4), c.value, now());
+        if (done) {
+            text = *done;
+            QTimer::singleShot(0, this, &FleetService::tick);
+        } else {
+            error = done.error();
+        }
+    }
+    qCInfo(lcBridge).noquote() << (administrator ? "operator" : "submitter") << name << "asked" << c.action
+                               << (c.job ? QString::number(c.job) : QString()) << "-"
+                               << (error.isEmpty() ? (text.isEmpty() ? QStringLiteral("answered") : text) : error);
+    m_network.answer(connectionId, net::ReplyMsg{c.id, c.action, error, text}.encode(), answer);
 }
 
 FleetService::~FleetService()
@@ -106,6 +159,19 @@ void FleetService::tick()
             m_network.setJobWeight(keyOf(row.id), row.weight);
         }
     }
+    // A job that no connected worker may train (its requirements, the fleet's quarantine) says
+    // so, rather than wait in silence.
+    const auto unmet = m_network.unmetRequirements();
+    for (auto &[id, job] : m_running) {
+        const auto it = unmet.find(keyOf(id));
+        const QString why = it == unmet.end() ? QString() : it->second;
+        if (why == job.unmet || job.ending)
+            continue;
+        job.unmet = why;
+        const QString message = why.isEmpty() ? job.message : QStringLiteral("waiting: %1").arg(why);
+        (void)m_queue->setMessage(id, message);
+        record(id, job.name, QStringLiteral("running"), message);
+    }
     if (int(m_running.size()) >= m_options.concurrentJobs)
         return;
     auto order = m_queue->startOrder(now(), m_options.fairShareHalfLifeMs);
@@ -146,7 +212,7 @@ void FleetService::startJob(const QueuedJob &job)
         return;
     }
     LocalFleet *f = fleet->get();
-    if (auto added = m_network.addJob(keyOf(id), f->coordinator(), job.weight); !added) {
+    if (auto added = m_network.addJob(keyOf(id), f->coordinator(), job.weight, job.submitter); !added) {
         (void)m_queue->setState(id, QStringLiteral("failed"), added.error(), now());
         record(id, job.name, QStringLiteral("failed"), added.error());
         return;
@@ -162,7 +228,7 @@ void FleetService::startJob(const QueuedJob &job)
     const QString message = f->resumed() ? QStringLiteral("resumed in %1").arg(job.runDir)
                                          : QStringLiteral("started in %1").arg(job.runDir);
     (void)m_queue->setState(id, QStringLiteral("running"), message, now());
-    m_running[id] = Running{job.name, std::move(fleet).value(), job.weight, false};
+    m_running[id] = Running{job.name, std::move(fleet).value(), job.weight, false, message, {}};
     record(id, job.name, QStringLiteral("running"), message);
     f->start();
 }

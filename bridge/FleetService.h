@@ -4,7 +4,8 @@
 // network endpoint whose workers stay connected between jobs (FleetServer in fleet mode).
 // It starts the queued jobs in the queue's order while fewer than `concurrentJobs` run,
 // gives each running job its weight's share of the workers, and acts on what `flotilla
-// jobs` asks of a running job (cancel, pause). Killed at any moment, it resumes at its next
+// jobs` asks of a running job (cancel, pause). It answers the queue commands of people
+// attached from elsewhere (submit, list, manage, download: FleetRequests says who may). Killed at any moment, it resumes at its next
 // start every job that was running, from its run folder, before any other.
 //
 // Threads: lives on the thread that made it (the main thread of `flotilla serve`); it reads
@@ -30,6 +31,7 @@ class FleetService : public QObject
 public:
     struct Options
     {
+        QString fleetDir; // the identity folder: models/, data/ and runs/ of submitted jobs
         int concurrentJobs = 2;
         int pollMs = 500;
         qint64 fairShareHalfLifeMs = qint64(3600) * 1000;
@@ -59,9 +61,13 @@ private:
         std::unique_ptr<LocalFleet> fleet;
         double weight = 1.0;
         bool ending = false;
+        QString message;  // what the queue says of it while it runs
+        QString unmet;    // why no connected worker may train it (its requirements), or empty
     };
 
     void tick();
+    void onQueueCommand(qint64 connectionId, const QString &name, bool administrator, const QCborMap &header,
+                        const QByteArray &payload);
     void startJob(const QueuedJob &job);
     void endJob(qint64 id, const QString &state, const QString &message);
     void record(qint64 id, const QString &name, const QString &state, const QString &message);

@@ -62,14 +62,27 @@ Result<void> NetworkHost::listenOn(
     return {};
 }
 
-Result<void> NetworkHost::addJob(const QString &key, CoordinatorThread *coordinator, double weight)
+Result<void> NetworkHost::addJob(const QString &key, CoordinatorThread *coordinator, double weight,
+                                 const QString &owner)
 {
     if (!m_server)
         return fail(QStringLiteral("the coordinator's endpoint is not open"));
     Result<void> r;
-    QMetaObject::invokeMethod(m_context.get(), [&] { r = m_server->addJob(key, coordinator, weight); },
+    QMetaObject::invokeMethod(m_context.get(), [&] { r = m_server->addJob(key, coordinator, weight, owner); },
                               Qt::BlockingQueuedConnection);
     return r;
+}
+
+void NetworkHost::answer(qint64 connectionId, const QCborMap &reply, const QByteArray &payload)
+{
+    if (m_server)
+        QMetaObject::invokeMethod(
+            m_context.get(), [this, connectionId, reply, payload] {
+                // Run on the network thread, where the server is reset: it may be gone.
+                if (m_server)
+                    m_server->answer(connectionId, reply, payload);
+            },
+            Qt::QueuedConnection);
 }
 
 void NetworkHost::removeJob(const QString &key)
@@ -90,6 +103,15 @@ std::map<QString, int> NetworkHost::placement() const
     std::map<QString, int> out;
     if (m_server)
         QMetaObject::invokeMethod(m_context.get(), [&] { out = m_server->placement(); }, Qt::BlockingQueuedConnection);
+    return out;
+}
+
+std::map<QString, QString> NetworkHost::unmetRequirements() const
+{
+    std::map<QString, QString> out;
+    if (m_server)
+        QMetaObject::invokeMethod(m_context.get(), [&] { out = m_server->unmetRequirements(); },
+                                  Qt::BlockingQueuedConnection);
     return out;
 }
 

@@ -34,9 +34,14 @@ public:
     // workers stay connected (FleetServer).
     Result<void> startFleet(net::TlsListener::Options options, const QList<quint16> &ports);
     // On the network thread, waited for. The coordinator must outlive removeJob(key).
-    Result<void> addJob(const QString &key, CoordinatorThread *coordinator, double weight = 1.0);
+    Result<void> addJob(const QString &key, CoordinatorThread *coordinator, double weight = 1.0,
+                        const QString &owner = {});
+    // Answers a person's queue command on the network thread; not waited for.
+    void answer(qint64 connectionId, const QCborMap &reply, const QByteArray &payload);
     void removeJob(const QString &key);
     void setJobWeight(const QString &key, double weight);
+    // On the network thread, waited for: FleetServer::unmetRequirements().
+    std::map<QString, QString> unmetRequirements() const;
     std::map<QString, int> placement() const;
     // Closes every connection and the port; the network thread stays for the next start().
     void stop();

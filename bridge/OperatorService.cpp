@@ -55,11 +55,13 @@ void OperatorService::attach(const net::PeerInfo &peer)
 {
     Operator op;
     op.name = peer.workerName;
+    op.role = peer.role;
     op.store = std::make_shared<StoreSlot>();
     m_operators[peer.connectionId] = std::move(op);
     qCInfo(lcBridge).noquote() << "operator" << peer.workerName << "attached from" << peer.address;
     net::WelcomeMsg welcome;
     welcome.job = m_job;
+    welcome.jobKey = m_options.jobKey;
     m_listener.send(peer.connectionId, welcome);
 }
 
@@ -197,12 +199,73 @@ void OperatorService::reply(qint64 connectionId, const net::CommandMsg &command,
     m_listener.send(connectionId, net::ReplyMsg{command.id, command.action, error, text}, payload);
 }
 
+std::optional<net::ReplyMsg> OperatorService::fleetCommand(net::TlsListener &listener, const QString &hostName,
+                                                           const QString &by, net::Role role, const net::CommandMsg &c)
+{
+    const QString &action = c.action;
+    if (action != QLatin1String("issue-token") && action != QLatin1String("revoke-token")
+        && action != QLatin1String("revoke-worker"))
+        return std::nullopt;
+    net::ReplyMsg reply{c.id, action, {}, {}};
+    if (role != net::Role::Operator) {
+        reply.error = QStringLiteral("%1 is a %2: only an operator, the fleet's administrator, may %3")
+                          .arg(by, net::describe(role), action);
+        return reply;
+    }
+    const qint64 now = QDateTime::currentMSecsSinceEpoch();
+    if (action == QLatin1String("issue-token")) {
+        if (c.uses < 1 || c.uses > 100000 || c.validSeconds < 60 || c.validSeconds > 366LL * 86400) {
+            reply.error = QStringLiteral("a join token needs 1 to 100000 uses and a lifetime of a minute to a year");
+            return reply;
+        }
+        auto token = listener.trust().issueToken(hostName, listener.port(), listener.caFingerprint(), c.validSeconds,
+                                                 int(c.uses), now, QStringLiteral("operator %1").arg(by));
+        if (token)
+            reply.text = token->encode();
+        else
+            reply.error = token.error();
+    } else if (action == QLatin1String("revoke-token")) {
+        auto revoked = listener.trust().revokeToken(c.target, now);
+        if (revoked)
+            reply.text = QStringLiteral("revoked join token %1").arg(revoked->idHex());
+        else
+            reply.error = revoked.error();
+    } else {
+        // Workers only: another operator is revoked on the coordinator's machine.
+        auto revoked = listener.trust().revoke(c.target, QStringLiteral("revoked by operator %1").arg(by), now,
+                                               net::Role::Worker);
+        if (revoked)
+            reply.text = QStringLiteral("revoked '%1' (%2 certificate(s))").arg(c.target).arg(*revoked);
+        else
+            reply.error = revoked.error();
+    }
+    return reply;
+}
+
 void OperatorService::command(qint64 connectionId, const net::CommandMsg &c)
 {
-    const QString by = m_operators.at(connectionId).name;
+    const Operator &asking = m_operators.at(connectionId);
+    const QString by = asking.name;
     const QString action = c.action;
-    const qint64 now = QDateTime::currentMSecsSinceEpoch();
-    qCInfo(lcBridge).noquote() << "operator" << by << "asked to" << action << c.target;
+    qCInfo(lcBridge).noquote() << net::describe(asking.role) << by << "asked to" << action << c.target;
+    // Roles, per message, from the certificate: the fleet is its operators'; a job is its
+    // submitter's and its operators'; anyone attached may look.
+    const bool administrator = asking.role == net::Role::Operator;
+    const bool jobAction = action == QLatin1String("pause") || action == QLatin1String("resume")
+                           || action == QLatin1String("stop");
+    if (action == QLatin1String("release") && !administrator) {
+        reply(connectionId, c,
+              QStringLiteral("%1 is a submitter: only an operator, the fleet's administrator, may %2").arg(by, action));
+        return;
+    }
+    if (jobAction && !administrator && (m_options.owner.isEmpty() || by != m_options.owner)) {
+        reply(connectionId, c,
+              m_options.owner.isEmpty()
+                  ? QStringLiteral("%1 is a submitter: only an operator may %2 this coordinator's job").arg(by, action)
+                  : QStringLiteral("the job '%1' was submitted by %2, not %3: a submitter may %4 only its own jobs")
+                        .arg(m_job, m_options.owner, by, action));
+        return;
+    }
     if (action == QLatin1String("pause") || action == QLatin1String("resume")) {
         if (m_state != QLatin1String("running") && m_state != QLatin1String("paused")) {
             reply(connectionId, c, QStringLiteral("the job is %1").arg(m_state));
@@ -217,30 +280,11 @@ void OperatorService::command(qint64 connectionId, const net::CommandMsg &c)
         m_stateMessage = QStringLiteral("stopped by operator %1").arg(by);
         reply(connectionId, c, {}, QStringLiteral("stopping the coordinator; started again, it resumes where it stopped"));
         Q_EMIT stopRequested(by);
-    } else if (action == QLatin1String("issue-token")) {
-        if (c.uses < 1 || c.uses > 100000 || c.validSeconds < 60 || c.validSeconds > 366LL * 86400) {
-            reply(connectionId, c, QStringLiteral("a join token needs 1 to 100000 uses and a lifetime of a minute to a year"));
-            return;
-        }
-        auto token = m_listener.trust().issueToken(m_options.hostName, m_listener.port(), m_listener.caFingerprint(),
-                                                   c.validSeconds, int(c.uses), now,
-                                                   QStringLiteral("operator %1").arg(by));
-        if (!token)
-            reply(connectionId, c, token.error());
-        else
-            reply(connectionId, c, {}, token->encode());
-    } else if (action == QLatin1String("revoke-token")) {
-        auto revoked = m_listener.trust().revokeToken(c.target, now);
-        reply(connectionId, c, revoked ? QString() : revoked.error(),
-              revoked ? QStringLiteral("revoked join token %1").arg(revoked->idHex()) : QString());
-    } else if (action == QLatin1String("revoke-worker")) {
-        // Workers only: another operator is revoked on the coordinator's machine.
-        auto revoked = m_listener.trust().revoke(c.target, QStringLiteral("revoked by operator %1").arg(by), now,
-                                                 net::Role::Worker);
-        reply(connectionId, c, revoked ? QString() : revoked.error(),
-              revoked ? QStringLiteral("revoked '%1' (%2 certificate(s))").arg(c.target).arg(*revoked) : QString());
+    } else if (auto answered = fleetCommand(m_listener, m_options.hostName, by, asking.role, c)) {
+        m_listener.send(connectionId, *answered);
     } else if (action == QLatin1String("release")) {
         m_coordinator->releaseAsync(c.workerId, QStringLiteral("operator %1").arg(by));
+        Q_EMIT releaseRequested(c.workerId, by);
         reply(connectionId, c, {}, QStringLiteral("released worker %1").arg(c.workerId));
     } else if (action == QLatin1String("subtasks")) {
         // One list at a time per operator: each reads the whole table.

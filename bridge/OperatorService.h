@@ -32,6 +32,10 @@ public:
     {
         QString runDir;   // the job's store is runDir/flotilla.db
         QString hostName; // the address join tokens name
+        // The submitter whose job it is, in a fleet: it may command the job as an operator
+        // may; empty (a job `flotilla serve` was started with): operators alone.
+        QString owner;
+        QString jobKey; // in a fleet: the job's key, which its Welcome names
         // Where a worker connects from, for the Workers tab.
         std::function<QString(const WorkerStatus &)> addressOf;
         int rowsPerUpdate = 2000; // of each kind; a long history comes in several updates
@@ -41,12 +45,18 @@ public:
                     QObject *parent = nullptr);
     ~OperatorService() override;
 
-    // An operator said Hello: it is welcomed, and watches once it says Watch.
+    // A person (an operator or a submitter) said Hello: it is welcomed, and watches once it
+    // says Watch. What it may command depends on its role (docs/security.md "Roles").
     void attach(const net::PeerInfo &peer);
     bool serves(qint64 connectionId) const { return m_operators.count(connectionId) != 0; }
     void onMessage(qint64 connectionId, const net::Message &message);
     void onClosed(qint64 connectionId);
     int operatorCount() const { return int(m_operators.size()); }
+    // The fleet's commands (issue-token, revoke-token, revoke-worker), an operator's alone:
+    // the answer, or nothing when the action is not one of them. A fleet that runs no job
+    // answers them too.
+    static std::optional<net::ReplyMsg> fleetCommand(net::TlsListener &listener, const QString &hostName,
+                                                     const QString &by, net::Role role, const net::CommandMsg &c);
     std::vector<qint64> connections() const
     {
         std::vector<qint64> out;
@@ -58,12 +68,15 @@ public:
 Q_SIGNALS:
     // An operator asked to stop the job (the process serving it decides how).
     void stopRequested(const QString &byOperator);
+    // An operator released a worker from quarantine (the job's, and the fleet's).
+    void releaseRequested(qint64 workerId, const QString &byOperator);
 
 private:
     struct StoreSlot;
     struct Operator
     {
         QString name;
+        net::Role role = net::Role::Operator;
         net::WatchCursor cursor;
         bool watching = false;
         bool reading = false;

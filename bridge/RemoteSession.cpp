@@ -1,12 +1,16 @@
 #include "bridge/RemoteSession.h"
 
 #include "bridge/BridgeLog.h"
+#include "bridge/FleetRequests.h"
 #include "bridge/WatchStream.h"
 #include "common/AtomicFile.h"
 
 #include <QDateTime>
+#include <QDir>
+#include <QFutureWatcher>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QtConcurrent>
 
 namespace flotilla {
 
@@ -34,6 +38,8 @@ std::optional<ui::JobState> stateNamed(const QString &name)
         return ui::JobState::Failed;
     if (name == QLatin1String("stopped"))
         return ui::JobState::Stopped;
+    if (name == QLatin1String("idle"))
+        return ui::JobState::NoJob; // a fleet between jobs
     return std::nullopt;
 }
 
@@ -66,9 +72,9 @@ RemoteSession::~RemoteSession()
 
 Result<void> RemoteSession::attach(const std::optional<net::JoinToken> &token)
 {
-    if (token && token->role != net::Role::Operator)
-        return fail(tr("this is a worker's join token: a control center attaches with an operator token (on the "
-                       "coordinator: flotilla token --operator)"));
+    if (token && !net::isPerson(token->role))
+        return fail(tr("this is a worker's join token: a control center attaches with an operator or submitter token "
+                       "(on the coordinator: flotilla token --operator, or --submitter)"));
     if (auto r = m_client.configure(token); !r)
         return r;
     setState(ui::JobState::Loading, tr("connecting to %1").arg(endpoint()));
@@ -109,6 +115,11 @@ void RemoteSession::onMessage(const net::Message &message)
     case net::MessageType::Reply:
         onReply(message);
         return;
+    case net::MessageType::Welcome:
+        // A fleet's next job (or none): watch it from the cursor, which the coordinator
+        // resets when it is another job's.
+        onWelcomed();
+        return;
     default:
         m_client.reconnect(tr("the coordinator sent %1 to an operator").arg(net::describe(message.type)));
     }
@@ -131,7 +142,9 @@ void RemoteSession::onUpdate(const net::Message &message)
         m_history = {};
         m_cost = {};
         m_catchingUp = true;
-        if (auto spec = JobSpec::fromJson(QJsonDocument::fromJson(batch->spec.toUtf8()).object()))
+        if (batch->spec.isEmpty())
+            m_job = JobSpec{}; // a fleet between jobs
+        else if (auto spec = JobSpec::fromJson(QJsonDocument::fromJson(batch->spec.toUtf8()).object()))
             m_job = *spec;
         else
             qCWarning(lcBridge).noquote() << "the coordinator's job settings cannot be read:" << spec.error();
@@ -193,7 +206,25 @@ void RemoteSession::onReply(const net::Message &message)
     const QString action = it->second;
     m_pending.erase(it);
     const QString error = reply->error;
-    if (action == QLatin1String("issue-token")) {
+    if (action == QLatin1String("jobs")) {
+        auto jobs = error.isEmpty() ? decodeJobs(message.payload) : Result<std::vector<QueuedJob>>(fail(error));
+        if (!jobs) {
+            Q_EMIT commandAnswered({}, jobs.error());
+            return;
+        }
+        QList<ui::QueueRow> rows;
+        for (const QueuedJob &j : *jobs)
+            rows << ui::QueueRow{j.id,       j.name,   j.submitter,     j.state,       j.priority,
+                                 j.weight,   j.workerSeconds,           j.submittedMs, j.message};
+        Q_EMIT jobsListed(rows);
+    } else if (action == QLatin1String("job-download")) {
+        if (!error.isEmpty()) {
+            m_downloads.erase(reply->id);
+            Q_EMIT commandAnswered({}, error);
+            return;
+        }
+        onDownloaded(reply->id, message.payload);
+    } else if (action == QLatin1String("issue-token")) {
         Q_EMIT tokenIssued(error.isEmpty() ? reply->text : QString(), error);
     } else if (action == QLatin1String("subtasks")) {
         if (!error.isEmpty())
@@ -216,15 +247,16 @@ void RemoteSession::failPending(const QString &error)
 {
     // Asked on a connection that is gone: the answer will never come.
     const std::map<qint64, QString> pending = std::exchange(m_pending, {});
+    m_downloads.clear();
     for (const auto &[id, action] : pending) {
         if (action == QLatin1String("issue-token"))
             Q_EMIT tokenIssued({}, error);
-        else if (action != QLatin1String("subtasks"))
+        else if (action != QLatin1String("subtasks") && action != QLatin1String("jobs"))
             Q_EMIT commandAnswered({}, error);
     }
 }
 
-void RemoteSession::send(net::CommandMsg command)
+qint64 RemoteSession::send(net::CommandMsg command, const QByteArray &payload)
 {
     if (!m_client.isConnected()) {
         const QString error = tr("not connected to %1 now; try again once it is").arg(endpoint());
@@ -232,16 +264,103 @@ void RemoteSession::send(net::CommandMsg command)
             Q_EMIT tokenIssued({}, error);
         else if (command.action != QLatin1String("subtasks"))
             Q_EMIT commandAnswered({}, error);
-        return;
+        return 0;
     }
     command.id = m_nextCommand++;
     m_pending[command.id] = command.action;
-    m_client.send(command);
+    m_client.send(command, payload);
+    return command.id;
 }
 
-void RemoteSession::start(const JobSpec &, const QString &)
+void RemoteSession::refreshJobs()
 {
-    Q_EMIT commandAnswered({}, tr("this window watches the coordinator at %1: jobs start there").arg(endpoint()));
+    net::CommandMsg c;
+    c.action = QStringLiteral("jobs");
+    if (m_client.isConnected())
+        send(c);
+}
+
+void RemoteSession::submitJob(const JobSpec &job, int priority, double weight)
+{
+    // The model and the data are read here and sent with the job: on a pool thread, since a
+    // data folder may be large.
+    auto *watcher = new QFutureWatcher<std::shared_ptr<Result<QByteArray>>>(this);
+    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, name = job.name] {
+        watcher->deleteLater();
+        const Result<QByteArray> &payload = *watcher->result();
+        if (!payload) {
+            Q_EMIT commandAnswered({}, tr("cannot submit '%1': %2").arg(name, payload.error()));
+            return;
+        }
+        net::CommandMsg c;
+        c.action = QStringLiteral("submit");
+        send(c, *payload);
+    });
+    watcher->setFuture(QtConcurrent::run([job, priority, weight] {
+        Submission s;
+        s.spec = job;
+        s.priority = priority;
+        s.weight = weight;
+        if (job.model.kind == QLatin1String("torchscript")) {
+            QFile model(job.model.path);
+            if (!model.open(QIODevice::ReadOnly))
+                return std::make_shared<Result<QByteArray>>(
+                    fail(tr("cannot read the TorchScript model '%1': %2").arg(job.model.path, model.errorString())));
+            s.model = model.readAll();
+        }
+        if (!job.dataset.path.isEmpty()) {
+            auto data = readBundle(job.dataset.path, FleetRequests::kMaxSubmissionBytes);
+            if (!data)
+                return std::make_shared<Result<QByteArray>>(data.takeError());
+            s.data = std::move(data).value();
+        }
+        return std::make_shared<Result<QByteArray>>(encodeSubmission(s));
+    }));
+}
+
+void RemoteSession::manageJob(qint64 id, const QString &action, double value)
+{
+    net::CommandMsg c;
+    c.action = QStringLiteral("job-") + action;
+    c.job = id;
+    c.value = value;
+    send(c);
+}
+
+void RemoteSession::downloadJob(qint64 id, const QString &folder)
+{
+    net::CommandMsg c;
+    c.action = QStringLiteral("job-download");
+    c.job = id;
+    if (const qint64 sent = send(c))
+        m_downloads[sent] = folder;
+}
+
+void RemoteSession::onDownloaded(qint64 commandId, const QByteArray &payload)
+{
+    const QString folder = m_downloads[commandId];
+    m_downloads.erase(commandId);
+    auto *watcher = new QFutureWatcher<std::shared_ptr<Result<QString>>>(this);
+    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher] {
+        watcher->deleteLater();
+        const Result<QString> &written = *watcher->result();
+        if (written)
+            Q_EMIT commandAnswered(tr("downloaded the job's run folder to %1").arg(*written), {});
+        else
+            Q_EMIT commandAnswered({}, written.error());
+    });
+    watcher->setFuture(QtConcurrent::run([payload, folder] {
+        auto bundle = decodeBundle(payload);
+        if (!bundle)
+            return std::make_shared<Result<QString>>(bundle.takeError());
+        return std::make_shared<Result<QString>>(writeBundle(*bundle, folder));
+    }));
+}
+
+void RemoteSession::start(const JobSpec &job, const QString &)
+{
+    // A job started from an attached window is queued on the coordinator's fleet.
+    submitJob(job, 0, 1.0);
 }
 
 namespace {

@@ -1,8 +1,10 @@
 #pragma once
 // The control center's facade over a coordinator that runs elsewhere (`flotilla serve` on a
-// lab server): it attaches with an operator's certificate (enrolling with an operator token
-// the first time), follows the job through the operator's stream (rows after a cursor, then
-// what is new each second; bridge/WatchStream.h) and sends the buttons' commands. The
+// lab server): it attaches with an operator's or a submitter's certificate (enrolling with
+// such a token the first time), follows the job through the operator's stream (rows after a
+// cursor, then what is new each second; bridge/WatchStream.h; in a fleet, the next job when
+// one ends) and sends the buttons' commands; with a fleet service, it also submits jobs with
+// their model and data, and lists, manages and downloads the fleet's jobs (the Jobs tab). The
 // connection is the worker's client: mutual TLS, the coordinator's CA pinned by the token,
 // reconnecting with backoff. A coordinator that restarts is found again, and the stream
 // goes on from the cursor: nothing is shown twice, nothing is missed.
@@ -59,6 +61,11 @@ public:
     void refreshSubtasks() override;
     Result<void> exportMetrics(const QString &path) override;
     Result<void> exportModel(const QString &path) override;
+    bool hasQueue() const override { return true; }
+    void refreshJobs() override;
+    void submitJob(const JobSpec &job, int priority, double weight) override;
+    void manageJob(qint64 id, const QString &action, double value = 0) override;
+    void downloadJob(qint64 id, const QString &folder) override;
 
 private:
     void setState(ui::JobState state, const QString &message = {});
@@ -66,7 +73,9 @@ private:
     void onMessage(const net::Message &message);
     void onUpdate(const net::Message &message);
     void onReply(const net::Message &message);
-    void send(net::CommandMsg command);
+    // Returns the command's id, or 0 when it could not be sent (the answer says why).
+    qint64 send(net::CommandMsg command, const QByteArray &payload = {});
+    void onDownloaded(qint64 commandId, const QByteArray &payload);
     void failPending(const QString &error);
 
     Options m_options;
@@ -81,6 +90,7 @@ private:
     int m_updates = 0;
     QList<ui::JoinTokenRow> m_tokens;
     std::map<qint64, QString> m_pending; // commands sent, by id: their action
+    std::map<qint64, QString> m_downloads; // job-download commands sent, by id: the folder to write to
     qint64 m_nextCommand = 1;
 };
 

@@ -436,7 +436,7 @@ QList<ui::JoinTokenRow> tokenRows(const QList<net::TokenRecord> &tokens, qint64 
         if (includeSpent || t.live(nowMs))
             rows << ui::JoinTokenRow{t.idHex(),   net::describe(t.state(nowMs)), t.live(nowMs), t.usesLeft,
                                      t.usesTotal, t.createdMs,                  t.expiresMs,   t.note,
-                                     t.role == net::Role::Operator};
+                                     net::isPerson(t.role)};
     return rows;
 }
 

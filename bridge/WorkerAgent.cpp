@@ -2,6 +2,7 @@
 
 #include "bridge/BridgeLog.h"
 #include "common/AtomicFile.h"
+#include "common/ProcessSetup.h"
 #include "engine/JobData.h"
 #include "engine/WireFormat.h"
 
@@ -85,6 +86,7 @@ Result<void> WorkerAgent::start(const std::optional<net::JoinToken> &token)
     hello.priceClass = m_options.priceClass;
     hello.device = deviceDescription(*device);
     hello.threads = m_options.threads;
+    hello.memoryMb = physicalMemoryMb();
     hello.samplesPerSecond = m_speed;
     m_client->start(hello);
     m_heartbeat.start();
@@ -113,8 +115,12 @@ void WorkerAgent::onWelcomed(const QCborMap &header)
     m_heartbeat.setInterval(int(std::min<qint64>(intervalMs, 60000)));
     if (welcome->job.isEmpty()) {
         // A fleet with no job for this machine now: it stays connected and waits for one.
-        qCInfo(lcBridge).noquote() << "connected to" << m_client->coordinatorAddress() << "as worker"
-                                   << welcome->workerId << "- no job runs; waiting for one";
+        if (welcome->waiting.isEmpty())
+            qCInfo(lcBridge).noquote() << "connected to" << m_client->coordinatorAddress() << "as worker"
+                                       << welcome->workerId << "- no job runs; waiting for one";
+        else
+            qCWarning(lcBridge).noquote() << "connected to" << m_client->coordinatorAddress() << "as worker"
+                                          << welcome->workerId << "- waiting:" << welcome->waiting.left(500);
         dropCurrent(QStringLiteral("the fleet moved the worker off the job"));
         m_waiting = true;
         m_job.clear();

@@ -19,6 +19,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
+#ifdef Q_OS_MACOS
+#include <sys/sysctl.h>
+#endif
+#ifdef Q_OS_WIN
+#include <windows.h>
+#endif
 
 namespace flotilla {
 
@@ -58,6 +64,25 @@ void yieldCpuToOtherWork()
     setpriority(PRIO_PROCESS, thread, std::max(10, getpriority(PRIO_PROCESS, thread)));
 #else
     QThread::currentThread()->setPriority(QThread::LowestPriority);
+#endif
+}
+
+long long physicalMemoryMb()
+{
+#if defined(Q_OS_LINUX)
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long pageSize = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && pageSize > 0 ? (long long)pages * pageSize / (1024 * 1024) : 0;
+#elif defined(Q_OS_MACOS)
+    unsigned long long bytes = 0;
+    size_t size = sizeof(bytes);
+    return sysctlbyname("hw.memsize", &bytes, &size, nullptr, 0) == 0 ? (long long)(bytes >> 20) : 0;
+#elif defined(Q_OS_WIN)
+    MEMORYSTATUSEX status{};
+    status.dwLength = sizeof(status);
+    return GlobalMemoryStatusEx(&status) ? (long long)(status.ullTotalPhys >> 20) : 0;
+#else
+    return 0;
 #endif
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// Process-wide settings, applied once at start-up by main().
+// Process-wide settings, applied once at start-up by main(), and facts about the machine.
 
 namespace flotilla {
 
@@ -21,5 +21,9 @@ const char *raiseOpenFileLimit();
 // only; elsewhere Qt's lowest thread priority), and full speed when it is not. Not idle
 // priority: a machine whose workers keep every core busy would never show an accuracy.
 void yieldCpuToOtherWork();
+
+// This machine's physical memory in MiB, as a worker tells its coordinator (a job may require
+// so much); 0 where the system does not say.
+long long physicalMemoryMb();
 
 } // namespace flotilla

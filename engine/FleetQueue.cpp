@@ -171,6 +171,12 @@ Result<void> FleetQueue::setWanted(qint64 id, const QString &wanted, const QStri
     return q.bind(wanted).bind(message).bind(id).runOne(QStringLiteral("job %1 in the queue").arg(id));
 }
 
+Result<void> FleetQueue::setMessage(qint64 id, const QString &message)
+{
+    Statement q(m_db, "UPDATE queue SET message = ? WHERE id = ?", kWhat);
+    return q.bind(message).bind(id).runOne(QStringLiteral("job %1 in the queue").arg(id));
+}
+
 Result<void> FleetQueue::setPriority(qint64 id, int priority)
 {
     Statement q(m_db, "UPDATE queue SET priority = ? WHERE id = ?", kWhat);

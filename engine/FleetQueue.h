@@ -62,6 +62,8 @@ public:
     Result<std::optional<QueuedJob>> job(qint64 id);
     Result<void> setState(qint64 id, const QString &state, const QString &message, qint64 nowMs);
     Result<void> setWanted(qint64 id, const QString &wanted, const QString &message);
+    // What the queue says of a job (why a running job gets no workers, say).
+    Result<void> setMessage(qint64 id, const QString &message);
     Result<void> setPriority(qint64 id, int priority);
     Result<void> setWeight(qint64 id, double weight);
     Result<void> addWorkerSeconds(qint64 id, double seconds);

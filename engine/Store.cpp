@@ -198,6 +198,16 @@ Result<void> Store::commit()
     return exec("COMMIT");
 }
 
+Result<void> Store::copyTo(const QString &path)
+{
+    QFile::remove(path);
+    Statement q(m_db, "VACUUM INTO ?");
+    q.bind(path);
+    if (auto r = q.run(); !r)
+        return fail(QStringLiteral("cannot copy the job store '%1' to '%2': %3").arg(m_path, path, r.error()));
+    return {};
+}
+
 void Store::rollback()
 {
     (void)exec("ROLLBACK");

@@ -155,6 +155,9 @@ public:
     // All writes of one assimilation go in one transaction.
     Result<void> begin();
     Result<void> commit();
+    // A consistent copy of the whole store in a new file (VACUUM INTO): what a submitter
+    // downloads while the job may still be writing; it holds the last commit.
+    Result<void> copyTo(const QString &path);
     void rollback();
 
     Result<qint64> createJob(const QString &name, const QString &spec, qint64 nowMs);

@@ -82,6 +82,8 @@ void forEachField(Job &job, Visit &&visit)
     visit("fleet.redundancy", job.fleet.redundancy);
     visit("fleet.redundancy_tolerance", job.fleet.redundancyTolerance);
     visit("fleet.compression", job.fleet.compression);
+    visit("fleet.require_device", job.fleet.requireDevice);
+    visit("fleet.require_memory_mb", job.fleet.requireMemoryMb);
     visit("fleet.preemption.mean_interval_s", job.fleet.preemption.meanIntervalSeconds);
     visit("fleet.preemption.notice_fraction", job.fleet.preemption.noticeFraction);
     visit("fleet.preemption.rejoin_delay_s", job.fleet.preemption.rejoinDelaySeconds);
@@ -407,6 +409,9 @@ QStringList JobSpec::problems() const
               {QStringLiteral("spot"), QStringLiteral("on-demand"), QStringLiteral("volunteer")}),
         oneOf(QStringLiteral("fleet.compression"), fleet.compression,
               {QStringLiteral("none"), QStringLiteral("fp16"), QStringLiteral("int8")}),
+        oneOf(QStringLiteral("fleet.require_device"), fleet.requireDevice,
+              {QStringLiteral("any"), QStringLiteral("cpu"), QStringLiteral("cuda")}),
+        inRange<qint64>(QStringLiteral("fleet.require_memory_mb"), fleet.requireMemoryMb, 0, qint64(1) << 30),
         inRange(QStringLiteral("fleet.preemption.mean_interval_s"), fleet.preemption.meanIntervalSeconds, 0.0, 1e7),
         inRange(QStringLiteral("fleet.preemption.notice_fraction"), fleet.preemption.noticeFraction, 0.0, 1.0),
         inRange(QStringLiteral("fleet.preemption.rejoin_delay_s"), fleet.preemption.rejoinDelaySeconds, 0.0, 1e6),

@@ -140,6 +140,11 @@ struct FleetSpec
     // How results travel: none (the new weights in float32), fp16 or int8 (the change from the
     // base weights, with the rounding carried into the worker's next result).
     QString compression = QStringLiteral("none");
+    // What a worker needs to be placed in this job by a fleet service: a device kind (any,
+    // cpu, cuda) and physical memory in MiB (0: any). A job no connected worker meets waits,
+    // and says so in the queue.
+    QString requireDevice = QStringLiteral("any");
+    qint64 requireMemoryMb = 0;
     PreemptionSpec preemption;
 };
 

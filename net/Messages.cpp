@@ -140,7 +140,7 @@ QCborMap HelloMsg::encode() const
 {
     return QCborMap { { key("protocol"), protocol }, { key("name"), name }, { key("instance_type"), instanceType },
         { key("price_class"), priceClass }, { key("device"), device }, { key("threads"), threads },
-        { key("samples_per_second"), samplesPerSecond } };
+        { key("samples_per_second"), samplesPerSecond }, { key("memory_mb"), memoryMb } };
 }
 
 Result<HelloMsg> HelloMsg::decode(const QCborMap &header)
@@ -154,6 +154,7 @@ Result<HelloMsg> HelloMsg::decode(const QCborMap &header)
     r.text("device", m.device);
     r.integer("threads", m.threads);
     r.number("samples_per_second", m.samplesPerSecond);
+    r.nonNegative("memory_mb", m.memoryMb);
     return r.finish(std::move(m));
 }
 
@@ -166,7 +167,7 @@ QCborMap WelcomeMsg::encode() const
         { key("model_sha256"), modelSha256 }, { key("input_shape"), shape }, { key("classes"), classes },
         { key("layout"), layout }, { key("weights"), weights }, { key("seed"), qint64(seed) },
         { key("heartbeat_ms"), heartbeatMs }, { key("heartbeat_timeout_ms"), heartbeatTimeoutMs },
-        { key("compression"), compression }, { key("job_key"), jobKey } };
+        { key("compression"), compression }, { key("job_key"), jobKey }, { key("waiting"), waiting } };
 }
 
 Result<WelcomeMsg> WelcomeMsg::decode(const QCborMap &header)
@@ -186,6 +187,7 @@ Result<WelcomeMsg> WelcomeMsg::decode(const QCborMap &header)
     r.integer("heartbeat_timeout_ms", m.heartbeatTimeoutMs);
     r.text("compression", m.compression);
     r.text("job_key", m.jobKey);
+    r.text("waiting", m.waiting);
     return r.finish(std::move(m));
 }
 
@@ -575,7 +577,8 @@ Result<UpdateMsg> UpdateMsg::decode(const QCborMap &header)
 QCborMap CommandMsg::encode() const
 {
     return QCborMap{{key("id"), id},           {key("action"), action}, {key("target"), target},
-                    {key("worker"), workerId}, {key("uses"), uses},     {key("valid_seconds"), validSeconds}};
+                    {key("worker"), workerId}, {key("uses"), uses},     {key("valid_seconds"), validSeconds},
+                    {key("job"), job},         {key("value"), value}};
 }
 
 Result<CommandMsg> CommandMsg::decode(const QCborMap &header)
@@ -588,6 +591,8 @@ Result<CommandMsg> CommandMsg::decode(const QCborMap &header)
     r.nonNegative("worker", m.workerId);
     r.nonNegative("uses", m.uses);
     r.nonNegative("valid_seconds", m.validSeconds);
+    r.nonNegative("job", m.job);
+    r.number("value", m.value);
     return r.finish(std::move(m));
 }
 

@@ -31,6 +31,7 @@ struct HelloMsg
     QString device;
     qint64 threads = 0;
     double samplesPerSecond = 0;
+    qint64 memoryMb = 0; // the machine's physical memory; 0: not said
 
     QCborMap encode() const;
     static Result<HelloMsg> decode(const QCborMap &header);
@@ -60,6 +61,9 @@ struct WelcomeMsg
     // that job. An empty job (and key) says the fleet runs no job the worker could take:
     // it waits, connected, for the next Welcome.
     QString jobKey = {};
+    // With no job: why this worker waits, when it is not for want of a job (quarantined by
+    // the fleet, say).
+    QString waiting = {};
 
     QCborMap encode() const;
     static Result<WelcomeMsg> decode(const QCborMap &header);
@@ -337,17 +341,23 @@ struct CommandMsg
 {
     static constexpr MessageType type = MessageType::Command;
     qint64 id = 0;  // the reply carries it
-    QString action; // pause, resume, stop, issue-token, revoke-token, revoke-worker, release, subtasks
+    // The watched job: pause, resume, stop, subtasks. The fleet: issue-token, revoke-token,
+    // revoke-worker, release. A fleet's queue (docs/protocol.md "Queue commands"): jobs,
+    // submit, job-cancel, job-pause, job-resume, job-priority, job-weight, job-download.
+    QString action;
     QString target; // revoke-token: the token's id; revoke-worker: the worker's name
     qint64 workerId = 0; // release
     qint64 uses = 0;     // issue-token
     qint64 validSeconds = 0;
+    qint64 job = 0;      // job-*: the queue's id of the job
+    double value = 0;    // job-priority, job-weight (a submission carries both in its payload)
 
     QCborMap encode() const;
     static Result<CommandMsg> decode(const QCborMap &header);
 };
 
-// Payload: the answer's rows as CBOR (subtasks), or nothing.
+// Payload: the answer's rows as CBOR (subtasks, jobs), a job's files (job-download), or
+// nothing.
 struct ReplyMsg
 {
     static constexpr MessageType type = MessageType::Reply;

@@ -253,6 +253,14 @@ void TlsListener::setPayloadLimit(MessageType type, std::uint64_t bytes)
             c->reader.assembler().setPayloadLimit(type, bytes);
 }
 
+void TlsListener::setPersonPayloadLimit(MessageType type, std::uint64_t bytes)
+{
+    m_personLimits[type] = bytes;
+    for (auto &[id, c] : m_connections)
+        if (c->authenticated && isPerson(c->peer.role))
+            c->reader.assembler().setPayloadLimit(type, bytes);
+}
+
 TlsSocket *TlsListener::socketFor(qintptr descriptor)
 {
     auto *socket = new TlsSocket(m_tls, this);
@@ -514,6 +522,9 @@ void TlsListener::onEncrypted(qint64 id)
     // without one may not even announce them.
     for (const auto &[type, limit] : m_limits)
         c.reader.assembler().setPayloadLimit(type, limit);
+    if (isPerson(c.peer.role))
+        for (const auto &[type, limit] : m_personLimits)
+            c.reader.assembler().setPayloadLimit(type, limit);
 }
 
 void TlsListener::onReadyRead(qint64 id)
@@ -705,12 +716,12 @@ void TlsListener::send(qint64 connectionId, MessageType type, const QCborMap &he
     const qint64 size = message->remaining();
     // The backlog is what counts: one message larger than the limit (a big shard) may go
     // to a peer that has read what it was sent before.
-    if (c.authenticated && queuedBytes(c) > 0 && queuedBytes(c) + size > queueLimit()) {
+    if (c.authenticated && queuedBytes(c) > 0 && queuedBytes(c) + size > queueLimit(c)) {
         const QString reason = QStringLiteral("does not read what it is sent: %1 MiB were waiting for it and %2 more "
                                               "were to be queued (the most is %3 MiB)")
                                    .arg(double(queuedBytes(c)) / double(1 << 20), 0, 'f', 1)
                                    .arg(double(size) / double(1 << 20), 0, 'f', 1)
-                                   .arg(double(queueLimit()) / double(1 << 20), 0, 'f', 1);
+                                   .arg(double(queueLimit(c)) / double(1 << 20), 0, 'f', 1);
         // Closed on the next turn of the event loop, not here: the owner may be sending to
         // each of its connections in a loop that closing one would disturb.
         c.overBudget = true;
@@ -733,11 +744,15 @@ qint64 TlsListener::queuedBytes(const Connection &c) const
     return c.outboxBytes + (c.socket ? c.socket->bytesToWrite() : 0);
 }
 
-qint64 TlsListener::queueLimit() const
+qint64 TlsListener::queueLimit(const Connection &c) const
 {
     std::uint64_t largest = 0;
     for (const auto &[type, limit] : m_limits)
         largest = std::max(largest, limit);
+    // A person's download (a job's run folder) is about as large as what it may upload.
+    if (isPerson(c.peer.role))
+        for (const auto &[type, limit] : m_personLimits)
+            largest = std::max(largest, limit);
     return std::max<qint64>(m_options.maxQueuedBytes, 3 * qint64(largest) + (1 << 20));
 }
 

@@ -133,6 +133,9 @@ public:
     TrustStore &trust() { return m_trust; }
     // The largest payload accepted in a message of this type from workers.
     void setPayloadLimit(MessageType type, std::uint64_t bytes);
+    // The same, for people's certificates (operators, submitters) only: a worker's
+    // certificate, which a leaked join token puts in anyone's hands, keeps the limit above.
+    void setPersonPayloadLimit(MessageType type, std::uint64_t bytes);
 
     // Queues a message. A peer with more than its budget of bytes waiting unread gets no more
     // and is closed on the next turn of the event loop, never from inside send(): a caller
@@ -259,7 +262,7 @@ private:
     // The closings of the window that are left; clears an expired bar.
     CertificateBudget &budgetOf(const QByteArray &fingerprint);
     qint64 queuedBytes(const Connection &c) const;
-    qint64 queueLimit() const;
+    qint64 queueLimit(const Connection &c) const;
     void forgetIdleBudgets();
 
     Options m_options;
@@ -278,6 +281,7 @@ private:
     QHash<QString, std::set<qint64>> m_unauthenticatedBySource;
     QHash<QString, std::deque<qint64>> m_joinFailures; // times on m_clock
     std::map<MessageType, std::uint64_t> m_limits;
+    std::map<MessageType, std::uint64_t> m_personLimits;
     QHash<QByteArray, CertificateBudget> m_budgets; // by certificate fingerprint
     qint64 m_nextId = 1;
     bool m_takeScheduled = false;

@@ -55,14 +55,30 @@ QString hex(const QByteArray &b)
 
 QString describe(Role role)
 {
-    return role == Role::Operator ? QStringLiteral("operator") : QStringLiteral("worker");
+    switch (role) {
+    case Role::Operator:
+        return QStringLiteral("operator");
+    case Role::Submitter:
+        return QStringLiteral("submitter");
+    case Role::Worker:
+        break;
+    }
+    return QStringLiteral("worker");
+}
+
+std::optional<Role> roleNamed(const QString &name)
+{
+    for (const Role role : {Role::Worker, Role::Operator, Role::Submitter})
+        if (describe(role) == name)
+            return role;
+    return std::nullopt;
 }
 
 namespace {
 
 Role roleFrom(const QJsonObject &o)
 {
-    return o.value(QStringLiteral("role")).toString() == QLatin1String("operator") ? Role::Operator : Role::Worker;
+    return roleNamed(o.value(QStringLiteral("role")).toString()).value_or(Role::Worker);
 }
 
 } // namespace
@@ -102,8 +118,8 @@ QString JoinToken::encode() const
                  {QStringLiteral("s"), secret},
                  {QStringLiteral("e"), expiresMs}};
     // Absent: a worker's token, as every token was before operators.
-    if (role == Role::Operator)
-        map.insert(QStringLiteral("r"), QStringLiteral("operator"));
+    if (role != Role::Worker)
+        map.insert(QStringLiteral("r"), describe(role));
     return kTokenPrefix
            + QString::fromLatin1(map.toCborValue().toCbor().toBase64(QByteArray::Base64UrlEncoding
                                                                       | QByteArray::OmitTrailingEquals));
@@ -142,8 +158,9 @@ Result<JoinToken> JoinToken::decode(const QString &text)
         return fail(QStringLiteral("the join token is incomplete; ask the coordinator for a new one"));
     t.port = static_cast<quint16>(port);
     const QCborValue roleValue = map.value(QStringLiteral("r"));
-    if (roleValue.isString() && roleValue.toString() == QLatin1String("operator"))
-        t.role = Role::Operator;
+    const auto named = roleValue.isString() ? roleNamed(roleValue.toString()) : std::nullopt;
+    if (named && *named != Role::Worker)
+        t.role = *named;
     else if (!roleValue.isUndefined())
         return fail(QStringLiteral("the token is for a role this version of Flotilla does not know; update it"));
     return t;
@@ -241,6 +258,8 @@ CREATE TABLE IF NOT EXISTS certificates(
     issued_ms INTEGER NOT NULL, revoked_ms INTEGER NOT NULL DEFAULT 0, revoke_reason TEXT NOT NULL DEFAULT '',
     role TEXT NOT NULL DEFAULT 'worker');
 CREATE INDEX IF NOT EXISTS certificates_by_name ON certificates(worker_name);
+CREATE TABLE IF NOT EXISTS quarantine(
+    worker_id INTEGER PRIMARY KEY, reason TEXT NOT NULL, since_ms INTEGER NOT NULL);
 )";
 
 constexpr const char *kTokenColumns =
@@ -248,22 +267,23 @@ constexpr const char *kTokenColumns =
 constexpr const char *kCertificateColumns =
     "fingerprint, worker_name, worker_id, issued_ms, revoked_ms, revoke_reason, role";
 
-Role roleNamed(const QString &name)
+// A row's role; one this version does not know is a worker's, the least a certificate may do.
+Role storedRole(const QString &name)
 {
-    return name == QLatin1String("operator") ? Role::Operator : Role::Worker;
+    return roleNamed(name).value_or(Role::Worker);
 }
 
 TokenRecord tokenFrom(const Query &q)
 {
     return TokenRecord{QByteArray::fromHex(q.text(0).toLatin1()), QByteArray::fromHex(q.text(1).toLatin1()),
                        q.integer(2), q.integer(3), int(q.integer(4)), int(q.integer(5)), q.integer(6), q.text(7),
-                       roleNamed(q.text(8))};
+                       storedRole(q.text(8))};
 }
 
 CertificateRecord certificateFrom(const Query &q)
 {
     return CertificateRecord{QByteArray::fromHex(q.text(0).toLatin1()), q.text(1), q.integer(2), q.integer(3),
-                             q.integer(4), q.text(5), roleNamed(q.text(6))};
+                             q.integer(4), q.text(5), storedRole(q.text(6))};
 }
 
 Result<void> insertToken(sqlite3 *db, const TokenRecord &t)
@@ -641,6 +661,42 @@ Result<int> TrustStore::revoke(const QString &nameOrFingerprint, const QString &
     if (!r)
         return r.takeError();
     return count;
+}
+
+Result<void> TrustStore::quarantine(qint64 workerId, const QString &reason, qint64 nowMs)
+{
+    return modify([&](sqlite3 *db) -> Result<void> {
+        Query q(db, "INSERT OR REPLACE INTO quarantine(worker_id, reason, since_ms) VALUES(?, ?, ?)");
+        q.bind(workerId).bind(reason.left(1000)).bind(nowMs);
+        return q.run();
+    });
+}
+
+Result<void> TrustStore::release(qint64 workerId)
+{
+    return modify([&](sqlite3 *db) -> Result<void> {
+        Query q(db, "DELETE FROM quarantine WHERE worker_id = ?");
+        q.bind(workerId);
+        return q.run();
+    });
+}
+
+Result<std::map<qint64, QString>> TrustStore::quarantined() const
+{
+    auto db = open(false);
+    if (!db)
+        return db.takeError();
+    std::map<qint64, QString> out;
+    if (!*db)
+        return out;
+    QMutexLocker lock(&m_db->mutex);
+    Query q(*db, "SELECT worker_id, reason FROM quarantine");
+    int rc = SQLITE_OK;
+    while ((rc = q.step()) == SQLITE_ROW)
+        out[q.integer(0)] = q.text(1);
+    if (rc != SQLITE_DONE)
+        return fail(QStringLiteral("cannot read the trust database '%1': %2").arg(path(), q.error()));
+    return out;
 }
 
 Result<QList<TokenRecord>> TrustStore::tokens() const

@@ -16,6 +16,7 @@
 #include <QList>
 #include <QString>
 
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -23,11 +24,18 @@ struct sqlite3;
 
 namespace flotilla::net {
 
-// What a certificate may do: a worker trains; an operator (a control center attached from
-// elsewhere) watches the job and commands it, and never trains. A token issues
-// certificates of its own role.
-enum class Role { Worker, Operator };
-QString describe(Role role); // "worker", "operator"
+// What a certificate may do: a worker trains; a submitter (a person's control center or
+// `flotilla submit` from elsewhere) queues jobs on the fleet, watches them and manages its
+// own; an operator is the fleet's administrator: it does what a submitter does to any job,
+// and manages the fleet itself (join tokens, revocations, quarantines). Neither ever trains.
+// A token issues certificates of its own role. docs/security.md "Roles" has the table.
+enum class Role { Worker, Operator, Submitter };
+QString describe(Role role); // "worker", "operator", "submitter"
+// The role of a name as describe() writes it; nothing for a name no role has.
+std::optional<Role> roleNamed(const QString &name);
+// Whether a certificate of this role is a person's (a control center or the command line),
+// not a worker's.
+inline bool isPerson(Role role) { return role != Role::Worker; }
 
 // What a worker needs to join: where the coordinator is, the SHA-256 fingerprint of its
 // CA (the worker refuses any other), and a one-off secret.
@@ -114,6 +122,12 @@ public:
 
     Result<QList<TokenRecord>> tokens() const;
     Result<QList<CertificateRecord>> certificates() const;
+
+    // The fleet's quarantine, by the fleet's worker id: a worker whose results one job
+    // quarantined is placed in no job of the fleet until an operator releases it.
+    Result<void> quarantine(qint64 workerId, const QString &reason, qint64 nowMs);
+    Result<void> release(qint64 workerId);
+    Result<std::map<qint64, QString>> quarantined() const;
 
 private:
     struct Data

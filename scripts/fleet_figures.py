@@ -6,7 +6,10 @@ real processes on this machine:
    worker-seconds each held (from the queue) against 2/3 and 1/3;
 2. idle time between jobs: a queue of three short jobs run one after another by the same
    worker processes; for each worker and each change of job, the time from its last lease of
-   one job ending to its first lease of the next being issued (from the jobs' stores).
+   one job ending to its first lease of the next being issued (from the jobs' stores);
+3. throughput: the same two jobs on the same two workers, run at once (--concurrent-jobs 2)
+   and one after the other (--concurrent-jobs 1); samples trained per second from the first
+   job's start to the last one's end (from the queue), and the ratio of the two.
 
 Usage: scripts/fleet_figures.py BUILD_DIR [SECONDS]
 """
@@ -150,5 +153,38 @@ def idle_between_jobs():
         print(f"idle between jobs: mean {sum(gaps) / len(gaps):.2f} s, longest {max(gaps):.2f} s")
 
 
+def samples_per_second(concurrent):
+    with tempfile.TemporaryDirectory() as folder:
+        fleet = Fleet(folder, concurrent)
+        for name in ("t1", "t2"):
+            flotilla("submit", job_file(folder, name, 2, 12000), identity=fleet.identity)
+        fleet.worker("w1")
+        fleet.worker("w2")
+        deadline = time.time() + 900
+        while time.time() < deadline and any(row[2] != "finished" for row in queue(fleet.identity)):
+            time.sleep(0.5)
+        db = sqlite3.connect(os.path.join(fleet.identity, "fleet.db"))
+        started, ended = db.execute("SELECT MIN(started_ms), MAX(ended_ms) FROM queue").fetchone()
+        states = [row[0] for row in db.execute("SELECT state FROM queue")]
+        db.close()
+        samples = 0
+        for row in queue(fleet.identity):
+            run = sqlite3.connect(os.path.join(row[5], "flotilla.db"))
+            samples += run.execute("SELECT COALESCE(SUM(samples), 0) FROM assimilations").fetchone()[0]
+            run.close()
+        fleet.stop()
+    rate = samples / ((ended - started) / 1000.0)
+    print(f"--concurrent-jobs {concurrent}: {samples} samples in {(ended - started) / 1000.0:.1f} s = {rate:.0f} "
+          f"samples/s ({states})")
+    return rate
+
+
+def throughput():
+    sequential = samples_per_second(1)
+    together = samples_per_second(2)
+    print(f"throughput of two concurrent jobs / one after the other: {together / sequential:.3f}")
+
+
 shares()
 idle_between_jobs()
+throughput()

@@ -87,7 +87,11 @@ private Q_SLOTS:
         QCOMPARE(m.threads, qint64(8));
         QCOMPARE(m.samplesPerSecond, 123.5);
         QCOMPARE(keysOf(hello().encode()),
-            sorted({ "protocol", "name", "instance_type", "price_class", "device", "threads", "samples_per_second" }));
+            sorted({ "protocol", "name", "instance_type", "price_class", "device", "threads", "samples_per_second",
+                "memory_mb" }));
+        HelloMsg big = hello();
+        big.memoryMb = 65536;
+        QCOMPARE(roundTrip(big).memoryMb, qint64(65536));
     }
 
     void welcomeRoundTrip()
@@ -111,9 +115,12 @@ private Q_SLOTS:
         WelcomeMsg keyed = welcome();
         keyed.jobKey = QStringLiteral("job-7");
         QCOMPARE(roundTrip(keyed).jobKey, QStringLiteral("job-7"));
+        WelcomeMsg waiting;
+        waiting.waiting = QStringLiteral("quarantined by the fleet");
+        QCOMPARE(roundTrip(waiting).waiting, QStringLiteral("quarantined by the fleet"));
         QCOMPARE(keysOf(welcome().encode()),
             sorted({ "worker_id", "job", "model", "model_sha256", "input_shape", "classes", "layout", "weights", "seed",
-                "heartbeat_ms", "heartbeat_timeout_ms", "compression", "job_key" }));
+                "heartbeat_ms", "heartbeat_timeout_ms", "compression", "job_key", "waiting" }));
     }
 
     void redeemAndEnrolledRoundTrip()

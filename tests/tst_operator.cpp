@@ -180,6 +180,20 @@ private Q_SLOTS:
         auto noAction = net::CommandMsg::decode(QCborMap{{QStringLiteral("id"), 1}});
         QVERIFY(!noAction);
         QVERIFY2(noAction.error().contains(QStringLiteral("'action' is missing")), qPrintable(noAction.error()));
+        net::CommandMsg weight;
+        weight.id = 3;
+        weight.action = QStringLiteral("job-weight");
+        weight.job = 12;
+        weight.value = 2.5;
+        auto decodedWeight = net::CommandMsg::decode(weight.encode());
+        QVERIFY(decodedWeight);
+        QCOMPARE(decodedWeight->job, qint64(12));
+        QCOMPARE(decodedWeight->value, 2.5);
+        auto negativeJob = net::CommandMsg::decode(QCborMap{{QStringLiteral("id"), 1},
+                                                           {QStringLiteral("action"), QStringLiteral("job-cancel")},
+                                                           {QStringLiteral("job"), -4}});
+        QVERIFY(!negativeJob);
+        QVERIFY2(negativeJob.error().contains(QStringLiteral("'job'")), qPrintable(negativeJob.error()));
         auto noState = net::UpdateMsg::decode(QCborMap{{QStringLiteral("job"), QStringLiteral("1.1")}});
         QVERIFY(!noState);
         QVERIFY2(noState.error().contains(QStringLiteral("'state'")), qPrintable(noState.error()));
@@ -216,11 +230,20 @@ private Q_SLOTS:
         auto unknown = net::JoinToken::decode(text);
         QVERIFY(!unknown);
         QVERIFY2(unknown.error().contains(QStringLiteral("role")), qPrintable(unknown.error()));
+        // A submitter's token keeps its role through the token, the redemption and the record.
+        auto submitter = trust.issueToken(QStringLiteral("lab"), 7441, ca, 600, 1, 1000, QStringLiteral("alice"),
+                                          net::Role::Submitter);
+        QVERIFY(submitter);
+        QCOMPARE(net::JoinToken::decode(submitter->encode())->role, net::Role::Submitter);
+        QCOMPARE(*trust.redeem(submitter->id, submitter->secret, 2000), net::Role::Submitter);
+        QVERIFY(trust.addCertificate({QByteArray(32, 'a'), QStringLiteral("alice"), 0, 2000, 0, {}, net::Role::Submitter}));
+        QCOMPARE(trust.certificate(QByteArray(32, 'a'))->value().role, net::Role::Submitter);
+        QCOMPARE(net::describe(net::Role::Submitter), QStringLiteral("submitter"));
         // A worker's token cannot attach a control center.
         RemoteSession session({dir.filePath(QStringLiteral("op")), QStringLiteral("op")});
         auto refused = session.attach(*net::JoinToken::decode(worker->encode()));
         QVERIFY(!refused);
-        QVERIFY2(refused.error().contains(QStringLiteral("operator token")), qPrintable(refused.error()));
+        QVERIFY2(refused.error().contains(QStringLiteral("operator or submitter token")), qPrintable(refused.error()));
     }
 
     // --- A real coordinator ------------------------------------------------------------

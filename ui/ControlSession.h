@@ -59,6 +59,18 @@ public:
     virtual Result<void> exportMetrics(const QString &path) = 0;
     virtual Result<void> exportModel(const QString &path) = 0;
 
+    // A fleet's queue, where the session has one (a control center attached to a fleet
+    // service): list its jobs (answer: jobsListed), submit one with its model and data,
+    // cancel, pause, resume, reprioritize or reweight one, download a job's trained model
+    // and run folder into a folder here (answers: commandAnswered). Who may do what is the
+    // coordinator's to say, from this session's certificate.
+    virtual bool hasQueue() const { return false; }
+    virtual void refreshJobs() { }
+    virtual void submitJob(const JobSpec &, int /*priority*/, double /*weight*/) { Q_EMIT commandAnswered({}, noQueue()); }
+    // action: cancel, pause, resume, priority or weight (value: the new priority or weight).
+    virtual void manageJob(qint64, const QString &, double /*value*/ = 0) { Q_EMIT commandAnswered({}, noQueue()); }
+    virtual void downloadJob(qint64, const QString & /*folder*/) { Q_EMIT commandAnswered({}, noQueue()); }
+
 Q_SIGNALS:
     void stateChanged(flotilla::ui::JobState state, const QString &message);
     void historyLoaded(const flotilla::ui::History &history);
@@ -73,6 +85,14 @@ Q_SIGNALS:
     // What a command did (revoking a token or a worker), or why it could not.
     void commandAnswered(const QString &done, const QString &error);
     void tokensChanged();
+    void jobsListed(const QList<flotilla::ui::QueueRow> &jobs);
+
+protected:
+    static QString noQueue()
+    {
+        return tr("this control center runs its own job: a fleet's queue is used from a window attached to a fleet "
+                  "service (File > Connect to coordinator…)");
+    }
 };
 
 } // namespace flotilla::ui

@@ -3,6 +3,7 @@
 #include "ui/AppIcon.h"
 #include "ui/Dashboard.h"
 #include "ui/JobWizard.h"
+#include "ui/JobsView.h"
 #include "ui/RunsView.h"
 #include "ui/TokenDialog.h"
 #include "ui/Views.h"
@@ -107,6 +108,10 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
     m_tabs->addTab(m_workers, tr("Workers"));
     m_tabs->addTab(m_subtasks, tr("Subtasks"));
     m_tabs->addTab(m_events, tr("Events"));
+    if (m_session->hasQueue()) {
+        m_jobs = new JobsView(m_session);
+        m_tabs->addTab(m_jobs, tr("Jobs"));
+    }
     if (m_catalog) {
         m_runs = new RunsView(m_catalog);
         m_tabs->addTab(m_runs, tr("Runs"));
@@ -201,8 +206,12 @@ void MainWindow::enterRemoteMode()
     // The job runs on the coordinator's machine: no job starts here, and this machine's
     // worker is not this window's business (Join a fleet… is).
     setWindowTitle(tr("Flotilla — coordinator %1").arg(m_session->endpoint()));
-    for (QAction *a : {m_edit, m_start, m_connect})
+    for (QAction *a : {m_start, m_connect})
         a->setVisible(false);
+    // New job… submits to the coordinator's fleet, with the job's model and data.
+    m_edit->setText(tr("Submit a job…"));
+    m_edit->setToolTip(tr("Queue a job on the fleet of %1; its model and data are sent with it")
+                           .arg(m_session->endpoint()));
     m_machinePanel->hide();
     m_welcome->setText(tr("Connecting"), tr("This window watches the coordinator at %1.").arg(m_session->endpoint()),
                        QString());
@@ -476,6 +485,15 @@ void MainWindow::editJob()
         return;
     m_job = wizard.job();
     m_runDir.clear();
+    if (m_session->remote()) {
+        // Queued on the coordinator's fleet: the Jobs tab shows it; this window watches the
+        // fleet's jobs as they run.
+        m_session->submitJob(m_job, 0, 1.0);
+        statusBar()->showMessage(tr("Sending '%1' to %2…").arg(m_job.name, m_session->endpoint()), 8000);
+        if (m_jobs)
+            m_tabs->setCurrentWidget(m_jobs);
+        return;
+    }
     startJob();
 }
 
@@ -550,7 +568,7 @@ void MainWindow::onState(JobState state, const QString &message)
     showShortcut(m_start);
     showShortcut(m_pause);
     m_stop->setEnabled(active);
-    m_edit->setEnabled(state != JobState::Loading && !active);
+    m_edit->setEnabled(m_session->remote() || (state != JobState::Loading && !active));
     QString text = describe(state) + (m_session->job().name.isEmpty() ? QString() : QStringLiteral(" — ") + m_session->job().name);
     if (!message.isEmpty())
         text += QStringLiteral(": ") + message;

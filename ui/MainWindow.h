@@ -26,6 +26,7 @@ namespace flotilla::ui {
 
 class Dashboard;
 class EventsView;
+class JobsView;
 class RunCatalog;
 class RunsView;
 class SubtasksView;
@@ -48,6 +49,7 @@ public:
     SubtasksView *subtasks() const { return m_subtasks; }
     EventsView *events() const { return m_events; }
     RunsView *runs() const { return m_runs; }
+    JobsView *jobs() const { return m_jobs; } // a window attached to a fleet service; null otherwise
     QTabWidget *tabs() const { return m_tabs; }
     // What the Dashboard tab shows while no job has drawn anything.
     WelcomePanel *welcome() const { return m_welcome; }
@@ -109,6 +111,7 @@ private:
     EventsView *m_events = nullptr;
     RunCatalog *m_catalog = nullptr;
     RunsView *m_runs = nullptr;
+    JobsView *m_jobs = nullptr;
     QTabWidget *m_tabs = nullptr;
     QStackedWidget *m_dashboardPages = nullptr;
     WelcomePanel *m_welcome = nullptr;

@@ -113,6 +113,20 @@ struct SubtaskRow
     QString history; // "lease 12 (worker 3): expired; lease 19 (worker 1): completed"
 };
 
+// A job of a fleet's queue, as the Jobs view lists it.
+struct QueueRow
+{
+    qint64 id = 0;
+    QString name;
+    QString submitter;
+    QString state; // queued, running, paused, finished, failed, cancelled
+    int priority = 0;
+    double weight = 1.0;
+    double workerSeconds = 0;
+    qint64 submittedMs = 0;
+    QString message;
+};
+
 // Everything recorded so far, for a job opened again after the app restarted.
 struct History
 {
