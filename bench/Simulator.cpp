@@ -394,6 +394,8 @@ private:
         a.schedule.epochsAhead = c.epochsAhead;
         a.buffer = c.effectiveBuffer();
         a.shareTail = c.shareTail;
+        a.speculate = c.speculate;
+        a.dismissIdle = c.dismissIdle;
         return a;
     }
 
@@ -527,20 +529,12 @@ private:
         Worker &worker = m_workers[std::size_t(w)];
         if (!worker.online || worker.warned || worker.leaseId || m_scheduler.finished())
             return;
-        // The coordinator's lease policy.
-        auto grant = m_core.grant(w);
-        if (!grant && m_config.speculate && m_scheduler.openedEpochs() == m_scheduler.epochs()) {
-            // Nothing queued and no epoch left to open: a copy of the subtask most overdue,
-            // so that the job's end does not wait on one slow or vanished worker.
-            if (const auto candidate = m_scheduler.speculationCandidate()) {
-                const qint64 durationMs = qint64(std::llround(m_config.leaseTimeoutSeconds * 1000.0));
-                grant = m_scheduler.grantReplica(*candidate, w, m_core.seq(), m_core.version(), durationMs);
-                if (grant)
-                    ++m_result.speculativeCopies;
-            }
-        }
-        if (!grant && m_config.dismissIdle && m_scheduler.openedEpochs() == m_scheduler.epochs()
-            && m_scheduler.queuedCount() == 0) {
+        // The coordinator's lease policy, a speculative copy and dismissal at the tail included.
+        Assimilator::Offer offer = m_core.offer(w, Assimilator::IdleConditions {});
+        auto &grant = offer.grant;
+        if (offer.speculative)
+            ++m_result.speculativeCopies;
+        if (offer.idle.dismiss) {
             dismiss(w);
             return;
         }

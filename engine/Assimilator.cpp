@@ -103,6 +103,44 @@ std::optional<Scheduler::Grant> Assimilator::grant(qint64 workerId)
     return m_scheduler.grant(workerId, m_seq, m_version, sizing.durationMs, maxPositions);
 }
 
+Assimilator::Offer Assimilator::offer(qint64 workerId, const IdleConditions &conditions)
+{
+    Offer o;
+    o.grant = grant(workerId);
+    if (o.grant)
+        return o;
+    IdleSituation situation = idleSituation(conditions);
+    o.idle = decideIdle(situation);
+    if (o.idle.copyOf) {
+        // A copy's size is its subtask's, not one fitted to the worker's speed: its deadline is
+        // the lease timeout.
+        const auto durationMs = qint64(m_config.leaseTimeoutSeconds * 1000.0);
+        o.grant = m_scheduler.grantReplica(*o.idle.copyOf, workerId, m_seq, m_version, durationMs);
+        if (o.grant) {
+            o.speculative = true;
+            return o;
+        }
+        situation.candidate.reset();
+        o.idle = decideIdle(situation);
+    }
+    return o;
+}
+
+IdleSituation Assimilator::idleSituation(const IdleConditions &conditions) const
+{
+    IdleSituation s;
+    s.speculate = m_config.speculate;
+    s.dismissIdle = m_config.dismissIdle;
+    s.halted = conditions.halted || m_scheduler.finished();
+    s.tailReached = m_scheduler.openedEpochs() == m_scheduler.epochs();
+    s.queueEmpty = m_scheduler.queuedCount() == 0;
+    s.candidate = m_scheduler.speculationCandidate();
+    if (s.candidate && conditions.mayCopy && !conditions.mayCopy(*s.candidate))
+        s.candidate.reset();
+    s.dismissed = conditions.dismissed;
+    return s;
+}
+
 Assimilator::Admission Assimilator::admit(const Subtask &subtask, qint64 sampleSteps, qint64 resultCovered) const
 {
     Admission a;

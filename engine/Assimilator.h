@@ -2,14 +2,16 @@
 // The in-memory heart of a job, shared by the Coordinator (which adds durability, events,
 // validation, screening and trust) and the Simulator (which adds simulated time): the
 // scheduler, the aggregation rule and its state, the assimilation counter (seq) and the model
-// version, the staleness and credit of each result, the lease policy by workers' measured
-// speeds, the training-loss average and the closing of synchronous rounds.
+// version, the staleness and credit of each result, the lease policy (subtasks sized by
+// workers' measured speeds, and what an idle worker gets at the job's tail), the
+// training-loss average and the closing of synchronous rounds.
 //
 // It has no clock of its own (the scheduler reads the one it is given), no disk and no
 // events: every call returns what changed and the caller records it. Owned and used by one
 // thread.
 
 #include "engine/Aggregation.h"
+#include "engine/LeasePolicy.h"
 #include "engine/Scheduler.h"
 
 #include <QString>
@@ -17,6 +19,7 @@
 #include <torch/torch.h>
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -26,7 +29,7 @@ namespace flotilla {
 struct AssimilatorConfig
 {
     Scheduler::Config schedule; // synchronous is taken from the rule
-    // The lease policy (see sizeLease).
+    // The lease policy (see sizeLease and decideIdle).
     double targetSubtaskSeconds = 60.0;
     double leaseTimeoutSeconds = 120.0;
     int batchSize = 32;
@@ -39,6 +42,8 @@ struct AssimilatorConfig
     // queued (⌈queued positions / (active leases + 1)⌉, at least a batch), so the last work
     // is spread over the fleet instead of waiting on a few workers' full-sized subtasks.
     bool shareTail = false;
+    bool speculate = false;   // fleet.speculate
+    bool dismissIdle = false; // fleet.dismiss_idle
 };
 
 // One result folded into the global model.
@@ -110,6 +115,25 @@ public:
 
     // Leases the next subtask to a worker, sized by its speed, based on the current version.
     std::optional<Scheduler::Grant> grant(qint64 workerId);
+
+    // What the caller adds to the lease policy for a worker that gets no subtask (decideIdle).
+    struct IdleConditions
+    {
+        bool halted = false;    // the caller hands out nothing now (paused, stopped by an error)
+        bool dismissed = false; // the worker was let go already
+        std::function<bool(qint64 subtaskId)> mayCopy; // empty: any subtask may be copied
+    };
+    // A worker's request for work: the next subtask (grant()) or, when none is left to grant, a
+    // speculative copy of the most overdue one, or what the policy says of an idle worker.
+    struct Offer
+    {
+        std::optional<Scheduler::Grant> grant;
+        bool speculative = false; // the grant is a copy of a subtask that another lease holds
+        IdleDecision idle;        // no grant: whether the worker is to stop
+    };
+    Offer offer(qint64 workerId, const IdleConditions &conditions);
+    // The scheduler's side of decideIdle's situation, with the caller's conditions.
+    IdleSituation idleSituation(const IdleConditions &conditions) const;
 
     // How much of a result counts: the positions it covers that are still owed (see
     // Scheduler::reach) and its share of a full shard's work.

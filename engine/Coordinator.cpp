@@ -171,6 +171,8 @@ Result<void> Coordinator::prepare()
     config.localSteps = m_spec.training.localSteps;
     config.buffer = std::max(1, m_spec.aggregation.buffer);
     config.shareTail = m_spec.fleet.shareTail;
+    config.speculate = m_spec.fleet.speculate;
+    config.dismissIdle = m_spec.fleet.dismissIdle;
     config.schedule.epochsAhead = m_spec.fleet.epochsAhead;
     m_steps = StepPlan(config.schedule.shardSizes, m_spec.training.batchSize, m_spec.training.localEpochs,
                        m_spec.training.localSteps);
@@ -631,11 +633,21 @@ std::vector<WorkerStatus> Coordinator::workerStatuses() const
     return out;
 }
 
+Assimilator::IdleConditions Coordinator::idleConditions() const
+{
+    Assimilator::IdleConditions c;
+    c.halted = !m_fatal.isEmpty() || m_finished || m_paused;
+    // A quorum's subtask is trained by several workers already, whose results are compared.
+    c.mayCopy = [this](qint64 subtaskId) { return !m_quorums.count(subtaskId); };
+    return c;
+}
+
 bool Coordinator::dismissesIdle() const
 {
-    // Not once every position is in: the job is about to finish, and says so.
-    return m_spec.fleet.dismissIdle && m_fatal.isEmpty() && !m_finished && !m_paused && !m_scheduler->finished()
-           && m_scheduler->openedEpochs() == m_scheduler->epochs() && m_scheduler->queuedCount() == 0;
+    // Asked for a worker that got nothing, a quarantined one included, which no copy goes to.
+    Assimilator::IdleConditions c = idleConditions();
+    c.mayCopy = [](qint64) { return false; };
+    return decideIdle(m_core->idleSituation(c)).dismiss;
 }
 
 std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
@@ -658,24 +670,21 @@ std::optional<Assignment> Coordinator::requestSubtask(qint64 workerId)
     if (auto replica = grantReplica(workerId))
         return replica;
 
-    // Heterogeneous fleets: work and deadline follow the worker's measured speed (sizeLease).
-    auto grant = m_core->grant(workerId);
-    QString copyOf;
-    if (!grant && m_spec.fleet.speculate && m_scheduler->openedEpochs() == m_scheduler->epochs()) {
-        // Nothing queued and no epoch left to open: a copy of the subtask most overdue, so that
-        // the job's end does not wait on one slow or vanished worker. The first result wins;
-        // the other lease is superseded.
-        if (const auto candidate = m_scheduler->speculationCandidate(); candidate && !m_quorums.count(*candidate)) {
-            const auto durationMs = static_cast<qint64>(m_spec.fleet.leaseTimeoutSeconds * 1000.0);
-            grant = m_scheduler->grantReplica(*candidate, workerId, m_core->seq(), m_core->version(), durationMs);
-            if (grant)
-                copyOf = QStringLiteral(" (a speculative copy: the subtask's other lease is the most overdue)");
-        }
-    }
+    // Heterogeneous fleets: work and deadline follow the worker's measured speed (sizeLease);
+    // at the job's tail, a speculative copy or the worker's dismissal (decideIdle).
+    Assimilator::IdleConditions conditions = idleConditions();
+    conditions.dismissed = worker.dismissed;
+    Assimilator::Offer offer = m_core->offer(workerId, conditions);
+    auto &grant = offer.grant;
+    const QString copyOf = offer.speculative
+                               ? QStringLiteral(" (a speculative copy: the subtask's other lease is the most overdue)")
+                               : QString();
     if (!grant) {
-        if (dismissesIdle() && !std::exchange(worker.dismissed, true))
+        if (offer.idle.firstDismissal) {
+            worker.dismissed = true;
             event(EventKind::WorkerDismissed, workerId, 0, 0,
                   QStringLiteral("nothing queued in the last epoch and no copy to make (fleet.dismiss_idle)"));
+        }
         return std::nullopt;
     }
     if (auto r = persist(grant->changes); !r) {

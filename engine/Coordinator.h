@@ -390,6 +390,8 @@ private:
     // duplicates now.
     void dropQuorum(qint64 subtaskId, const QString &why);
     void expireQuorums();
+    // The coordinator's own inputs to the lease policy for an idle worker (decideIdle).
+    Assimilator::IdleConditions idleConditions() const;
     void saveTrust(qint64 workerId);
     void applyOperatorRequests();
     // Reloads the aggregation state of the latest committed assimilation from its checkpoint.

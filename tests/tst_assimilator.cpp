@@ -1,7 +1,7 @@
 // The assimilation core on its own: no store, no network, a fake clock. What the coordinator
 // and the simulator both rely on: seq and version, staleness, credit, the lease policy by
-// measured speed, the speed and loss averages, round closing, and a fold that would make the
-// model non-finite being undone.
+// measured speed and for idle workers at the tail, the speed and loss averages, round closing,
+// and a fold that would make the model non-finite being undone.
 #include "FakeClock.h"
 #include "engine/Assimilator.h"
 
@@ -348,6 +348,119 @@ private Q_SLOTS:
         QCOMPARE(core->grant(4)->subtask.size(), qint64(3));
         QCOMPARE(core->grant(5)->subtask.size(), qint64(2));
         QCOMPARE(core->scheduler().queuedPositions(), qint64(5));
+    }
+
+    void theIdlePolicyCopiesAtTheTailElseLetsGo()
+    {
+        // Hand-built situations: the one decision that the coordinator and the simulator share.
+        IdleSituation tail;
+        tail.speculate = true;
+        tail.dismissIdle = true;
+        tail.tailReached = true;
+        tail.queueEmpty = true;
+        tail.candidate = 7;
+
+        IdleDecision d = decideIdle(tail);
+        QCOMPARE(d.copyOf, std::optional<qint64>(7));
+        QVERIFY(!d.dismiss && !d.firstDismissal);
+
+        // Before the tail an epoch is still to open: no copy, nobody let go.
+        IdleSituation before = tail;
+        before.tailReached = false;
+        d = decideIdle(before);
+        QVERIFY(!d.copyOf && !d.dismiss);
+
+        // A job that hands out nothing decides nothing.
+        IdleSituation halted = tail;
+        halted.halted = true;
+        d = decideIdle(halted);
+        QVERIFY(!d.copyOf && !d.dismiss);
+
+        // No candidate, or no speculation: the worker is let go, recorded the first time only.
+        for (const bool speculate : {true, false}) {
+            IdleSituation none = tail;
+            none.speculate = speculate;
+            if (speculate)
+                none.candidate.reset();
+            d = decideIdle(none);
+            QVERIFY(!d.copyOf);
+            QVERIFY(d.dismiss && d.firstDismissal);
+            none.dismissed = true;
+            d = decideIdle(none);
+            QVERIFY(d.dismiss && !d.firstDismissal);
+        }
+
+        // Something still queued (work handed back): the worker waits for it.
+        IdleSituation queued = tail;
+        queued.candidate.reset();
+        queued.queueEmpty = false;
+        d = decideIdle(queued);
+        QVERIFY(!d.copyOf && !d.dismiss);
+
+        // Without fleet.dismiss_idle, an idle worker is kept.
+        IdleSituation kept = tail;
+        kept.candidate.reset();
+        kept.dismissIdle = false;
+        d = decideIdle(kept);
+        QVERIFY(!d.copyOf && !d.dismiss && !d.firstDismissal);
+    }
+
+    void anIdleWorkerGetsACopyOfTheMostOverdueSubtaskThenIsLetGo()
+    {
+        FakeClock clock;
+        AssimilatorConfig config;
+        config.speculate = true;
+        config.dismissIdle = true;
+        config.leaseTimeoutSeconds = 120.0;
+        auto core = make(clock, QStringLiteral("vc-asgd"), 1, {10, 10}, config);
+        const Assimilator::Offer a = core->offer(1, {});
+        const Assimilator::Offer b = core->offer(2, {});
+        QVERIFY(a.grant && b.grant && !a.speculative && !b.speculative);
+        QVERIFY(core->fold(b.grant->lease, b.grant->subtask, core->admit(b.grant->subtask, 10, 10), filled(1), {}, 1,
+                           false)
+                    .folded);
+
+        // The caller may forbid the copy (the coordinator's quorums): then the worker is let go.
+        Assimilator::IdleConditions noCopy;
+        noCopy.mayCopy = [](qint64) { return false; };
+        const Assimilator::Offer forbidden = core->offer(2, noCopy);
+        QVERIFY(!forbidden.grant && forbidden.idle.dismiss);
+
+        // Nothing queued and the only epoch open: a copy of a's subtask, due at the lease timeout.
+        clock.advance(1000);
+        const Assimilator::Offer copy = core->offer(2, {});
+        QVERIFY(copy.grant && copy.speculative);
+        QCOMPARE(copy.grant->subtask.id, a.grant->subtask.id);
+        QCOMPARE(copy.grant->lease.deadlineMs - clock.nowMs(), qint64(120'000));
+        QCOMPARE(core->scheduler().activeLeaseCount(), 2);
+
+        // That subtask has two leases now: no copy is left to make, and a third worker is let go.
+        const Assimilator::Offer idle = core->offer(3, {});
+        QVERIFY(!idle.grant && !idle.speculative);
+        QVERIFY(idle.idle.dismiss && idle.idle.firstDismissal);
+        Assimilator::IdleConditions again;
+        again.dismissed = true;
+        QVERIFY(!core->offer(3, again).idle.firstDismissal);
+        Assimilator::IdleConditions paused;
+        paused.halted = true;
+        QVERIFY(!core->offer(3, paused).idle.dismiss);
+        QCOMPARE(core->scheduler().activeLeaseCount(), 2);
+    }
+
+    void anIdleWorkerWaitsBeforeTheTail()
+    {
+        // Three epochs of one shard, one epoch ahead: the third opens only once the first is
+        // done, so a worker that finds nothing to take waits, with a lease alone to copy.
+        FakeClock clock;
+        AssimilatorConfig config;
+        config.speculate = true;
+        config.dismissIdle = true;
+        auto core = make(clock, QStringLiteral("vc-asgd"), 3, {10}, config);
+        QVERIFY(core->offer(1, {}).grant);
+        QVERIFY(core->offer(2, {}).grant);
+        QVERIFY(!core->idleSituation({}).tailReached);
+        const Assimilator::Offer idle = core->offer(3, {});
+        QVERIFY(!idle.grant && !idle.speculative && !idle.idle.dismiss);
     }
 };
 
