@@ -1,13 +1,10 @@
 #include "engine/Coordinator.h"
 
 #include "common/AtomicFile.h"
-#include "engine/Checkpoint.h"
 #include "engine/EngineLog.h"
 #include "engine/Random.h"
 
 #include <QDir>
-#include <QFile>
-#include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -33,7 +30,6 @@ constexpr qint64 kNoWorkerGraceMs = 10'000; // no worker online for this long: t
 constexpr int kCosineWindow = 10; // a worker's recent accepted updates the direction test averages
 constexpr qint64 kOperatorPollMs = 2000;
 constexpr double kNormFactor = 1000.0;
-const QString kStoreFile = QStringLiteral("flotilla.db");
 const QString kLockFile = QStringLiteral("flotilla.lock");
 
 } // namespace
@@ -73,14 +69,12 @@ Result<std::unique_ptr<Coordinator>> Coordinator::open(const JobSpec &spec, cons
     c->m_runDir = QDir(runDir).absolutePath();
     c->m_clock = clock;
     c->m_openedMs = clock->nowMs();
-    if (!QDir().mkpath(c->m_runDir + QStringLiteral("/checkpoints")))
-        return fail(QStringLiteral("cannot create run directory '%1'").arg(c->m_runDir));
-    auto store = Store::open(c->m_runDir + u'/' + kStoreFile);
-    if (!store)
-        return store.takeError();
-    c->m_store = std::move(store).value();
+    auto journal = Journal::open(c->m_runDir, clock);
+    if (!journal)
+        return journal.takeError();
+    c->m_journal = std::move(journal).value();
 
-    auto existing = c->m_store->latestJob();
+    auto existing = c->m_journal->store().latestJob();
     if (!existing)
         return existing.takeError();
     if (existing->has_value()) {
@@ -179,12 +173,8 @@ Result<void> Coordinator::prepare()
     m_schedule = learningRateSchedule(m_spec.training, m_steps.stepsPerEpoch());
     m_core = std::make_unique<Assimilator>(std::move(config), std::move(rule).value(), m_clock);
     m_scheduler = &m_core->scheduler();
+    m_journal->follow(*m_core, m_layout.digest());
     return {};
-}
-
-QString Coordinator::checkpointPath(qint64 seq) const
-{
-    return QStringLiteral("checkpoints/state-%1.ckpt").arg(seq, 9, 10, QChar(u'0'));
 }
 
 Result<void> Coordinator::createNew(const JobSpec &spec)
@@ -193,28 +183,16 @@ Result<void> Coordinator::createNew(const JobSpec &spec)
     AggregationState initial;
     initial.weights = m_evalModel->flatWeights();
     m_core->start(std::move(initial), 0, 0);
-    Checkpoint checkpoint{0, 0, m_layout.digest(), m_core->state()};
-    auto sha = writeCheckpoint(m_runDir + u'/' + checkpointPath(0), checkpoint);
+    auto sha = m_journal->writeCheckpointFile();
     if (!sha)
         return sha.takeError();
     if (auto r = spec.save(m_runDir + QStringLiteral("/job.json")); !r)
         return r;
-
-    if (auto r = m_store->begin(); !r)
-        return r;
-    auto jobId = m_store->createJob(spec.name, QString::fromUtf8(QJsonDocument(spec.toJson()).toJson(QJsonDocument::Compact)), now);
-    if (!jobId) {
-        m_store->rollback();
+    auto jobId = m_journal->createJob(
+        spec.name, QString::fromUtf8(QJsonDocument(spec.toJson()).toJson(QJsonDocument::Compact)), now, *sha);
+    if (!jobId)
         return jobId.takeError();
-    }
     m_jobId = *jobId;
-    if (auto r = m_store->addState(m_jobId, StateRecord{0, 0, checkpointPath(0), *sha, now}); !r) {
-        m_store->rollback();
-        return r;
-    }
-    if (auto r = m_store->commit(); !r)
-        return r;
-    m_checkpointSeqs.insert(0);
     m_startedMs = now;
     event(EventKind::JobCreated, 0, 0, 0,
           QStringLiteral("%1: %2 on %3, %4 epochs × %5 shards, rule %6, %7 parameters")
@@ -231,13 +209,13 @@ Result<void> Coordinator::resume(const JobRecord &job)
     m_jobId = job.id;
     m_resumed = true;
     m_startedMs = job.createdMs;
-    auto latest = m_store->latestState(m_jobId);
+    auto latest = store().latestState(m_jobId);
     if (!latest)
         return latest.takeError();
     if (!latest->has_value())
         return fail(QStringLiteral("the store in '%1' records no global model state").arg(m_runDir));
     const StateRecord &st = **latest;
-    auto checkpoint = readCheckpoint(m_runDir + u'/' + st.path, st.sha256);
+    auto checkpoint = m_journal->read(st);
     if (!checkpoint)
         return fail(QStringLiteral("cannot resume: %1. The store and its checkpoints no longer match; restore the run "
                                    "directory from a backup or start a new run")
@@ -246,22 +224,21 @@ Result<void> Coordinator::resume(const JobRecord &job)
         return fail(QStringLiteral("cannot resume: checkpoint '%1' does not match the %2 model of this job")
                         .arg(st.path, m_spec.model.kind));
     m_core->start(checkpoint->state, st.seq, st.version);
-    m_durableSeq = st.seq;
 
-    auto subtasks = m_store->subtasks(m_jobId);
-    auto leases = m_store->leases(m_jobId);
-    auto workers = m_store->workers(m_jobId);
-    auto assimilations = m_store->assimilations(m_jobId);
-    auto evaluations = m_store->evaluations(m_jobId);
+    auto subtasks = store().subtasks(m_jobId);
+    auto leases = store().leases(m_jobId);
+    auto workers = store().workers(m_jobId);
+    auto assimilations = store().assimilations(m_jobId);
+    auto evaluations = store().evaluations(m_jobId);
     if (!subtasks || !leases || !workers || !assimilations || !evaluations)
-        return fail(QStringLiteral("cannot resume from '%1': the store cannot be read").arg(m_store->path()));
+        return fail(QStringLiteral("cannot resume from '%1': the store cannot be read").arg(store().path()));
     m_scheduler->restore(*subtasks, *leases);
     if (const QString broken = m_scheduler->checkIntegrity(); !broken.isEmpty())
-        return fail(QStringLiteral("cannot resume from '%1': the store is inconsistent (%2)").arg(m_store->path(), broken));
+        return fail(QStringLiteral("cannot resume from '%1': the store is inconsistent (%2)").arg(store().path(), broken));
     m_epochsAnnounced = m_scheduler->epochsDone();
     for (const auto &a : *assimilations)
         m_core->replay(a.loss, a.staleness);
-    if (auto totals = m_store->ledgerTotals(m_jobId))
+    if (auto totals = store().ledgerTotals(m_jobId))
         m_costTotals = *totals;
     for (const auto &e : *evaluations) {
         m_evaluatedEpoch = std::max(m_evaluatedEpoch, e.epoch);
@@ -271,8 +248,8 @@ Result<void> Coordinator::resume(const JobRecord &job)
     m_requestedEpoch = m_evaluatedEpoch;
     // Workers were alive at most until the coordinator's last record: the time of leases
     // lost to the restart is counted up to then, not up to now.
-    auto lastEvent = m_store->lastEventMs(m_jobId);
-    auto perWorker = m_store->ledgerByWorker(m_jobId);
+    auto lastEvent = store().lastEventMs(m_jobId);
+    auto perWorker = store().ledgerByWorker(m_jobId);
     std::map<qint64, int> completed;
     for (const auto &a : *assimilations)
         ++completed[a.workerId];
@@ -294,23 +271,12 @@ Result<void> Coordinator::resume(const JobRecord &job)
         ws.trust.workerId = w.id;
         m_workers[w.id] = ws;
     }
-    if (auto trust = m_store->workerTrust(m_jobId)) {
+    if (auto trust = store().workerTrust(m_jobId)) {
         for (const WorkerTrust &t : *trust)
             if (const auto it = m_workers.find(t.workerId); it != m_workers.end())
                 it->second.trust = t;
     }
-    // Checkpoint files newer than the latest committed state were written by an
-    // assimilation that never committed: the global model never included them.
-    const QDir dir(m_runDir + QStringLiteral("/checkpoints"));
-    for (const QString &name : dir.entryList({QStringLiteral("state-*.ckpt")}, QDir::Files)) {
-        const qint64 seq = name.mid(6, 9).toLongLong();
-        if (seq > m_core->seq()) {
-            QFile::remove(dir.filePath(name));
-            qCInfo(lcEngine) << "removed uncommitted checkpoint" << name;
-        } else {
-            m_checkpointSeqs.insert(seq);
-        }
-    }
+    m_journal->resume(m_jobId, m_core->seq());
 
     event(EventKind::JobResumed, 0, 0, 0,
           QStringLiteral("resumed at version %1 (%2 assimilations, %3 of %4 epochs done)")
@@ -332,7 +298,7 @@ void Coordinator::event(EventKind kind, qint64 workerId, qint64 subtaskId, qint6
 {
     const EventKindInfo &info = eventInfo(kind);
     EventRecord e{0, m_clock->nowMs(), info.name, workerId, subtaskId, leaseId, detail};
-    auto id = m_store->addEvent(m_jobId, e);
+    auto id = store().addEvent(m_jobId, e);
     if (!id) {
         setFatal(id.error());
         return;
@@ -358,7 +324,7 @@ LedgerRecord Coordinator::ledgerRecord(qint64 workerId, qint64 leaseId, const QS
 void Coordinator::ledger(qint64 workerId, qint64 leaseId, const QString &kind, double seconds)
 {
     const LedgerRecord l = ledgerRecord(workerId, leaseId, kind, seconds);
-    if (auto r = m_store->addLedger(m_jobId, l); !r)
+    if (auto r = store().addLedger(m_jobId, l); !r)
         setFatal(r.error());
     else
         account(l);
@@ -392,7 +358,7 @@ Result<void> Coordinator::persist(const SchedulerChanges &changes)
 {
     if (changes.subtasks.empty() && changes.leases.empty())
         return {};
-    return m_store->saveChanges(m_jobId, changes);
+    return store().saveChanges(m_jobId, changes);
 }
 
 // Records the end of a lease that delivered nothing: wasted compute, and an event.
@@ -461,7 +427,7 @@ Result<qint64> Coordinator::workerJoined(const WorkerInfo &info, qint64 knownWor
         w.record.state = QStringLiteral("online");
         w.record.lastSeenMs = now;
         m_core->reportSpeed(knownWorkerId, info.samplesPerSecond);
-        if (auto r = m_store->updateWorker(m_jobId, w.record); !r)
+        if (auto r = store().updateWorker(m_jobId, w.record); !r)
             return r.takeError();
         event(EventKind::WorkerJoined, knownWorkerId, 0, 0, QStringLiteral("%1 came back").arg(w.record.name));
         sizeBuffer();
@@ -471,7 +437,7 @@ Result<qint64> Coordinator::workerJoined(const WorkerInfo &info, qint64 knownWor
     }
     WorkerRecord record{std::max<qint64>(knownWorkerId, 0), info.name, info.instanceType, info.priceClass, info.device,
                         info.threads, now, now, QStringLiteral("online")};
-    auto id = m_store->addWorker(m_jobId, record);
+    auto id = store().addWorker(m_jobId, record);
     if (!id)
         return id.takeError();
     record.id = *id;
@@ -498,7 +464,7 @@ void Coordinator::workerLeft(qint64 workerId, const QString &reason)
         return;
     it->second.online = false;
     it->second.record.state = QStringLiteral("offline");
-    if (auto r = m_store->updateWorker(m_jobId, it->second.record); !r)
+    if (auto r = store().updateWorker(m_jobId, it->second.record); !r)
         setFatal(r.error());
     event(EventKind::WorkerLeft, workerId, 0, 0, reason);
     handleChanges(m_scheduler->workerLost(workerId), reason);
@@ -770,12 +736,7 @@ QString Coordinator::validate(const SubtaskResult &r) const
 
 Result<void> Coordinator::restoreState()
 {
-    auto st = m_store->state(m_jobId, m_durableSeq);
-    if (!st)
-        return st.takeError();
-    if (!st->has_value())
-        return fail(QStringLiteral("the store records no state at assimilation %1").arg(m_durableSeq));
-    auto checkpoint = readCheckpoint(m_runDir + u'/' + (*st)->path, (*st)->sha256);
+    auto checkpoint = m_journal->durableState();
     if (!checkpoint)
         return checkpoint.takeError();
     m_core->restore(checkpoint->state);
@@ -788,12 +749,8 @@ Result<torch::Tensor> Coordinator::baseWeights(const Lease &lease)
         return it->second;
     if (lease.baseSeq == m_core->seq())
         return m_core->state().weights.clone();
-    auto st = m_store->state(m_jobId, lease.baseSeq);
-    if (st && st->has_value() && QFileInfo::exists(m_runDir + u'/' + (*st)->path)) {
-        auto c = readCheckpoint(m_runDir + u'/' + (*st)->path, (*st)->sha256);
-        if (c)
-            return c->state.weights;
-    }
+    if (auto kept = m_journal->keptState(lease.baseSeq))
+        return kept->state.weights;
     return fail(QStringLiteral("the weights of version %1 this result started from are no longer kept")
                     .arg(lease.baseVersion));
 }
@@ -948,77 +905,31 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     return fold(std::move(pending));
 }
 
-Result<void> Coordinator::transaction(const std::function<std::vector<Result<void>>()> &steps)
-{
-    if (m_grouped) {
-        // The group's transaction: endGroup() commits it, or rolls it back after a failure.
-        for (const auto &r : steps())
-            if (!r)
-                return r;
-        return {};
-    }
-    if (auto r = m_store->begin(); !r)
-        return r;
-    for (const auto &r : steps())
-        if (!r) {
-            m_store->rollback();
-            return r;
-        }
-    return m_store->commit();
-}
-
 Result<void> Coordinator::beginGroup()
 {
-    if (m_grouped)
+    if (m_journal->inGroup())
         return {};
     if (!m_fatal.isEmpty())
         return fail(m_fatal);
-    if (auto r = m_store->begin(); !r) {
+    if (auto r = m_journal->beginGroup(); !r) {
         setFatal(QStringLiteral("cannot open a store transaction: %1").arg(r.error()));
         return r;
     }
-    m_grouped = true;
-    m_groupFolds = 0;
     return {};
 }
 
 Result<void> Coordinator::endGroup()
 {
-    if (!m_grouped)
+    if (!m_journal->inGroup())
         return m_fatal.isEmpty() ? Result<void>{} : fail(m_fatal);
-    const int folds = m_groupFolds;
-    auto finish = [&]() -> Result<void> {
-        if (!m_fatal.isEmpty())
-            return fail(m_fatal);
-        if (folds > 0)
-            if (auto r = writeState(); !r)
-                return r;
-        return m_store->commit();
-    };
-    auto r = finish();
-    m_grouped = false;
-    m_groupFolds = 0;
-    if (!r) {
-        m_store->rollback();
-        setFatal(QStringLiteral("cannot record assimilations up to %1: %2").arg(m_core->seq()).arg(r.error()));
+    auto checkpointed = m_journal->endGroup(m_fatal);
+    if (!checkpointed) {
+        setFatal(QStringLiteral("cannot record assimilations up to %1: %2").arg(m_core->seq()).arg(checkpointed.error()));
         return fail(m_fatal);
     }
-    if (folds > 0) {
-        m_durableSeq = m_core->seq();
-        m_checkpointSeqs.insert(m_durableSeq);
+    if (*checkpointed)
         collectGarbage();
-    }
     return {};
-}
-
-Result<void> Coordinator::writeState()
-{
-    const qint64 seq = m_core->seq();
-    Checkpoint checkpoint{seq, m_core->version(), m_layout.digest(), m_core->state()};
-    auto sha = writeCheckpoint(m_runDir + u'/' + checkpointPath(seq), checkpoint);
-    if (!sha)
-        return fail(QStringLiteral("cannot write the checkpoint of assimilation %1: %2").arg(seq).arg(sha.error()));
-    return m_store->addState(m_jobId, StateRecord{seq, m_core->version(), checkpointPath(seq), *sha, m_clock->nowMs()});
 }
 
 // The three steps of an accepted result: fold it in (the core), make it durable (record),
@@ -1042,7 +953,7 @@ SubmitReply Coordinator::fold(PendingResult p)
     // Undoing a non-finite fold needs the state before it: the last checkpoint, unless the
     // group holds folds that are not checkpointed yet.
     const FoldOutcome f = m_core->fold(p.lease, p.subtask, p.admission, std::move(p.result.weights), std::move(base),
-                                       p.result.meanLoss, m_grouped && m_groupFolds > 0);
+                                       p.result.meanLoss, m_journal->foldsAwaitCheckpoint());
     if (f.buffered && !f.folded && f.refused.empty())
         return bufferResult(std::move(p), f);
     if (!f.refused.empty()) {
@@ -1148,7 +1059,7 @@ void Coordinator::flushBufferIfDue()
 {
     if (!m_fatal.isEmpty() || !m_core->flushDue())
         return;
-    const FoldOutcome f = m_core->flush(m_grouped && m_groupFolds > 0);
+    const FoldOutcome f = m_core->flush(m_journal->foldsAwaitCheckpoint());
     if (!f.refused.empty())
         refuseBuffer(f);
     else if (f.folded)
@@ -1187,59 +1098,45 @@ SubmitReply Coordinator::refuseFold(const PendingResult &p, const FoldOutcome &f
     return reply;
 }
 
-// Checkpoint file first, then one store transaction (in a group: both at the group's end).
-// A buffer's fold records each of its results with its own seq, and one state at the last.
+// Checkpoint file first, then one store transaction (in a group: both at the group's end; see
+// Journal::recordFold). A buffer's fold records each of its results with its own seq, and one
+// state at the last.
 Result<std::vector<Coordinator::Recorded>> Coordinator::record(const std::vector<PendingResult> &results,
                                                                const FoldOutcome &f)
 {
-    const qint64 seq = f.seq;
     const qint64 version = f.version;
     const qint64 now = m_clock->nowMs();
-    QString sha;
-    if (!m_grouped) {
-        Checkpoint checkpoint{seq, version, m_layout.digest(), m_core->state()};
-        auto written = writeCheckpoint(m_runDir + u'/' + checkpointPath(seq), checkpoint);
-        if (!written)
-            return fail(QStringLiteral("cannot write the checkpoint of assimilation %1: %2").arg(seq).arg(written.error()));
-        sha = *written;
-    }
     std::vector<Recorded> recorded;
-    for (std::size_t i = 0; i < results.size(); ++i) {
-        const PendingResult &p = results[i];
-        const FoldedResult &folded = f.results[i];
-        const Subtask &subtask = p.subtask;
-        Recorded r;
-        r.assimilation = AssimilationRecord{folded.seq, version, subtask.epoch, subtask.shard, subtask.id, p.lease.id,
-                                            p.workerId, folded.staleness, folded.credit, p.result.sampleSteps,
-                                            subtask.begin, subtask.begin + folded.covered, p.result.meanLoss,
-                                            p.result.seconds, now};
-        // The ledger entries of this lease go in the same transaction: cost is counted once. A
-        // late result reverses the waste booked when its lease ended.
-        if (const auto wasted = m_wastedSeconds.find(p.lease.id); p.late && wasted != m_wastedSeconds.end())
-            r.ledger.push_back(ledgerRecord(p.workerId, p.lease.id, QStringLiteral("wasted"), -wasted->second));
-        r.ledger.push_back(ledgerRecord(p.workerId, p.lease.id, QStringLiteral("useful"), p.workSeconds));
-        recorded.push_back(std::move(r));
-    }
-    auto committed = transaction([&] {
+    // The rows are made once the checkpoint is on disk: the ledger's times are those at which
+    // its entries are recorded.
+    auto committed = m_journal->recordFold(f.seq, version, now, [&] {
+        for (std::size_t i = 0; i < results.size(); ++i) {
+            const PendingResult &p = results[i];
+            const FoldedResult &folded = f.results[i];
+            const Subtask &subtask = p.subtask;
+            Recorded r;
+            r.assimilation = AssimilationRecord{folded.seq, version, subtask.epoch, subtask.shard, subtask.id,
+                                                p.lease.id, p.workerId, folded.staleness, folded.credit,
+                                                p.result.sampleSteps, subtask.begin, subtask.begin + folded.covered,
+                                                p.result.meanLoss, p.result.seconds, now};
+            // The ledger entries of this lease go in the same transaction: cost is counted once.
+            // A late result reverses the waste booked when its lease ended.
+            if (const auto wasted = m_wastedSeconds.find(p.lease.id); p.late && wasted != m_wastedSeconds.end())
+                r.ledger.push_back(ledgerRecord(p.workerId, p.lease.id, QStringLiteral("wasted"), -wasted->second));
+            r.ledger.push_back(ledgerRecord(p.workerId, p.lease.id, QStringLiteral("useful"), p.workSeconds));
+            recorded.push_back(std::move(r));
+        }
         std::vector<Result<void>> steps;
         for (const Recorded &r : recorded)
-            steps.push_back(m_store->addAssimilation(m_jobId, r.assimilation));
+            steps.push_back(store().addAssimilation(m_jobId, r.assimilation));
         steps.push_back(persist(f.changes));
-        if (!m_grouped)
-            steps.push_back(m_store->addState(m_jobId, StateRecord{seq, version, checkpointPath(seq), sha, now}));
         for (const Recorded &r : recorded)
             for (const auto &row : r.ledger)
-                steps.push_back(m_store->addLedger(m_jobId, row));
+                steps.push_back(store().addLedger(m_jobId, row));
         return steps;
     });
     if (!committed)
-        return fail(QStringLiteral("cannot record assimilation %1: %2").arg(seq).arg(committed.error()));
-    if (m_grouped) {
-        ++m_groupFolds;
-    } else {
-        m_durableSeq = seq;
-        m_checkpointSeqs.insert(seq);
-    }
+        return committed.takeError();
     return recorded;
 }
 
@@ -1543,7 +1440,7 @@ void Coordinator::reviveIfGone(qint64 workerId, const char *heardBy)
     w.online = true;
     w.record.state = QStringLiteral("online");
     w.record.lastSeenMs = m_clock->nowMs();
-    if (auto r = m_store->updateWorker(m_jobId, w.record); !r)
+    if (auto r = store().updateWorker(m_jobId, w.record); !r)
         setFatal(r.error());
     event(EventKind::WorkerJoined, workerId, 0, 0,
           QStringLiteral("%1 is back (%2): it had been declared gone (%3); the leases it held then were given to others")
@@ -1762,13 +1659,13 @@ void Coordinator::saveTrust(qint64 workerId)
 {
     WorkerTrust &t = m_workers[workerId].trust;
     t.workerId = workerId;
-    if (auto r = m_store->setWorkerTrust(m_jobId, t); !r)
+    if (auto r = store().setWorkerTrust(m_jobId, t); !r)
         setFatal(r.error());
 }
 
 void Coordinator::applyOperatorRequests()
 {
-    auto requests = m_store->pendingOperatorRequests(m_jobId);
+    auto requests = store().pendingOperatorRequests(m_jobId);
     if (!requests) {
         qCWarning(lcEngine).noquote() << "cannot read operator requests:" << requests.error();
         return;
@@ -1783,7 +1680,7 @@ void Coordinator::applyOperatorRequests()
         if (matched == 0)
             qCWarning(lcEngine).noquote() << "operator request" << r.kind << r.worker
                                           << "matched no quarantined worker";
-        if (auto done = m_store->markOperatorRequestDone(r.id); !done)
+        if (auto done = store().markOperatorRequestDone(r.id); !done)
             qCWarning(lcEngine).noquote() << done.error();
     }
 }
@@ -1860,7 +1757,7 @@ void Coordinator::recordEvaluation(const EvaluationRequest &request, const Evalu
     }
     EvaluationRecord record{request.epoch, request.version, request.seq, evaluation.accuracy, evaluation.loss,
                             m_clock->nowMs()};
-    if (auto r = m_store->addEvaluation(m_jobId, record); !r) {
+    if (auto r = store().addEvaluation(m_jobId, record); !r) {
         setFatal(r.error());
         return;
     }
@@ -1909,17 +1806,7 @@ void Coordinator::collectGarbage()
             it = keep ? std::next(it) : m_baseSamples.erase(it);
         }
     }
-    int latest = 0;
-    for (auto it = m_checkpointSeqs.rbegin(); it != m_checkpointSeqs.rend() && latest < 2; ++it, ++latest)
-        needed.insert(*it);
-    for (auto it = m_checkpointSeqs.begin(); it != m_checkpointSeqs.end();) {
-        if (needed.count(*it)) {
-            ++it;
-            continue;
-        }
-        QFile::remove(m_runDir + u'/' + checkpointPath(*it));
-        it = m_checkpointSeqs.erase(it);
-    }
+    m_journal->collect(std::move(needed));
 }
 
 Result<void> Coordinator::finalize()
@@ -1941,8 +1828,8 @@ Result<void> Coordinator::finalize()
     if (auto r = writeFileAtomically(m_runDir + QStringLiteral("/normalization.json"), QJsonDocument(norm).toJson()); !r)
         return r;
 
-    auto assimilations = m_store->assimilations(m_jobId);
-    auto evaluations = m_store->evaluations(m_jobId);
+    auto assimilations = store().assimilations(m_jobId);
+    auto evaluations = store().evaluations(m_jobId);
     if (!assimilations || !evaluations)
         return fail(QStringLiteral("cannot read the metrics back from the store"));
     QByteArray csv = "seq,version,epoch,shard,worker,staleness,credit,samples,train_loss,train_seconds,at_ms,"
@@ -1967,7 +1854,7 @@ Result<void> Coordinator::finalize()
     if (auto r = writeFileAtomically(m_runDir + QStringLiteral("/metrics.csv"), csv); !r)
         return r;
     const qint64 now = m_clock->nowMs();
-    if (auto r = m_store->setJobState(m_jobId, QStringLiteral("finished"), now); !r)
+    if (auto r = store().setJobState(m_jobId, QStringLiteral("finished"), now); !r)
         return r;
     m_finished = true;
     const QString accuracy = m_evaluatedEpoch == m_spec.training.epochs - 1

@@ -6,18 +6,14 @@
 //
 // The folding itself (scheduler, rule, seq/version, staleness, credit, speeds, rounds) is the
 // Assimilator's, shared with the simulator; the coordinator adds validation, screening,
-// redundancy, trust, cost, events and durability.
-//
-// Durability of an assimilation: the new global state is written to a checkpoint file
-// (temporary file, fsync, rename) and its SHA-256 is recorded in the same store transaction
-// as the assimilation itself, after the file is on disk. A crash before the commit leaves an
-// orphan file that is ignored; a crash after it loses nothing.
+// redundancy, trust, cost and events, and its Journal makes them durable: the store, the
+// checkpoint files (each on disk before the transaction that records it) and the group
+// commit (engine/Journal.h).
 //
 // Group commit: between beginGroup() and endGroup() every store write joins one transaction
-// and assimilations write no checkpoint of their own; endGroup() writes one checkpoint of the
-// latest state and commits, so results that arrive together share one fsync. Whatever
-// promises durability (a result's Ack, a lease handed to a worker) may be told to its worker
-// only after endGroup() succeeded. Outside a group every call is durable when it returns.
+// and endGroup() writes one checkpoint of the latest state and commits. Whatever promises
+// durability (a result's Ack, a lease handed to a worker) may be told to its worker only
+// after endGroup() succeeded. Outside a group every call is durable when it returns.
 //
 // It does not know how workers reach it: a worker is anything that joins, asks for a
 // subtask and returns a result, be it a thread of this process or a remote process. All
@@ -29,6 +25,7 @@
 #include "engine/Clock.h"
 #include "engine/Compression.h"
 #include "engine/JobData.h"
+#include "engine/Journal.h"
 #include "engine/Model.h"
 #include "engine/ResultScreen.h"
 #include "engine/Store.h"
@@ -232,7 +229,7 @@ public:
     std::shared_ptr<const JobData> data() const { return m_data; }
     bool resumed() const { return m_resumed; }
     QString runDir() const { return m_runDir; }
-    Store &store() { return *m_store; }
+    Store &store() { return m_journal->store(); }
     void setHooks(CoordinatorHooks hooks) { m_hooks = std::move(hooks); }
 
     // A worker joins, or comes back. knownWorkerId is the fleet's id for it (its certificate's,
@@ -260,7 +257,7 @@ public:
     // or the commit could not be written; nothing of the group is then acknowledged.
     Result<void> beginGroup();
     Result<void> endGroup();
-    bool inGroup() const { return m_grouped; }
+    bool inGroup() const { return m_journal->inGroup(); }
 
     std::optional<Assignment> requestSubtask(qint64 workerId);
     // fleet.dismiss_idle: a worker that got nothing from requestSubtask() now is to stop, as
@@ -304,7 +301,6 @@ private:
     Result<void> createNew(const JobSpec &spec);
     Result<void> resume(const JobRecord &job);
     Result<void> prepare();
-    QString checkpointPath(qint64 seq) const;
     Result<void> persist(const SchedulerChanges &changes);
     void event(EventKind kind, qint64 workerId, qint64 subtaskId, qint64 leaseId, const QString &detail);
     LedgerRecord ledgerRecord(qint64 workerId, qint64 leaseId, const QString &kind, double seconds) const;
@@ -313,9 +309,6 @@ private:
     void handleChanges(const SchedulerChanges &changes, const QString &why);
     void setFatal(const QString &message);
     QString validate(const SubtaskResult &result) const;
-    // Runs a store transaction's steps: in a group they join its transaction.
-    Result<void> transaction(const std::function<std::vector<Result<void>>()> &steps);
-    Result<void> writeState(); // the checkpoint of the latest state, and its record
     // Records a screened or invalid result's verdict against its worker, and quarantines the
     // worker when its recent record calls for it.
     void noteVerdict(qint64 workerId, bool rejected, const ResultScreen::Verdict &verdict, const QString &reason);
@@ -415,7 +408,7 @@ private:
     const Clock *m_clock = nullptr;
     std::shared_ptr<const JobData> m_data;
     std::unique_ptr<QLockFile> m_lock; // the run folder is this coordinator's alone; released last
-    std::unique_ptr<Store> m_store;
+    std::unique_ptr<Journal> m_journal; // the store and the checkpoints
     std::unique_ptr<Assimilator> m_core;
     Scheduler *m_scheduler = nullptr; // the core's
     std::unique_ptr<Model> m_evalModel;
@@ -428,9 +421,6 @@ private:
     bool m_paused = false;
     QString m_fatal;
 
-    bool m_grouped = false;
-    int m_groupFolds = 0;    // assimilations in the open group, not yet checkpointed
-    qint64 m_durableSeq = 0; // the latest checkpointed state
     Compression m_compression = Compression::None;
     std::map<qint64, torch::Tensor> m_bases; // W at the base of active leases, when keepsBases()
     std::unique_ptr<ResultScreen> m_screen;  // null when the job does not screen results
@@ -442,7 +432,6 @@ private:
     std::map<qint64, int> m_refusals; // by subtask id: its results refused so far (each retry draws anew)
     StepPlan m_steps;                 // where each subtask's first optimizer step falls in the job
     LearningRateSchedule m_schedule;
-    std::set<qint64> m_checkpointSeqs;    // checkpoint files on disk
 
     struct WorkerState
     {
