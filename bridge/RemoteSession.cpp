@@ -99,8 +99,12 @@ void RemoteSession::setState(ui::JobState state, const QString &message)
     Q_EMIT stateChanged(state, message);
 }
 
-void RemoteSession::onWelcomed()
+void RemoteSession::onWelcomed(const QCborMap &welcome)
 {
+    // A fleet's job is named by its key in the queue ("job-7"): what exportModel downloads.
+    // A Welcome without one (the fleet between jobs) keeps the job the window still shows.
+    if (const auto w = net::WelcomeMsg::decode(welcome); w && w->jobKey.startsWith(QLatin1String("job-")))
+        m_fleetJob = w->jobKey.mid(4).toLongLong();
     // From where the last connection left off; the coordinator starts from the beginning
     // when the cursor is not its job's.
     m_client.send(net::WatchMsg{m_cursor});
@@ -118,7 +122,7 @@ void RemoteSession::onMessage(const net::Message &message)
     case net::MessageType::Welcome:
         // A fleet's next job (or none): watch it from the cursor, which the coordinator
         // resets when it is another job's.
-        onWelcomed();
+        onWelcomed(message.header);
         return;
     default:
         m_client.reconnect(tr("the coordinator sent %1 to an operator").arg(net::describe(message.type)));
@@ -220,10 +224,17 @@ void RemoteSession::onReply(const net::Message &message)
     } else if (action == QLatin1String("job-download")) {
         if (!error.isEmpty()) {
             m_downloads.erase(reply->id);
+            m_exports.erase(reply->id);
             Q_EMIT commandAnswered({}, error);
             return;
         }
-        onDownloaded(reply->id, message.payload);
+        if (const auto it = m_exports.find(reply->id); it != m_exports.end()) {
+            const QString path = it->second;
+            m_exports.erase(it);
+            onModelDownloaded(path, message.payload);
+        } else {
+            onDownloaded(reply->id, message.payload);
+        }
     } else if (action == QLatin1String("issue-token")) {
         Q_EMIT tokenIssued(error.isEmpty() ? reply->text : QString(), error);
     } else if (action == QLatin1String("subtasks")) {
@@ -248,6 +259,7 @@ void RemoteSession::failPending(const QString &error)
     // Asked on a connection that is gone: the answer will never come.
     const std::map<qint64, QString> pending = std::exchange(m_pending, {});
     m_downloads.clear();
+    m_exports.clear();
     for (const auto &[id, action] : pending) {
         if (action == QLatin1String("issue-token"))
             Q_EMIT tokenIssued({}, error);
@@ -432,10 +444,44 @@ Result<void> RemoteSession::exportMetrics(const QString &path)
     return writeFileAtomically(path, metricsCsv(m_history));
 }
 
-Result<void> RemoteSession::exportModel(const QString &)
+Result<void> RemoteSession::exportModel(const QString &path)
 {
-    return fail(tr("the trained model is on the coordinator's machine (%1): model.pt in its run folder")
-                    .arg(endpoint()));
+    if (m_fleetJob <= 0)
+        return fail(tr("the trained model is on the coordinator's machine (%1): model.pt in its run folder; a "
+                       "fleet service's jobs can be downloaded from here")
+                        .arg(endpoint()));
+    // Downloaded from the fleet: the answer is commandAnswered.
+    net::CommandMsg c;
+    c.action = QStringLiteral("job-download");
+    c.job = m_fleetJob;
+    const qint64 sent = send(c);
+    if (sent == 0)
+        return fail(tr("not connected to %1 now; try again once it is").arg(endpoint()));
+    m_exports[sent] = path;
+    return {};
+}
+
+void RemoteSession::onModelDownloaded(const QString &path, const QByteArray &payload)
+{
+    auto *watcher = new QFutureWatcher<std::shared_ptr<Result<void>>>(this);
+    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, path] {
+        watcher->deleteLater();
+        const Result<void> &written = *watcher->result();
+        if (written)
+            Q_EMIT commandAnswered(tr("saved the trained model to %1").arg(path), {});
+        else
+            Q_EMIT commandAnswered({}, written.error());
+    });
+    watcher->setFuture(QtConcurrent::run([payload, path] {
+        auto bundle = decodeBundle(payload);
+        if (!bundle)
+            return std::make_shared<Result<void>>(bundle.takeError());
+        for (const auto &[file, bytes] : bundle->files)
+            if (file == QLatin1String("model.pt"))
+                return std::make_shared<Result<void>>(writeFileAtomically(path, bytes));
+        return std::make_shared<Result<void>>(
+            fail(tr("the job has no trained model yet: model.pt is written when it finishes")));
+    }));
 }
 
 } // namespace flotilla

@@ -69,13 +69,14 @@ public:
 
 private:
     void setState(ui::JobState state, const QString &message = {});
-    void onWelcomed();
+    void onWelcomed(const QCborMap &welcome);
     void onMessage(const net::Message &message);
     void onUpdate(const net::Message &message);
     void onReply(const net::Message &message);
     // Returns the command's id, or 0 when it could not be sent (the answer says why).
     qint64 send(net::CommandMsg command, const QByteArray &payload = {});
     void onDownloaded(qint64 commandId, const QByteArray &payload);
+    void onModelDownloaded(const QString &path, const QByteArray &payload);
     void failPending(const QString &error);
 
     Options m_options;
@@ -91,6 +92,8 @@ private:
     QList<ui::JoinTokenRow> m_tokens;
     std::map<qint64, QString> m_pending; // commands sent, by id: their action
     std::map<qint64, QString> m_downloads; // job-download commands sent, by id: the folder to write to
+    std::map<qint64, QString> m_exports;   // ... for the trained model alone, by id: the file to write
+    qint64 m_fleetJob = 0; // the queue's id of the fleet job watched last (0: not a fleet's)
     qint64 m_nextCommand = 1;
 };
 

@@ -420,6 +420,14 @@ private Q_SLOTS:
         QVERIFY2(answered.first().at(1).toString().isEmpty(), qPrintable(answered.first().at(1).toString()));
         const QString runName = QFileInfo(fleet.queue().at(id).runDir).fileName();
         QVERIFY(QFileInfo(QDir(into).filePath(runName + QStringLiteral("/model.pt"))).size() > 0);
+
+        // Export > Trained model…: the model of the job the window showed, from the fleet.
+        answered.clear();
+        const QString exported = fleet.path(QStringLiteral("exported.pt"));
+        QVERIFY(session.exportModel(exported));
+        QTRY_VERIFY_WITH_TIMEOUT(!answered.isEmpty(), 30000);
+        QVERIFY2(answered.first().at(1).toString().isEmpty(), qPrintable(answered.first().at(1).toString()));
+        QCOMPARE(QFileInfo(exported).size(), QFileInfo(QDir(into).filePath(runName + QStringLiteral("/model.pt"))).size());
         session.detach();
     }
 

@@ -57,6 +57,8 @@ public:
     virtual void release(qint64 workerId) = 0;
     virtual void refreshSubtasks() = 0; // answer: subtasksLoaded
     virtual Result<void> exportMetrics(const QString &path) = 0;
+    // Writes the trained model; a session attached to a fleet downloads it (the answer is
+    // then commandAnswered).
     virtual Result<void> exportModel(const QString &path) = 0;
 
     // A fleet's queue, where the session has one (a control center attached to a fleet

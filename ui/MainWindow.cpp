@@ -553,7 +553,10 @@ void MainWindow::exportModel()
     if (path.isEmpty())
         return;
     auto r = m_session->exportModel(path);
-    statusBar()->showMessage(r ? tr("Saved %1").arg(path) : r.error(), 8000);
+    // From an attached window the model is downloaded: commandAnswered says when it is saved.
+    statusBar()->showMessage(r ? (m_session->remote() ? tr("Downloading the trained model to %1…") : tr("Saved %1")).arg(path)
+                               : r.error(),
+                             8000);
 }
 
 void MainWindow::onState(JobState state, const QString &message)
