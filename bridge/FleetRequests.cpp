@@ -20,7 +20,7 @@ namespace flotilla {
 
 namespace {
 
-constexpr int kMaxBundleFiles = 200000;
+constexpr int kMaxBundleFiles = 100000;
 constexpr int kMaxPathLength = 1024;
 // The end of a long log is what a submitter looks at.
 constexpr qint64 kMaxLogBytes = qint64(16) << 20;
@@ -135,7 +135,7 @@ Result<FileBundle> readBundle(const QString &path, qint64 maxBytes)
             return fail(QStringLiteral("cannot read '%1': %2").arg(file, f.errorString()));
         if (bundle.bytes() + f.size() > maxBytes)
             return fail(QStringLiteral("'%1' holds more than %2 MiB, the most that travels with a job; put the data on "
-                                       "the coordinator's machine and name it there (--data-on-coordinator)")
+                                       "the coordinator's machine, where an operator names it (--data-on-coordinator)")
                             .arg(path)
                             .arg(maxBytes >> 20));
         if (int(bundle.files.size()) >= kMaxBundleFiles)
@@ -162,7 +162,7 @@ Result<FileBundle> readBundle(const QString &path, qint64 maxBytes)
     return bundle;
 }
 
-Result<QString> writeBundle(const FileBundle &bundle, const QString &parent)
+Result<QString> writeBundle(const FileBundle &bundle, const QString &parent, bool replace)
 {
     if (!plainPart(bundle.name))
         return fail(QStringLiteral("'%1' is not a plain file name").arg(bundle.name));
@@ -170,33 +170,44 @@ Result<QString> writeBundle(const FileBundle &bundle, const QString &parent)
         if (auto ok = checkPath(path); !ok)
             return ok.takeError();
     const QString target = QDir(parent).filePath(bundle.name);
-    if (QFileInfo::exists(target))
+    if (QFileInfo::exists(target) && !replace)
         return target; // named by its content: written before
     if (!QDir().mkpath(parent))
         return fail(QStringLiteral("cannot create the folder '%1'").arg(parent));
-    // Written beside its place and renamed into it: a crash leaves no half of it there.
-    const QString partial = QDir(parent).filePath(QStringLiteral(".partial-%1").arg(
-        QUuid::createUuid().toString(QUuid::WithoutBraces)));
-    auto cleanUp = [&] {
-        QFileInfo(partial).isDir() ? (void)QDir(partial).removeRecursively() : (void)QFile::remove(partial);
+    // Written beside its place and renamed into it: a crash leaves no half of it there. The
+    // files are not synced one by one (a data set of thousands of images): the rename is
+    // what makes the whole appear.
+    const QString unique = QUuid::createUuid().toString(QUuid::WithoutBraces);
+    const QString partial = QDir(parent).filePath(QStringLiteral(".partial-%1").arg(unique));
+    auto remove = [](const QString &path) {
+        QFileInfo(path).isDir() ? (void)QDir(path).removeRecursively() : (void)QFile::remove(path);
     };
     for (const auto &[path, bytes] : bundle.files) {
         const QString file = bundle.folder ? QDir(partial).filePath(path) : partial;
-        if (!QDir().mkpath(QFileInfo(file).absolutePath())) {
-            cleanUp();
-            return fail(QStringLiteral("cannot create a folder for '%1'").arg(file));
-        }
-        if (auto written = writeFileAtomically(file, bytes); !written) {
-            cleanUp();
-            return written.takeError();
+        QFile out(file);
+        if (!QDir().mkpath(QFileInfo(file).absolutePath()) || !out.open(QIODevice::WriteOnly)
+            || out.write(bytes) != bytes.size() || !out.flush()) {
+            const QString why = out.errorString();
+            remove(partial);
+            return fail(QStringLiteral("cannot write '%1': %2").arg(file, why));
         }
     }
+    const QString old = QDir(parent).filePath(QStringLiteral(".replaced-%1").arg(unique));
+    const bool replacing = replace && QFileInfo::exists(target);
+    if (replacing && !QDir().rename(target, old)) {
+        remove(partial);
+        return fail(QStringLiteral("cannot replace '%1'").arg(target));
+    }
     if (!QDir().rename(partial, target)) {
-        cleanUp();
-        if (QFileInfo::exists(target))
+        remove(partial);
+        if (replacing)
+            (void)QDir().rename(old, target);
+        else if (QFileInfo::exists(target))
             return target; // the same content, written meanwhile
         return fail(QStringLiteral("cannot move the received files into '%1'").arg(target));
     }
+    if (replacing)
+        remove(old);
     return target;
 }
 
@@ -299,22 +310,27 @@ Result<std::vector<QueuedJob>> decodeJobs(const QByteArray &bytes)
     return out;
 }
 
-FleetRequests::FleetRequests(FleetQueue &queue, QString fleetDir) : m_queue(queue), m_fleetDir(std::move(fleetDir)) { }
-
-Result<QString> FleetRequests::keepModel(const QByteArray &bytes)
+QString Requester::origin() const
 {
-    if (bytes.isEmpty())
-        return fail(QStringLiteral("the TorchScript model is an empty file"));
-    const QString kept = QDir(m_fleetDir).filePath(QStringLiteral("models/%1.pt").arg(sha256Hex(bytes)));
-    if (!QFileInfo::exists(kept)) {
-        QDir().mkpath(QFileInfo(kept).absolutePath());
-        if (auto written = writeFileAtomically(kept, bytes); !written)
-            return written.takeError();
-    }
-    return kept;
+    return !remote ? QStringLiteral("local") : administrator ? QStringLiteral("operator") : QStringLiteral("submitter");
 }
 
+bool Requester::owns(const QueuedJob &job) const
+{
+    return job.submitter == name && (job.origin == QLatin1String("local")) == !remote;
+}
+
+FleetRequests::FleetRequests(FleetQueue &queue, QString fleetDir) : m_queue(queue), m_fleetDir(std::move(fleetDir)) { }
+
 Result<std::pair<QueuedJob, int>> FleetRequests::submit(const Requester &by, Submission s, qint64 nowMs)
+{
+    auto kept = keepFiles(m_fleetDir, by, std::move(s));
+    if (!kept)
+        return kept.takeError();
+    return enqueue(by, *kept, nowMs);
+}
+
+Result<Submission> FleetRequests::keepFiles(const QString &fleetDir, const Requester &by, Submission s)
 {
     if (by.name.isEmpty())
         return fail(QStringLiteral("a job needs a submitter's name"));
@@ -339,21 +355,25 @@ Result<std::pair<QueuedJob, int>> FleetRequests::submit(const Requester &by, Sub
         }
         if (model.isEmpty())
             return fail(QStringLiteral("the job's TorchScript model did not come with it (--model-file)"));
-        auto kept = keepModel(model);
-        if (!kept)
-            return kept.takeError();
-        spec.model.path = *kept;
+        const QString kept = QDir(fleetDir).filePath(QStringLiteral("models/%1.pt").arg(sha256Hex(model)));
+        if (!QFileInfo::exists(kept)) {
+            QDir().mkpath(QFileInfo(kept).absolutePath());
+            if (auto written = writeFileAtomically(kept, model); !written)
+                return written.takeError();
+        }
+        spec.model.path = kept;
+        s.model.clear();
     } else if (!s.model.isEmpty()) {
         return fail(QStringLiteral("a model file came with a job whose model is '%1', not torchscript")
                         .arg(spec.model.kind));
     }
     if (s.data) {
-        const QString parent =
-            QDir(m_fleetDir).filePath(QStringLiteral("data/%1").arg(sha256Hex(encodeBundle(*s.data))));
+        const QString parent = QDir(fleetDir).filePath(QStringLiteral("data/%1").arg(sha256Hex(encodeBundle(*s.data))));
         auto written = writeBundle(*s.data, parent);
         if (!written)
             return fail(QStringLiteral("cannot keep the job's data: %1").arg(written.error()));
         spec.dataset.path = *written;
+        s.data.reset();
     } else if (!spec.dataset.path.isEmpty()) {
         if (!mayNameFiles)
             return fail(QStringLiteral("the job names the data '%1' on the coordinator's machine; a submitter sends "
@@ -364,10 +384,16 @@ Result<std::pair<QueuedJob, int>> FleetRequests::submit(const Requester &by, Sub
             return fail(QStringLiteral("the job's data '%1' does not exist on the coordinator's machine")
                             .arg(spec.dataset.path));
     }
+    return s;
+}
+
+Result<std::pair<QueuedJob, int>> FleetRequests::enqueue(const Requester &by, const Submission &s, qint64 nowMs)
+{
     QueuedJob entry;
-    entry.name = spec.name;
+    entry.name = s.spec.name;
     entry.submitter = by.name;
-    entry.spec = QString::fromUtf8(QJsonDocument(spec.toJson()).toJson(QJsonDocument::Compact));
+    entry.origin = by.origin();
+    entry.spec = QString::fromUtf8(QJsonDocument(s.spec.toJson()).toJson(QJsonDocument::Compact));
     entry.priority = s.priority;
     entry.weight = s.weight;
     auto id = m_queue.submit(entry, QDir(m_fleetDir).filePath(QStringLiteral("runs")), nowMs);
@@ -399,11 +425,20 @@ Result<QueuedJob> FleetRequests::owned(const Requester &by, qint64 id, const QSt
     if (!found->has_value())
         return fail(QStringLiteral("the queue has no job %1").arg(id));
     const QueuedJob &job = **found;
-    if (job.submitter != by.name && !by.administrator)
+    if (!by.owns(job) && !by.administrator) {
+        if (job.submitter == by.name)
+            return fail(QStringLiteral("job %1 was submitted by %2 %3, not by %4 %2: a submitter may %5 only its own "
+                                       "jobs (an operator may %5 any)")
+                            .arg(id)
+                            .arg(job.submitter,
+                                 job.origin == QLatin1String("local") ? QStringLiteral("on the coordinator's machine")
+                                                                      : QStringLiteral("with a certificate"),
+                                 by.remote ? QStringLiteral("the certificate") : QStringLiteral("the user"), what));
         return fail(QStringLiteral("job %1 was submitted by %2, not %3: a submitter may %4 only its own jobs (an "
                                    "operator, the fleet's administrator, may %4 any)")
                         .arg(id)
                         .arg(job.submitter, by.name, what));
+    }
     return job;
 }
 
@@ -460,47 +495,67 @@ Result<QString> FleetRequests::manage(const Requester &by, qint64 id, const QStr
 
 Result<FileBundle> FleetRequests::download(const Requester &by, qint64 id)
 {
+    auto job = downloadable(by, id);
+    if (!job)
+        return job.takeError();
+    return readRun(job->runDir);
+}
+
+Result<QueuedJob> FleetRequests::downloadable(const Requester &by, qint64 id)
+{
     auto found = owned(by, id, QStringLiteral("download"));
     if (!found)
         return found.takeError();
-    const QDir run(found->runDir);
-    if (found->runDir.isEmpty() || !run.exists())
+    if (found->runDir.isEmpty() || !QDir(found->runDir).exists())
         return fail(QStringLiteral("job %1 has not started yet: it has nothing to download").arg(id));
+    return found;
+}
+
+Result<FileBundle> FleetRequests::readRun(const QString &runDir, qint64 maxBytes)
+{
+    const QDir run(runDir);
+    const QStringList names{QStringLiteral("model.pt"), QStringLiteral("job.json"), QStringLiteral("metrics.csv"),
+                            QStringLiteral("normalization.json"), QStringLiteral("flotilla.log")};
+    const QString store = run.filePath(QStringLiteral("flotilla.db"));
+    // Sized before anything is read: the store's copy is at most the store and its log.
+    qint64 total = 0;
+    for (const QString &name : names)
+        total += name == QLatin1String("flotilla.log") ? std::min(QFileInfo(run.filePath(name)).size(), kMaxLogBytes)
+                                                        : QFileInfo(run.filePath(name)).size();
+    total += QFileInfo(store).size() + QFileInfo(store + QStringLiteral("-wal")).size();
+    if (total > maxBytes)
+        return fail(QStringLiteral("the run folder holds %1 MiB, more than the %2 MiB a download carries; copy it from "
+                                   "the coordinator's machine (%3)")
+                        .arg(total >> 20)
+                        .arg(maxBytes >> 20)
+                        .arg(runDir));
     FileBundle bundle;
-    bundle.name = QFileInfo(found->runDir).fileName();
+    bundle.name = QFileInfo(runDir).fileName();
     bundle.folder = true;
-    for (const char *name : {"model.pt", "job.json", "metrics.csv", "normalization.json", "flotilla.log"}) {
-        QFile file(run.filePath(QLatin1String(name)));
+    for (const QString &name : names) {
+        QFile file(run.filePath(name));
         if (!file.open(QIODevice::ReadOnly))
             continue; // not written (yet): a job that has not finished has no model
-        if (file.size() > kMaxLogBytes && QLatin1String(name) == QLatin1String("flotilla.log"))
+        if (name == QLatin1String("flotilla.log") && file.size() > kMaxLogBytes)
             file.seek(file.size() - kMaxLogBytes);
-        bundle.files.emplace_back(QLatin1String(name), file.readAll());
+        bundle.files.emplace_back(name, file.read(maxBytes));
     }
-    if (QFileInfo::exists(run.filePath(QStringLiteral("flotilla.db")))) {
-        auto store = Store::open(run.filePath(QStringLiteral("flotilla.db")));
-        if (!store)
-            return store.takeError();
-        const QString copy = QDir(QDir::tempPath())
-                                 .filePath(QStringLiteral("flotilla-download-%1.db")
-                                               .arg(QUuid::createUuid().toString(QUuid::WithoutBraces)));
-        auto copied = (*store)->copyTo(copy);
+    if (QFileInfo::exists(store)) {
+        auto opened = Store::open(store);
+        if (!opened)
+            return opened.takeError();
+        // Copied beside the store, on the same disk, and removed once read.
+        const QString copy = run.filePath(QStringLiteral(".download-%1.db").arg(
+            QUuid::createUuid().toString(QUuid::WithoutBraces)));
+        auto copied = (*opened)->copyTo(copy);
         QFile file(copy);
-        const bool read = copied && file.open(QIODevice::ReadOnly);
-        if (read)
-            bundle.files.emplace_back(QStringLiteral("flotilla.db"), file.readAll());
+        if (copied && file.open(QIODevice::ReadOnly))
+            bundle.files.emplace_back(QStringLiteral("flotilla.db"), file.read(maxBytes));
         file.close();
         QFile::remove(copy);
         if (!copied)
             return copied.takeError();
     }
-    if (bundle.bytes() > kMaxDownloadBytes)
-        return fail(QStringLiteral("job %1's run folder holds %2 MiB, more than the %3 MiB a download carries; copy it "
-                                   "from the coordinator's machine (%4)")
-                        .arg(id)
-                        .arg(bundle.bytes() >> 20)
-                        .arg(kMaxDownloadBytes >> 20)
-                        .arg(found->runDir));
     return bundle;
 }
 

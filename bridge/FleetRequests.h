@@ -29,12 +29,19 @@
 
 namespace flotilla {
 
-// Who asks: a certificate's name and whether it is the fleet's administrator.
+// Who asks: a user of the coordinator's machine, or a certificate's name, and whether it is
+// the fleet's administrator.
 struct Requester
 {
     QString name;
     bool administrator = false;
     bool remote = false; // from another machine: may name no file of the coordinator's
+
+    // As the queue records it (QueuedJob::origin): local, operator or submitter.
+    QString origin() const;
+    // Whether a job of the queue is this requester's own: the same name, the same kind of
+    // identity (a certificate named like a local user is not that user).
+    bool owns(const QueuedJob &job) const;
 };
 
 // Files under one name: a data set (a file or a folder) or a job's run folder. Paths are
@@ -51,8 +58,9 @@ struct FileBundle
 // A bundle read from disk; maxBytes bounds the sum of its files.
 Result<FileBundle> readBundle(const QString &path, qint64 maxBytes);
 // Writes a bundle under `parent` (parent/<name>, created whole or not at all) and returns
-// the path of what was written.
-Result<QString> writeBundle(const FileBundle &bundle, const QString &parent);
+// the path of what was written. One there already is kept (a content-addressed folder), or
+// with `replace` given way to the new one (a download made again).
+Result<QString> writeBundle(const FileBundle &bundle, const QString &parent, bool replace = false);
 QByteArray encodeBundle(const FileBundle &bundle);
 Result<FileBundle> decodeBundle(const QByteArray &bytes);
 
@@ -82,18 +90,24 @@ public:
     // fleetDir: the identity folder; models/, data/ and runs/ are kept in it.
     FleetRequests(FleetQueue &queue, QString fleetDir);
 
-    // Queues a job; its model and data are written into the fleet's folder first, named by
-    // their SHA-256. Returns the queued row and how many jobs are queued ahead of it.
+    // Queues a job: keepFiles(), then enqueue().
     Result<std::pair<QueuedJob, int>> submit(const Requester &by, Submission submission, qint64 nowMs);
+    // A submission's checks, and its model and data written into the fleet's folder, named
+    // by their SHA-256; the job then names them there. Touches no queue: any thread.
+    static Result<Submission> keepFiles(const QString &fleetDir, const Requester &by, Submission submission);
+    // Queues a job whose files are kept. Returns the queued row and how many jobs are queued
+    // ahead of it.
+    Result<std::pair<QueuedJob, int>> enqueue(const Requester &by, const Submission &submission, qint64 nowMs);
     // cancel, pause, resume, priority, weight; returns what was done, in a sentence.
     Result<QString> manage(const Requester &by, qint64 id, const QString &action, double value, qint64 nowMs);
     Result<std::vector<QueuedJob>> jobs();
-    // The job's trained model (model.pt, when it has one), job.json, metrics.csv,
-    // normalization.json, flotilla.log and a consistent copy of its store.
+    // download(): the job, if the requester may download it (downloadable()), then its run
+    // folder read (readRun(), any thread): the trained model (model.pt, when it has one),
+    // job.json, metrics.csv, normalization.json, the end of flotilla.log and a consistent copy
+    // of its store, at most maxBytes, checked before anything is read.
     Result<FileBundle> download(const Requester &by, qint64 id);
-
-    // The model of a TorchScript job kept in the fleet's folder; returns its path there.
-    Result<QString> keepModel(const QByteArray &bytes);
+    Result<QueuedJob> downloadable(const Requester &by, qint64 id);
+    static Result<FileBundle> readRun(const QString &runDir, qint64 maxBytes = kMaxDownloadBytes);
 
 private:
     Result<QueuedJob> owned(const Requester &by, qint64 id, const QString &what);

@@ -86,7 +86,7 @@ Result<void> FleetServer::setUp(const net::TlsListener::Options &options, bool f
 }
 
 Result<void> FleetServer::addJob(const QString &key, CoordinatorThread *coordinator, double weight,
-                                 const QString &owner)
+                                 const QString &owner, bool quarantinesForFleet)
 {
     if (m_jobs.count(key))
         return fail(QStringLiteral("the fleet already serves a job '%1'").arg(key));
@@ -146,12 +146,17 @@ Result<void> FleetServer::addJob(const QString &key, CoordinatorThread *coordina
     });
     connect(job->operators, &OperatorService::releaseRequested, this,
             [this](qint64 workerId, const QString &by) { releaseInFleet(workerId, QStringLiteral("operator %1").arg(by)); });
-    if (m_fleet)
+    // A job whose checks the fleet trusts (not a submitter's, who sets how strict they are)
+    // quarantines for the fleet.
+    if (m_fleet && quarantinesForFleet)
         job->connections.push_back(connect(coordinator, &CoordinatorThread::eventRecorded, this,
                                            [this](const EventRecord &e) {
                                                if (e.kind == eventName(EventKind::WorkerQuarantined))
                                                    quarantineInFleet(e.workerId, e.detail);
                                            }));
+    // Workers the fleet released since this job last ran are released in it too.
+    for (const qint64 released : m_released)
+        coordinator->releaseAsync(released, QStringLiteral("the fleet's operators"));
     // Answers find their job by key and by the order it was added in: a job removed and
     // added again under its key numbers its tickets from 1 again.
     const qint64 order = job->order;
@@ -314,9 +319,12 @@ QString FleetServer::waitingReason(const ConnectedWorker &worker) const
     if (const auto q = m_quarantined.find(worker.workerId); q != m_quarantined.end())
         return QStringLiteral("quarantined by the fleet (%1); an operator releases it").arg(q->second.left(300));
     QStringList needs;
-    for (const auto &[key, job] : m_jobs)
-        if (const QString missing = lacks(worker, *job); !missing.isEmpty())
-            needs << QStringLiteral("%1 needs %2").arg(key, missing);
+    for (const auto &[key, job] : m_jobs) {
+        const QString missing = lacks(worker, *job);
+        if (missing.isEmpty())
+            return {}; // a job it could train has nothing for it now
+        needs << QStringLiteral("%1 needs %2").arg(key, missing);
+    }
     return needs.isEmpty() ? QString() : QStringLiteral("no running job this machine can train: ") + needs.join(QStringLiteral("; "));
 }
 
@@ -417,6 +425,7 @@ void FleetServer::quarantineInFleet(qint64 workerId, const QString &reason)
     if (workerId <= 0 || m_quarantined.count(workerId))
         return;
     m_quarantined[workerId] = reason;
+    m_released.erase(workerId);
     if (auto r = m_listener->trust().quarantine(workerId, reason, QDateTime::currentMSecsSinceEpoch()); !r)
         qCWarning(lcBridge).noquote() << "cannot record the fleet's quarantine of worker" << workerId << "-" << r.error();
     qCWarning(lcBridge).noquote() << "worker" << workerId << "is quarantined in the fleet: no job gets it until an "
@@ -433,14 +442,16 @@ void FleetServer::quarantineInFleet(qint64 workerId, const QString &reason)
 
 void FleetServer::releaseInFleet(qint64 workerId, const QString &by)
 {
-    if (!m_quarantined.erase(workerId))
+    m_released.insert(workerId);
+    const bool wasQuarantined = m_quarantined.erase(workerId) > 0;
+    // Every job that quarantined it lets it go too, in the fleet's quarantine or not.
+    for (const auto &[key, job] : m_jobs)
+        job->coordinator->releaseAsync(workerId, by);
+    if (!wasQuarantined)
         return;
     if (auto r = m_listener->trust().release(workerId); !r)
         qCWarning(lcBridge).noquote() << "cannot record the release of worker" << workerId << "-" << r.error();
     qCInfo(lcBridge).noquote() << "worker" << workerId << "released from the fleet's quarantine by" << by;
-    // Every job that quarantined it lets it go too.
-    for (const auto &[key, job] : m_jobs)
-        job->coordinator->releaseAsync(workerId, by);
     for (const auto &[connection, worker] : std::map<qint64, ConnectedWorker>(m_connected))
         if (worker.workerId == workerId && worker.job.isEmpty() && worker.joining.isEmpty())
             place(connection);
@@ -707,11 +718,14 @@ void FleetServer::onOverBudget(const net::PeerInfo &peer, const QString &reason,
     CoordinatorThread *coordinator = it->second->coordinator;
     coordinator->recordEvent(EventKind::WorkerOverBudget, workerId,
                              QStringLiteral("%1's connection was closed: it %2").arg(peer.workerName, reason));
-    if (barred)
-        coordinator->quarantineAsync(workerId,
-                                     QStringLiteral("its connections went over their budgets again and again (the "
-                                                    "last: it %1)")
-                                         .arg(reason));
+    if (barred) {
+        const QString why =
+            QStringLiteral("its connections went over their budgets again and again (the last: it %1)").arg(reason);
+        coordinator->quarantineAsync(workerId, why);
+        // What the fleet saw itself, whichever job's checks the worker was under.
+        if (m_fleet)
+            quarantineInFleet(workerId, why);
+    }
 }
 
 void FleetServer::onJoined(Job &job, qint64 ticket, qint64 workerId, const QString &error)
@@ -728,8 +742,12 @@ void FleetServer::onJoined(Job &job, qint64 ticket, qint64 workerId, const QStri
         return;
     }
     ConnectedWorker &worker = connected->second;
-    if (worker.joining != job.key)
-        return; // placed elsewhere meanwhile
+    if (worker.joining != job.key) {
+        // Placed elsewhere meanwhile (or quarantined): the job lets it go again.
+        if (error.isEmpty() && worker.job != job.key)
+            job.coordinator->leave(workerId, QStringLiteral("the fleet placed it elsewhere while it joined"));
+        return;
+    }
     worker.joining.clear();
     if (!error.isEmpty()) {
         if (!m_fleet || m_jobs.size() < 2) {
@@ -764,9 +782,9 @@ void FleetServer::onMessage(qint64 connectionId, const net::Message &message)
     case MessageType::Watch:
     case MessageType::Command:
         m_listener->close(connectionId,
-                          QStringLiteral("worker '%1' sent %2, which only an operator may send: its certificate was "
-                                         "issued to a worker (an operator attaches with a token from flotilla token "
-                                         "--operator)")
+                          QStringLiteral("worker '%1' sent %2, which only an operator may send (or a submitter): its "
+                                         "certificate was issued to a worker (a person attaches with a token from "
+                                         "flotilla token --operator or --submitter)")
                               .arg(worker.name, net::describe(message.type)),
                           true);
         return;

@@ -48,8 +48,10 @@ public:
     // Serves a job under a key of the fleet's (unique among the jobs served); workers are
     // placed in it at once. The coordinator must outlive removeJob(key).
     // owner: the submitter whose job it is (a fleet's); empty: only an operator commands it.
+    // quarantinesForFleet: a worker this job quarantines is kept out of every job (false for
+    // a submitter's job, whose settings say how strict its checks are).
     Result<void> addJob(const QString &key, CoordinatorThread *coordinator, double weight = 1.0,
-                        const QString &owner = {});
+                        const QString &owner = {}, bool quarantinesForFleet = true);
     // Stops serving a job: its workers go to another job, or wait. What they send for it
     // afterwards is answered as already done.
     void removeJob(const QString &key);
@@ -178,7 +180,7 @@ private:
     // empty when it may be placed there.
     static QString lacks(const ConnectedWorker &worker, const Job &job);
     // Why a worker that no job takes waits: the fleet's quarantine, or what the running jobs
-    // need; empty when no job runs.
+    // need; empty when no job runs or one it could train has nothing for it now.
     QString waitingReason(const ConnectedWorker &worker) const;
     void leaveJob(ConnectedWorker &worker, const QString &reason);
     // The fleet's quarantine: a worker one job quarantined is placed in none until released.
@@ -198,6 +200,7 @@ private:
     std::map<qint64, ConnectedWorker> m_connected; // by connection
     std::map<qint64, Person> m_people;             // by connection
     std::map<qint64, QString> m_quarantined;       // the fleet's, by worker id: why
+    std::set<qint64> m_released;                   // released since the service started: told to each new job
     mutable QMutex m_addressMutex;
     QHash<qint64, QString> m_addresses;
 };

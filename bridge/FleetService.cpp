@@ -5,8 +5,10 @@
 
 #include <QDateTime>
 #include <QDir>
+#include <QFutureWatcher>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QtConcurrent>
 
 namespace flotilla {
 
@@ -43,48 +45,85 @@ void FleetService::onQueueCommand(qint64 connectionId, const QString &name, bool
     auto command = net::CommandMsg::decode(header);
     if (!command)
         return; // the server decoded it before: it cannot happen
-    const net::CommandMsg &c = *command;
+    const net::CommandMsg c = *command;
     const Requester by{name, administrator, true};
+    auto answer = [this, connectionId, c, by](const QString &error, const QString &text, const QByteArray &bytes) {
+        qCInfo(lcBridge).noquote() << by.origin() << by.name << "asked" << c.action
+                                   << (c.job ? QString::number(c.job) : QString()) << "-"
+                                   << (error.isEmpty() ? (text.isEmpty() ? QStringLiteral("answered") : text) : error);
+        m_network.answer(connectionId, net::ReplyMsg{c.id, c.action, error, text}.encode(), bytes);
+    };
     FleetRequests requests(*m_queue, m_options.fleetDir);
-    QString error;
-    QString text;
-    QByteArray answer;
     if (c.action == QLatin1String("jobs")) {
-        if (auto jobs = requests.jobs())
-            answer = encodeJobs(*jobs);
-        else
-            error = jobs.error();
-    } else if (c.action == QLatin1String("submit")) {
-        auto submission = decodeSubmission(payload);
-        auto queued = submission ? requests.submit(by, std::move(submission).value(), now())
-                                 : Result<std::pair<QueuedJob, int>>(submission.takeError());
-        if (queued) {
-            text = QStringLiteral("job %1 '%2' queued for %3 (%4 queued ahead of it)")
-                       .arg(queued->first.id)
-                       .arg(queued->first.name, name)
-                       .arg(queued->second);
-            QTimer::singleShot(0, this, &FleetService::tick);
-        } else {
-            error = queued.error();
-        }
-    } else if (c.action == QLatin1String("job-download")) {
-        if (auto bundle = requests.download(by, c.job))
-            answer = encodeBundle(*bundle);
-        else
-            error = bundle.error();
-    } else {
-        auto done = requests.manage(by, c.job, c.action.mid(4), c.value, now());
-        if (done) {
-            text = *done;
-            QTimer::singleShot(0, this, &FleetService::tick);
-        } else {
-            error = done.error();
-        }
+        auto jobs = requests.jobs();
+        answer(jobs ? QString() : jobs.error(), {}, jobs ? encodeJobs(*jobs) : QByteArray());
+        return;
     }
-    qCInfo(lcBridge).noquote() << (administrator ? "operator" : "submitter") << name << "asked" << c.action
-                               << (c.job ? QString::number(c.job) : QString()) << "-"
-                               << (error.isEmpty() ? (text.isEmpty() ? QStringLiteral("answered") : text) : error);
-    m_network.answer(connectionId, net::ReplyMsg{c.id, c.action, error, text}.encode(), answer);
+    const bool heavy = c.action == QLatin1String("submit") || c.action == QLatin1String("job-download");
+    if (!heavy) {
+        auto done = requests.manage(by, c.job, c.action.mid(4), c.value, now());
+        answer(done ? QString() : done.error(), done ? *done : QString(), {});
+        if (done)
+            QTimer::singleShot(0, this, &FleetService::tick);
+        return;
+    }
+    // A submission's files and a download are read and written on a pool thread, one at a
+    // time per connection: the queue goes on meanwhile.
+    if (!m_busy.insert(connectionId).second) {
+        answer(QStringLiteral("your last submission or download is still being handled: wait for its answer"), {}, {});
+        return;
+    }
+    auto finish = [this, connectionId, answer](const QString &error, const QString &text, const QByteArray &bytes) {
+        m_busy.erase(connectionId);
+        answer(error, text, bytes);
+    };
+    if (c.action == QLatin1String("job-download")) {
+        auto job = requests.downloadable(by, c.job);
+        if (!job) {
+            finish(job.error(), {}, {});
+            return;
+        }
+        auto *watcher = new QFutureWatcher<std::shared_ptr<Result<QByteArray>>>(this);
+        connect(watcher, &QFutureWatcherBase::finished, this, [watcher, finish] {
+            watcher->deleteLater();
+            const Result<QByteArray> &bundle = *watcher->result();
+            finish(bundle ? QString() : bundle.error(), {}, bundle ? *bundle : QByteArray());
+        });
+        watcher->setFuture(QtConcurrent::run([runDir = job->runDir] {
+            auto bundle = FleetRequests::readRun(runDir);
+            return std::make_shared<Result<QByteArray>>(bundle ? Result<QByteArray>(encodeBundle(*bundle))
+                                                               : Result<QByteArray>(bundle.takeError()));
+        }));
+        return;
+    }
+    auto *watcher = new QFutureWatcher<std::shared_ptr<Result<Submission>>>(this);
+    connect(watcher, &QFutureWatcherBase::finished, this, [this, watcher, finish, by] {
+        watcher->deleteLater();
+        const Result<Submission> &kept = *watcher->result();
+        if (!kept) {
+            finish(kept.error(), {}, {});
+            return;
+        }
+        FleetRequests requests(*m_queue, m_options.fleetDir);
+        auto queued = requests.enqueue(by, *kept, now());
+        if (!queued) {
+            finish(queued.error(), {}, {});
+            return;
+        }
+        finish({},
+               QStringLiteral("job %1 '%2' queued for %3 (%4 queued ahead of it)")
+                   .arg(queued->first.id)
+                   .arg(queued->first.name, by.name)
+                   .arg(queued->second),
+               {});
+        QTimer::singleShot(0, this, &FleetService::tick);
+    });
+    watcher->setFuture(QtConcurrent::run([payload, by, fleetDir = m_options.fleetDir] {
+        auto submission = decodeSubmission(payload);
+        if (!submission)
+            return std::make_shared<Result<Submission>>(submission.takeError());
+        return std::make_shared<Result<Submission>>(FleetRequests::keepFiles(fleetDir, by, std::move(submission).value()));
+    }));
 }
 
 FleetService::~FleetService()
@@ -160,18 +199,19 @@ void FleetService::tick()
         }
     }
     // A job that no connected worker may train (its requirements, the fleet's quarantine) says
-    // so, rather than wait in silence.
-    const auto unmet = m_network.unmetRequirements();
-    for (auto &[id, job] : m_running) {
-        const auto it = unmet.find(keyOf(id));
-        const QString why = it == unmet.end() ? QString() : it->second;
-        if (why == job.unmet || job.ending)
-            continue;
-        job.unmet = why;
-        const QString message = why.isEmpty() ? job.message : QStringLiteral("waiting: %1").arg(why);
-        (void)m_queue->setMessage(id, message);
-        record(id, job.name, QStringLiteral("running"), message);
-    }
+    // so, rather than wait in silence. Asked of the network thread, answered a moment later.
+    m_network.askUnmetRequirements(this, [this](const std::map<QString, QString> &unmet) {
+        for (auto &[id, job] : m_running) {
+            const auto it = unmet.find(keyOf(id));
+            const QString why = it == unmet.end() ? QString() : it->second;
+            if (why == job.unmet || job.ending)
+                continue;
+            job.unmet = why;
+            const QString message = why.isEmpty() ? job.message : QStringLiteral("waiting: %1").arg(why);
+            (void)m_queue->setMessage(id, message);
+            record(id, job.name, QStringLiteral("running"), message);
+        }
+    });
     if (int(m_running.size()) >= m_options.concurrentJobs)
         return;
     auto order = m_queue->startOrder(now(), m_options.fairShareHalfLifeMs);
@@ -212,7 +252,9 @@ void FleetService::startJob(const QueuedJob &job)
         return;
     }
     LocalFleet *f = fleet->get();
-    if (auto added = m_network.addJob(keyOf(id), f->coordinator(), job.weight, job.submitter); !added) {
+    if (auto added = m_network.addJob(keyOf(id), f->coordinator(), job.weight, job.submitter,
+                                      job.origin != QLatin1String("submitter"));
+        !added) {
         (void)m_queue->setState(id, QStringLiteral("failed"), added.error(), now());
         record(id, job.name, QStringLiteral("failed"), added.error());
         return;

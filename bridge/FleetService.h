@@ -21,6 +21,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 
 namespace flotilla {
 
@@ -78,6 +79,7 @@ private:
     QTimer m_poll;
     QElapsedTimer m_sinceTick;
     std::map<qint64, Running> m_running;
+    std::set<qint64> m_busy; // connections with a submission or download being handled
     bool m_stopping = false;
 };
 

@@ -1,5 +1,7 @@
 #include "bridge/NetworkHost.h"
 
+#include <QPointer>
+
 namespace flotilla {
 
 NetworkHost::NetworkHost() : m_context(std::make_unique<QObject>())
@@ -63,13 +65,14 @@ Result<void> NetworkHost::listenOn(
 }
 
 Result<void> NetworkHost::addJob(const QString &key, CoordinatorThread *coordinator, double weight,
-                                 const QString &owner)
+                                 const QString &owner, bool quarantinesForFleet)
 {
     if (!m_server)
         return fail(QStringLiteral("the coordinator's endpoint is not open"));
     Result<void> r;
-    QMetaObject::invokeMethod(m_context.get(), [&] { r = m_server->addJob(key, coordinator, weight, owner); },
-                              Qt::BlockingQueuedConnection);
+    QMetaObject::invokeMethod(
+        m_context.get(), [&] { r = m_server->addJob(key, coordinator, weight, owner, quarantinesForFleet); },
+        Qt::BlockingQueuedConnection);
     return r;
 }
 
@@ -106,13 +109,21 @@ std::map<QString, int> NetworkHost::placement() const
     return out;
 }
 
-std::map<QString, QString> NetworkHost::unmetRequirements() const
+void NetworkHost::askUnmetRequirements(QObject *receiver,
+                                       std::function<void(const std::map<QString, QString> &)> answer)
 {
-    std::map<QString, QString> out;
-    if (m_server)
-        QMetaObject::invokeMethod(m_context.get(), [&] { out = m_server->unmetRequirements(); },
-                                  Qt::BlockingQueuedConnection);
-    return out;
+    if (!m_server)
+        return;
+    QMetaObject::invokeMethod(
+        m_context.get(),
+        [this, receiver = QPointer<QObject>(receiver), answer = std::move(answer)] {
+            if (!m_server || !receiver)
+                return;
+            QMetaObject::invokeMethod(
+                receiver.data(), [answer, unmet = m_server->unmetRequirements()] { answer(unmet); },
+                Qt::QueuedConnection);
+        },
+        Qt::QueuedConnection);
 }
 
 void NetworkHost::stop()

@@ -35,13 +35,14 @@ public:
     Result<void> startFleet(net::TlsListener::Options options, const QList<quint16> &ports);
     // On the network thread, waited for. The coordinator must outlive removeJob(key).
     Result<void> addJob(const QString &key, CoordinatorThread *coordinator, double weight = 1.0,
-                        const QString &owner = {});
+                        const QString &owner = {}, bool quarantinesForFleet = true);
     // Answers a person's queue command on the network thread; not waited for.
     void answer(qint64 connectionId, const QCborMap &reply, const QByteArray &payload);
     void removeJob(const QString &key);
     void setJobWeight(const QString &key, double weight);
-    // On the network thread, waited for: FleetServer::unmetRequirements().
-    std::map<QString, QString> unmetRequirements() const;
+    // FleetServer::unmetRequirements(), asked on the network thread and answered on the
+    // receiver's thread; nothing waits.
+    void askUnmetRequirements(QObject *receiver, std::function<void(const std::map<QString, QString> &)> answer);
     std::map<QString, int> placement() const;
     // Closes every connection and the port; the network thread stays for the next start().
     void stop();

@@ -23,11 +23,12 @@ CREATE TABLE IF NOT EXISTS queue(
     run_dir TEXT NOT NULL, priority INTEGER NOT NULL DEFAULT 0, weight REAL NOT NULL DEFAULT 1,
     state TEXT NOT NULL, submitted_ms INTEGER NOT NULL, started_ms INTEGER NOT NULL DEFAULT 0,
     ended_ms INTEGER NOT NULL DEFAULT 0, worker_seconds REAL NOT NULL DEFAULT 0,
-    message TEXT NOT NULL DEFAULT '', wanted TEXT NOT NULL DEFAULT '');
+    message TEXT NOT NULL DEFAULT '', wanted TEXT NOT NULL DEFAULT '',
+    origin TEXT NOT NULL DEFAULT 'local');
 )SQL";
 
 const char *const kColumns = "id, name, submitter, spec, run_dir, priority, weight, state, submitted_ms, started_ms, "
-                             "ended_ms, worker_seconds, message, wanted";
+                             "ended_ms, worker_seconds, message, wanted, origin";
 
 QueuedJob rowOf(Statement &q)
 {
@@ -46,6 +47,7 @@ QueuedJob rowOf(Statement &q)
     j.workerSeconds = q.f64(11);
     j.message = q.text(12);
     j.wanted = q.text(13);
+    j.origin = q.text(14);
     return j;
 }
 
@@ -81,6 +83,16 @@ Result<std::unique_ptr<FleetQueue>> FleetQueue::open(const QString &path)
         return fail(QStringLiteral("the fleet queue '%1': %2").arg(path, r.error()));
     if (auto r = queue->exec(kSchema); !r)
         return fail(QStringLiteral("the fleet queue '%1' cannot be read: %2").arg(path, r.error()));
+    // A queue written before jobs came from elsewhere: every job in it is a local user's.
+    bool hasOrigin = false;
+    {
+        Statement columns(db, "PRAGMA table_info(queue)", kWhat);
+        while (columns.next())
+            hasOrigin = hasOrigin || columns.text(1) == QLatin1String("origin");
+    }
+    if (!hasOrigin)
+        if (auto r = queue->exec("ALTER TABLE queue ADD COLUMN origin TEXT NOT NULL DEFAULT 'local'"); !r)
+            return fail(QStringLiteral("the fleet queue '%1' cannot be updated: %2").arg(path, r.error()));
     return queue;
 }
 
@@ -108,10 +120,11 @@ Result<qint64> FleetQueue::submit(QueuedJob job, const QString &runsDir, qint64 
     if (auto r = exec("BEGIN IMMEDIATE"); !r)
         return r.takeError();
     Statement q(m_db,
-                "INSERT INTO queue(name, submitter, spec, run_dir, priority, weight, state, submitted_ms) "
-                "VALUES(?, ?, ?, '', ?, ?, 'queued', ?)",
+                "INSERT INTO queue(name, submitter, spec, run_dir, priority, weight, state, submitted_ms, origin) "
+                "VALUES(?, ?, ?, '', ?, ?, 'queued', ?, ?)",
                 kWhat);
     if (auto r = q.bind(job.name).bind(job.submitter).bind(job.spec).bind(job.priority).bind(job.weight).bind(nowMs)
+                     .bind(job.origin)
                      .run();
         !r) {
         (void)exec("ROLLBACK");

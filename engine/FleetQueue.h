@@ -31,6 +31,10 @@ struct QueuedJob
     qint64 id = 0;
     QString name;
     QString submitter;
+    // Who the submitter is: a user of the coordinator's machine (local), or the name of an
+    // operator's or a submitter's certificate (operator, submitter). A certificate named
+    // like a local user is not that user.
+    QString origin = QStringLiteral("local");
     QString spec; // the job file, JSON, with absolute paths
     QString runDir;
     int priority = 0;

@@ -675,6 +675,25 @@ void TlsListener::enroll(Connection &c, const Message &message)
         return;
     }
     const qint64 now = QDateTime::currentMSecsSinceEpoch();
+    // A person's name is who owns jobs on the fleet: one certificate at a time may hold it,
+    // checked before the token pays for another (the old one revoked, the name is free).
+    if (auto token = m_trust.token(redeem->tokenId); token && token->has_value() && isPerson((*token)->role)) {
+        auto certificates = m_trust.certificates();
+        if (!certificates) {
+            drop(c.id, QStringLiteral("cannot check the name now: %1").arg(certificates.error()), false, true);
+            return;
+        }
+        for (const CertificateRecord &held : *certificates)
+            if (held.workerName == name && !held.revoked()) {
+                joinFailed(c.source);
+                drop(c.id,
+                     QStringLiteral("join refused: the name '%1' belongs to another certificate (a %2's); enrol under "
+                                    "another name, or have an operator revoke the old one (flotilla revoke %1)")
+                         .arg(name, describe(held.role)),
+                     true);
+                return;
+            }
+    }
     // A malformed request must not cost the token a use: sign first, then redeem.
     auto cert = signCertificateRequest(m_identity.ca, message.payload, name, kWorkerCertificateDays);
     if (!cert) {

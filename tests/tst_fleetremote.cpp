@@ -331,6 +331,40 @@ private Q_SLOTS:
                                     QStringLiteral("--data-on-coordinator")});
         QCOMPARE(snoop.exitCode, 1);
         QVERIFY2(snoop.err.contains(QLatin1String("a submitter sends its data with the job")), qPrintable(snoop.err));
+        // Nobody enrols under a name another certificate holds: a job is its submitter's name's.
+        const test::ProcessRun impostor = fleet.as(QStringLiteral("mallory"),
+                                                   {QStringLiteral("jobs")},
+                                                   fleet.token(QStringLiteral("--submitter")));
+        QCOMPARE(impostor.exitCode, 0); // mallory, enrolled as herself
+        const test::ProcessRun asAlice = test::runFlotilla(
+            {QStringLiteral("jobs"), QStringLiteral("cancel"), QString::number(id), QStringLiteral("--coordinator"),
+             fleet.path(QStringLiteral("people/mallory-as-alice")), QStringLiteral("--token"),
+             fleet.token(QStringLiteral("--submitter")), QStringLiteral("--name"), QStringLiteral("alice")},
+            60000);
+        QVERIFY(asAlice.exitCode != 0);
+        QVERIFY2(asAlice.err.contains(QLatin1String("the name 'alice' belongs to another certificate")),
+                 qPrintable(asAlice.err));
+        QVERIFY(fleet.stateOf(id) != QLatin1String("cancelled"));
+        // A user of the coordinator's machine named alice is not alice's certificate, nor the
+        // other way round.
+        const test::ProcessRun local = test::runFlotilla(
+            {QStringLiteral("submit"), QStringLiteral("--as"), QStringLiteral("alice"), QStringLiteral("--epochs"),
+             QStringLiteral("1"), QStringLiteral("--train-limit"), QStringLiteral("500"), QStringLiteral("--priority"),
+             QStringLiteral("-5"), QStringLiteral("--identity-dir"), fleet.identity()},
+            30000);
+        QCOMPARE(local.exitCode, 0);
+        const qint64 localId = QRegularExpression(QStringLiteral("^Job (\\d+) ")).match(local.out).captured(1).toLongLong();
+        QVERIFY(localId > 0);
+        const test::ProcessRun crossed = fleet.as(
+            QStringLiteral("alice"), {QStringLiteral("jobs"), QStringLiteral("cancel"), QString::number(localId)});
+        QCOMPARE(crossed.exitCode, 1);
+        QVERIFY2(crossed.err.contains(QLatin1String("on the coordinator's machine")), qPrintable(crossed.err));
+        QVERIFY(test::runFlotilla({QStringLiteral("jobs"), QStringLiteral("cancel"), QString::number(localId),
+                                   QStringLiteral("--as"), QStringLiteral("alice"), QStringLiteral("--identity-dir"),
+                                   fleet.identity()},
+                                  30000)
+                    .exitCode
+                == 0);
         // The operator manages any job.
         const test::ProcessRun weight = fleet.as(
             QStringLiteral("root"), {QStringLiteral("jobs"), QStringLiteral("weight"), QString::number(id),
