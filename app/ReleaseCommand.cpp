@@ -1,11 +1,12 @@
-// `flotilla release`: lifts a worker's quarantine in a job, running or not. The request is
-// written to the job's store; a running coordinator picks it up within two seconds, a
-// stopped one when it resumes.
+// `flotilla release`: lifts a worker's quarantine in a job, running or not, or in a fleet. The
+// request is written to the job's store (or the fleet's trust database); a running
+// coordinator or fleet service picks it up within two seconds, a stopped one when it resumes.
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
 #include "app/NetworkCommands.h"
 
 #include "engine/Store.h"
+#include "net/TrustStore.h"
 
 #include <QCommandLineParser>
 #include <QDateTime>
@@ -21,18 +22,51 @@ int runReleaseCommand(const QStringList &arguments)
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral(
         "Release a quarantined worker: a worker whose results were rejected repeatedly gets no subtasks until an\n"
-        "operator releases it. Run it beside `flotilla serve` with the same --run-dir; the coordinator picks the\n"
-        "request up within two seconds (or when it next starts)."));
+        "operator releases it. Run it beside `flotilla serve` with the same --run-dir (a job), or the same\n"
+        "--identity-dir (a fleet service, which keeps a quarantined worker out of every job); the coordinator\n"
+        "picks the request up within two seconds (or when it next starts)."));
     parser.addHelpOption();
     parser.addPositionalArgument(QStringLiteral("worker"), QStringLiteral("The worker's name, as the workers view shows it."));
     parser.addOption({QStringLiteral("run-dir"), QStringLiteral("The coordinator's run directory."), QStringLiteral("dir")});
+    parser.addOption({QStringLiteral("identity-dir"), QStringLiteral("A fleet service's folder: release it in the fleet."),
+                      QStringLiteral("dir")});
     if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("release")))
         return *stop;
-    if (parser.positionalArguments().size() != 1 || !parser.isSet(QStringLiteral("run-dir"))) {
-        std::fprintf(stderr, "flotilla release: name one worker and the coordinator's --run-dir\n");
+    if (parser.positionalArguments().size() != 1
+        || parser.isSet(QStringLiteral("run-dir")) == parser.isSet(QStringLiteral("identity-dir"))) {
+        std::fprintf(stderr, "flotilla release: name one worker and the coordinator's --run-dir or the fleet's "
+                             "--identity-dir\n");
         return ExitUsage;
     }
     const QString name = parser.positionalArguments().first();
+    if (parser.isSet(QStringLiteral("identity-dir"))) {
+        net::TrustStore trust(parser.value(QStringLiteral("identity-dir")));
+        auto certificates = trust.certificates();
+        auto quarantined = trust.quarantined();
+        if (!certificates || !quarantined) {
+            std::fprintf(stderr, "flotilla release: %s\n",
+                         (certificates ? quarantined.error() : certificates.error()).toUtf8().constData());
+            return ExitFailure;
+        }
+        QStringList held;
+        for (const auto &c : *certificates)
+            if (quarantined->count(c.workerId)) {
+                if (c.workerName == name) {
+                    if (auto r = trust.release(c.workerId); !r) {
+                        std::fprintf(stderr, "flotilla release: %s\n", r.error().toUtf8().constData());
+                        return ExitFailure;
+                    }
+                    std::printf("Released '%s' in the fleet; a running fleet service lets it train within 2 s.\n",
+                                name.toUtf8().constData());
+                    return ExitOk;
+                }
+                held << c.workerName;
+            }
+        held.removeDuplicates();
+        std::fprintf(stderr, "flotilla release: the fleet holds no worker called '%s' in quarantine; quarantined now: %s\n",
+                     name.toUtf8().constData(), held.isEmpty() ? "none" : held.join(QStringLiteral(", ")).toUtf8().constData());
+        return ExitFailure;
+    }
     const QString db = QDir(parser.value(QStringLiteral("run-dir"))).filePath(QStringLiteral("flotilla.db"));
     if (!QFileInfo::exists(db)) {
         std::fprintf(stderr, "flotilla release: there is no job in '%s' (no flotilla.db)\n",

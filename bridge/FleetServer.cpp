@@ -11,6 +11,7 @@
 #include <QFile>
 #include <QJsonDocument>
 #include <QRandomGenerator>
+#include <QTimer>
 
 namespace flotilla {
 
@@ -66,12 +67,16 @@ Result<void> FleetServer::setUp(const net::TlsListener::Options &options, bool f
     m_fleet = fleet;
     m_options = options;
     m_listener = std::move(endpoint).value();
-    // A fleet's quarantine outlives its jobs and the service's restarts.
+    // A fleet's quarantine outlives its jobs and the service's restarts, and `flotilla
+    // release --identity-dir` changes it from outside: read again every two seconds.
     if (fleet) {
         auto quarantined = m_listener->trust().quarantined();
         if (!quarantined)
             return quarantined.takeError();
         m_quarantined = std::move(quarantined).value();
+        auto *reread = new QTimer(this);
+        connect(reread, &QTimer::timeout, this, &FleetServer::rereadQuarantine);
+        reread->start(2000);
     }
     // A submission carries its job's model and data; only a person's certificate may send one.
     if (fleet)
@@ -438,6 +443,24 @@ void FleetServer::quarantineInFleet(qint64 workerId, const QString &reason)
             worker.joining.clear();
             place(connection);
         }
+}
+
+void FleetServer::rereadQuarantine()
+{
+    auto now = m_listener->trust().quarantined();
+    if (!now) {
+        qCWarning(lcBridge).noquote() << "cannot read the fleet's quarantine:" << now.error();
+        return;
+    }
+    std::vector<qint64> released;
+    for (const auto &[id, reason] : m_quarantined)
+        if (!now->count(id))
+            released.push_back(id);
+    for (const qint64 id : released)
+        releaseInFleet(id, QStringLiteral("flotilla release"));
+    for (const auto &[id, reason] : *now)
+        if (!m_quarantined.count(id))
+            quarantineInFleet(id, reason);
 }
 
 void FleetServer::releaseInFleet(qint64 workerId, const QString &by)

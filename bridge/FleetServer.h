@@ -186,6 +186,8 @@ private:
     // The fleet's quarantine: a worker one job quarantined is placed in none until released.
     void quarantineInFleet(qint64 workerId, const QString &reason);
     void releaseInFleet(qint64 workerId, const QString &by);
+    // The quarantine as the trust database has it now (flotilla release --identity-dir).
+    void rereadQuarantine();
     void sendWelcome(qint64 connectionId, const ConnectedWorker &worker, const Job *job, const QString &waiting = {});
     std::map<QString, double> targets() const;
     std::map<QString, int> counts() const;

@@ -259,9 +259,12 @@ void WorkerAgent::adopt(const net::WelcomeMsg &welcome, const QString &modelPath
     const QString modelKey = welcome.model + u'|' + welcome.modelSha256 + u'|' + layout + u'|'
                              + shapeText.join(u',') + u'|' + QString::number(welcome.classes);
     if (newJob) {
-        // Another job's weights: no anchor or error feedback of the last one applies.
+        // Another job's weights: no anchor, error feedback or optimizer state of the last one
+        // applies (the same model is kept, its momentum is not).
         m_encoder.reset();
         m_downlink.reset();
+        if (m_session)
+            m_session->forgetOptimizer();
     }
     if (!m_session || modelKey != m_modelKey) {
         m_encoder.reset();

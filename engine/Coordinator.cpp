@@ -867,6 +867,7 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
             baseSample = it->second;
             resultSample = m_screen->sample(result.weights);
             verdict = m_screen->judge(resultSample, baseSample, screeningRate(subtask), admission.credit);
+            m_screen->observed(verdict);
         }
     }
     // The coordinator's own workers run this build on this machine: the screen's statistics

@@ -148,7 +148,14 @@ ResultScreen::Verdict ResultScreen::judge(const torch::Tensor &result, const tor
                        .arg(v.cosine, 0, 'f', 2);
         return v;
     }
-    if (v.sizeScore < -m_config.sizeSpread && credit >= m_config.smallFraction) {
+    // Small against what was accepted, and against what the fleet sends now: the second is
+    // what tells a free rider from a model whose every update shrinks as it converges.
+    bool smallNow = true;
+    if (int(m_seen.size()) >= m_config.seenWarmup) {
+        const std::vector<double> seen(m_seen.begin(), m_seen.end());
+        smallNow = std::log(std::max(v.size, 1e-30)) - median(seen) < -m_config.sizeSpread * sizeSpread;
+    }
+    if (v.sizeScore < -m_config.sizeSpread && credit >= m_config.smallFraction && smallNow) {
         v.reject = true;
         v.reason = QStringLiteral("its update is only %1 of the size of recent accepted updates for the work it "
                                   "claims (robust z-score %2): it barely trained")
@@ -157,6 +164,12 @@ ResultScreen::Verdict ResultScreen::judge(const torch::Tensor &result, const tor
         return v;
     }
     return v;
+}
+
+void ResultScreen::observed(const Verdict &verdict)
+{
+    if (verdict.size > 0)
+        push(m_seen, std::log(verdict.size), m_config.seenWindow);
 }
 
 void ResultScreen::accepted(const torch::Tensor &result, const torch::Tensor &base, const Verdict &verdict)

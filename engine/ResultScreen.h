@@ -4,7 +4,9 @@
 // updates that were accepted: its size, normalized by the learning rate and the share of a
 // shard it trained, and its direction against the fleet's recent consensus. Robust
 // statistics (median, median absolute deviation) over a window of accepted updates keep a
-// minority of bad results from moving the thresholds.
+// minority of bad results from moving the thresholds; a result is refused as too small only
+// when it is small against what every worker sends now too (a converging model's updates all
+// shrink).
 //
 // Everything is computed on a fixed random sample of the parameters (at most
 // Config::sampleSize of them), so screening costs a few microseconds per result and the
@@ -41,6 +43,12 @@ public:
         double alignedSpread = 2.0;   // a large update this close to the typical cosine is plausible
         double minCosineSpread = 0.05;
         double smallFraction = 0.25;  // below this credit a result's size is not judged small
+        // Every judged result's size, accepted or not (observed()): a result is "barely
+        // trained" only when it is small against these too, so that a fleet whose updates
+        // all shrink (a model that converges) is not refused result after result while the
+        // accepted window, which only accepted results move, stays behind.
+        int seenWindow = 16;
+        int seenWarmup = 4;
         double consensusDecay = 0.9;  // the consensus direction's exponential average
     };
 
@@ -66,6 +74,8 @@ public:
                   double credit) const;
     // The result behind a verdict was folded in: it joins the statistics.
     void accepted(const torch::Tensor &result, const torch::Tensor &base, const Verdict &verdict);
+    // Every judged result, accepted or refused: its size joins what the fleet sends now.
+    void observed(const Verdict &verdict);
 
     bool warmedUp() const { return int(m_sizes.size()) >= m_config.warmup; }
     bool directionsKnown() const { return int(m_cosines.size()) >= m_config.directionWarmup; }
@@ -82,6 +92,7 @@ private:
     torch::Tensor m_consensus;
     std::deque<double> m_sizes; // log sizes
     std::deque<double> m_cosines;
+    std::deque<double> m_seen; // log sizes of every judged result
 };
 
 } // namespace flotilla

@@ -53,7 +53,8 @@ public:
     // batch for factor − 1 times what the batch took; a cancel ends the pause at once.
     void setSlowdown(double factor) { m_slowdown = std::max(1.0, factor); }
 
-    // The optimizer state carried between subtasks is dropped (a simulated restart).
+    // The optimizer state carried between subtasks is dropped (a simulated restart, or
+    // another job of the fleet with the same model: its momentum is not this job's).
     void forgetOptimizer() { m_optimizer.reset(); }
     // Subtasks trained with the optimizer as it is now (0: none yet, or just dropped).
     qint64 optimizerAge() const { return m_optimizer.subtasks; }

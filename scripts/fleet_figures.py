@@ -5,7 +5,7 @@ real processes on this machine:
 1. shares: two long jobs at weights 2:1 on three workers for SECONDS; the share of the
    worker-seconds each held (from the queue) against 2/3 and 1/3;
 2. idle time between jobs: a queue of three short jobs run one after another by the same
-   worker processes; for each worker and each change of job, the time from its last lease of
+   four worker processes; for each worker and each change of job, the time from its last lease of
    one job ending to its first lease of the next being issued (from the jobs' stores);
 3. throughput: the same two jobs on the same two workers, run at once (--concurrent-jobs 2)
    and one after the other (--concurrent-jobs 1); samples trained per second from the first
@@ -124,8 +124,8 @@ def idle_between_jobs():
         fleet = Fleet(folder, 1)
         for name in ("q1", "q2", "q3"):
             flotilla("submit", job_file(folder, name, 1, 4000), identity=fleet.identity)
-        fleet.worker("w1")
-        fleet.worker("w2")
+        for name in ("w1", "w2", "w3", "w4"):
+            fleet.worker(name)
         deadline = time.time() + 600
         while time.time() < deadline and any(row[2] != "finished" for row in queue(fleet.identity)):
             time.sleep(0.5)
@@ -148,7 +148,7 @@ def idle_between_jobs():
             gap = (after[worker][0] - before[worker][1]) / 1000.0
             gaps.append(gap)
             print(f"idle {worker} from job {a} to job {b}: {gap:.2f} s")
-    print(f"states: {[s[1] for s in spans]}, workers still running after the queue: {alive} of 2")
+    print(f"states: {[s[1] for s in spans]}, workers still running after the queue: {alive} of 4")
     if gaps:
         print(f"idle between jobs: mean {sum(gaps) / len(gaps):.2f} s, longest {max(gaps):.2f} s")
 

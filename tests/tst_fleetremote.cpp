@@ -140,10 +140,10 @@ struct Fleet
         const auto jobs = queue();
         return jobs.count(id) ? jobs.at(id).state : QString();
     }
-    QString log(const QString &who = QStringLiteral("serve")) const
+    QString log(const QString &who = QStringLiteral("serve"), int tail = 4000) const
     {
         QFile f(path(who + QStringLiteral(".out")));
-        return f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()).right(4000) : QString();
+        return f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()).right(tail) : QString();
     }
 };
 
@@ -518,6 +518,36 @@ private Q_SLOTS:
                                   qPrintable(fleet.log() + fleet.log(QStringLiteral("worker"))), 120000);
         QTRY_VERIFY_WITH_TIMEOUT(trust.quarantined()->empty(), 10000);
         session.detach();
+
+        // On the coordinator's machine: the quarantine written from outside while the service
+        // runs holds the next job back; `flotilla release --identity-dir` lets it go.
+        auto told = [&] { return fleet.log(QStringLiteral("worker"), -1).count(QLatin1String("quarantined by the fleet")); };
+        const qsizetype before = told();
+        QVERIFY(trust.quarantine(workerId, QStringLiteral("held by hand"), 2000));
+        // The service reads it within two seconds and tells the (waiting) worker why it waits.
+        QTRY_VERIFY_WITH_TIMEOUT(told() > before, 20000);
+        QVERIFY(smallJob(QStringLiteral("second")).save(fleet.path(QStringLiteral("second.json"))));
+        QCOMPARE(test::runFlotilla({QStringLiteral("submit"), fleet.path(QStringLiteral("second.json")),
+                                    QStringLiteral("--identity-dir"), fleet.identity()},
+                                   30000)
+                     .exitCode,
+                 0);
+        const qint64 second = fleet.queue().rbegin()->first;
+        QTRY_VERIFY2_WITH_TIMEOUT(fleet.queue().at(second).message.contains(QLatin1String("quarantined by the fleet")),
+                                  qPrintable(fleet.stateOf(second) + QStringLiteral(": ") + fleet.queue().at(second).message
+                                             + QStringLiteral("\n") + fleet.log() + fleet.log(QStringLiteral("worker"))),
+                                  30000);
+        const test::ProcessRun unknown = test::runFlotilla(
+            {QStringLiteral("release"), QStringLiteral("nobody"), QStringLiteral("--identity-dir"), fleet.identity()},
+            30000);
+        QCOMPARE(unknown.exitCode, 1);
+        QVERIFY2(unknown.err.contains(QLatin1String("quarantined now: w1")), qPrintable(unknown.err));
+        const test::ProcessRun release = test::runFlotilla(
+            {QStringLiteral("release"), QStringLiteral("w1"), QStringLiteral("--identity-dir"), fleet.identity()},
+            30000);
+        QVERIFY2(release.exitCode == 0, qPrintable(release.err));
+        QTRY_VERIFY2_WITH_TIMEOUT(fleet.stateOf(second) == QLatin1String("finished"),
+                                  qPrintable(fleet.log() + fleet.log(QStringLiteral("worker"))), 120000);
     }
 
     // A job may require a device or memory: a worker is placed only in jobs it can serve. A

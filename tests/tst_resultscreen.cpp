@@ -92,6 +92,51 @@ private Q_SLOTS:
         QVERIFY2(rejected == 0, qPrintable(QStringLiteral("%1 honest results rejected, e.g. %2").arg(rejected).arg(why)));
     }
 
+    // A model that converges: every worker's update shrinks to a tenth within a few results.
+    // The accepted window still remembers the large ones, but what the fleet sends now is
+    // small too, so the honest results pass (before, each was refused as "barely trained",
+    // the window never moved, and every worker ended in quarantine); a free rider among them,
+    // small against both, is still refused.
+    void aConvergingFleetIsNotAFreeRider()
+    {
+        ResultScreen screen(parametersOnly(kParameters), 7);
+        Fleet fleet;
+        QCOMPARE(warmUp(screen, fleet, 32), 0);
+        int rejected = 0;
+        QString why;
+        for (int i = 0; i < 200; ++i) {
+            const torch::Tensor base = screen.sample(fleet.model);
+            const torch::Tensor result = screen.sample(fleet.model + fleet.honestUpdate(0.0002));
+            const auto v = screen.judge(result, base, 0.1, 1.0);
+            screen.observed(v);
+            if (v.reject) {
+                ++rejected;
+                why = v.reason;
+                continue;
+            }
+            screen.accepted(result, base, v);
+        }
+        // The first few, before the screen has seen the fleet's new size, may be refused.
+        QVERIFY2(rejected <= screen.config().seenWarmup,
+                 qPrintable(QStringLiteral("%1 of 200 honest results refused, e.g. %2").arg(rejected).arg(why)));
+
+        // Among honest results of the usual size, a lone tiny one is still a free rider.
+        ResultScreen fresh(parametersOnly(kParameters), 9);
+        QCOMPARE(warmUp(fresh, fleet, 32), 0);
+        for (int i = 0; i < 8; ++i) {
+            const torch::Tensor base = fresh.sample(fleet.model);
+            const torch::Tensor result = fresh.sample(fleet.model + fleet.honestUpdate());
+            const auto v = fresh.judge(result, base, 0.1, 1.0);
+            fresh.observed(v);
+            QVERIFY(!v.reject);
+            fresh.accepted(result, base, v);
+        }
+        const torch::Tensor base = fresh.sample(fleet.model);
+        const auto rider = fresh.judge(fresh.sample(fleet.model + fleet.direction * 1e-4f), base, 0.1, 1.0);
+        QVERIFY(rider.reject);
+        QVERIFY2(rider.reason.contains(QStringLiteral("barely trained")), qPrintable(rider.reason));
+    }
+
     void absoluteChecksNeedNoHistory()
     {
         ResultScreen screen(parametersOnly(kParameters), 7);
