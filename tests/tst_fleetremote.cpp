@@ -17,6 +17,7 @@
 #include "net/TrustStore.h"
 #include "ui/JobsView.h"
 #include "ui/MainWindow.h"
+#include "ui/WelcomePanel.h"
 
 #include <QtTest>
 
@@ -413,6 +414,8 @@ private Q_SLOTS:
         window.show();
         // An idle fleet: the window says so rather than waiting for ever.
         QTRY_COMPARE_WITH_TIMEOUT(session.state(), ui::JobState::NoJob, 30000);
+        QTRY_VERIFY2_WITH_TIMEOUT(window.welcome()->text().contains(QLatin1String("No job runs on this fleet now")),
+                                  qPrintable(window.welcome()->text()), 10000);
 
         QSignalSpy answered(&session, &ui::ControlSession::commandAnswered);
         const JobSpec job = smallJob(QStringLiteral("carols-cnn"));

@@ -380,7 +380,12 @@ void MainWindow::updateWelcome()
     if (m_session->remote()) {
         const bool waiting = m_dashboard->isEmpty() && state != JobState::Running && state != JobState::Paused;
         m_dashboardPages->setCurrentWidget(waiting ? static_cast<QWidget *>(m_welcome) : m_dashboard);
-        if (waiting)
+        if (waiting && state == JobState::NoJob && m_session->hasQueue())
+            m_welcome->setText(tr("No job runs on this fleet now"),
+                               tr("This window watches the fleet at %1: the next job it runs appears here.")
+                                   .arg(m_session->endpoint()),
+                               tr("Submit a job… queues one, with its model and data; the Jobs tab lists the queue."));
+        else if (waiting)
             m_welcome->setText(state == JobState::Failed ? tr("Cannot watch this coordinator") : tr("Connecting"),
                                tr("This window watches the coordinator at %1.").arg(m_session->endpoint()),
                                state == JobState::Failed ? m_failure : m_status->text());
