@@ -1,5 +1,7 @@
 #include "app/JobOptions.h"
 
+#include "engine/JobData.h"
+
 #include <QDateTime>
 #include <QFileInfo>
 #include <QStandardPaths>
@@ -41,24 +43,39 @@ const Flag kFlags[] = {
     {"local-epochs", "n", "Passes over its shard a subtask makes."},
     {"local-steps", "n", "If > 0, a subtask trains this many steps instead of local epochs."},
     {"batch-size", "n", "Mini-batch size."},
-    {"optimizer", "name", "Local optimizer: sgd (with momentum) or adam."},
+    {"optimizer", "name", "Local optimizer: sgd (with momentum), adam, or adamw (decoupled weight decay)."},
     {"lr", "rate", "Learning rate of the local optimizer (epoch 0 of the schedule)."},
     {"momentum", "m", "Momentum of SGD."},
+    {"nesterov", nullptr, "SGD: Nesterov momentum."},
+    {"weight-decay", "w", "Weight decay: L2 in the gradient for sgd and adam; decoupled for adamw."},
+    {"beta1", "b", "Adam, AdamW: decay of the first moment (default 0.9)."},
+    {"beta2", "b", "Adam, AdamW: decay of the second moment (default 0.999)."},
+    {"eps", "e", "Adam, AdamW: the term added to the denominator (default 1e-8)."},
+    {"clip-grad-norm", "n", "Clip the gradients' global norm to n before each step (0 = off)."},
+    {"label-smoothing", "s", "Classification: spread this share of each target over all classes (0 = off)."},
+    {"precision", "p", "fp32, bf16 or fp16: the forward pass under autocast (fp16 on a GPU only, with a loss scale); "
+                       "the weights stay float32."},
     {"lr-schedule", "name", "Learning-rate schedule, per optimizer step over the whole job: constant, step or cosine."},
     {"lr-warmup", "steps", "Linear warmup of the learning rate over this many optimizer steps (0 = none)."},
     {"lr-floor", "f", "Cosine: the last step's rate as a share of --lr (default 0.05)."},
     {"fresh-optimizer", nullptr, "Start every subtask with a fresh optimizer (by default a worker keeps its momentum "
                                  "or Adam moments from one subtask to the next, as one process would)."},
+    {"best-metric", "m", "accuracy or loss: the model with the best test accuracy (or lowest test loss) is kept as "
+                         "model-best.pt beside model.pt."},
+    {"early-stop", "n", "End the job after n evaluations (epochs) in a row without a better --best-metric (0 = off)."},
     {"seed", "n", "Seed of shards, sample orders, initial weights and simulated preemptions."},
     {"threads", "n", "LibTorch threads per worker (with --workers and no --threads: the cores shared among them)."},
-    {"device", "name", "auto, cpu, cuda or cuda:N (the N-th GPU)."},
+    {"device", "name", "auto, cpu, cuda or cuda:N (the N-th GPU). auto and cuda give local workers the visible GPUs in "
+                       "turn."},
+    {"devices", "list", "GPUs for the local workers in turn, e.g. cuda:0,cuda:1 (or auto: every visible GPU)."},
     {"model", "kind", "Model: mlp, cnn, resnet, or torchscript (with --model-file)."},
     {"model-file", "file", "TorchScript model (.pt) made in Python with torch.jit.script(model).save(file)."},
     {"dropout", "p", "Dropout probability of the built-in models (0 = off)."},
-    {"dataset", "kind", "Data set: fashion-mnist, idx (a folder of IDX files), csv, or images (a folder of "
+    {"dataset", "kind", "Data set: fashion-mnist, idx (a folder of IDX files), csv, images (a folder of "
                         "class folders of .png/.jpg/.jpeg/.bmp files: DIR/train/<class>/ and DIR/test/<class>/, or "
-                        "DIR/<class>/ with --test-fraction held out)."},
-    {"data", "path", "Folder of IDX files, the CSV file, or the image folder."},
+                        "DIR/<class>/ with --test-fraction held out), or npy (NumPy: a folder with x.npy and y.npy, "
+                        "or one .npz holding x and y; --test-fraction held out)."},
+    {"data", "path", "Folder of IDX files, the CSV file, the image folder, or the NumPy folder or .npz file."},
     {"test-fraction", "f", "Share of the samples held out for testing when the data has no test split of its own."},
     {"image-size", "n", "Images: resize every image to n×n pixels (0 = keep their size; then all must agree)."},
     {"color", "mode", "Images: gray (1 channel), rgb (3), or auto (rgb if the first image of any class is in colour)."},
@@ -154,6 +171,13 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
         integer("batch-size", job.training.batchSize),
         number("lr", job.training.learningRate),
         number("momentum", job.training.momentum),
+        number("weight-decay", job.training.weightDecay),
+        number("beta1", job.training.beta1),
+        number("beta2", job.training.beta2),
+        number("eps", job.training.eps),
+        number("clip-grad-norm", job.training.clipGradNorm),
+        number("label-smoothing", job.training.labelSmoothing),
+        integer("early-stop", job.training.earlyStopAfter),
         integer("seed", job.training.seed),
         integer("threads", job.training.threads),
         number("dropout", job.model.dropout),
@@ -204,6 +228,19 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
     text("optimizer", job.training.optimizer);
     text("lr-schedule", job.training.lrSchedule);
     text("device", job.training.device);
+    if (p.isSet(QStringLiteral("devices"))) {
+        const QString devices = p.value(QStringLiteral("devices"));
+        job.training.device = devices == QLatin1String("auto") ? QStringLiteral("cuda") : devices;
+        if (devices == QLatin1String("auto") && visibleGpus() == 0)
+            return fail(QStringLiteral("--devices auto found no CUDA GPU here; use --device cpu"));
+        // One local worker per device unless --workers says otherwise.
+        if (!p.isSet(QStringLiteral("workers")))
+            job.fleet.workers = devices == QLatin1String("auto") ? visibleGpus() : int(deviceList(devices).size());
+    }
+    text("precision", job.training.precision);
+    text("best-metric", job.training.bestMetric);
+    if (p.isSet(QStringLiteral("nesterov")))
+        job.training.nesterov = true;
     text("model", job.model.kind);
     if (p.isSet(QStringLiteral("model-file"))) {
         job.model.path = QFileInfo(p.value(QStringLiteral("model-file"))).absoluteFilePath();

@@ -6,6 +6,7 @@
 #include "bench/ParityData.h"
 #include "common/AtomicFile.h"
 #include "engine/JobData.h"
+#include "engine/Precision.h"
 #include "engine/Random.h"
 #include "engine/Store.h"
 #include "engine/Trainer.h"
@@ -130,11 +131,23 @@ Result<void> runPlainLoop(const JobSpec &spec, int threads,
         std::unique_ptr<torch::optim::Optimizer> optimizer;
         if (t.optimizer == QLatin1String("adam"))
             optimizer = std::make_unique<torch::optim::Adam>(
-                model.parameters(), torch::optim::AdamOptions(t.learningRate).weight_decay(t.weightDecay));
+                model.parameters(),
+                torch::optim::AdamOptions(t.learningRate).betas({t.beta1, t.beta2}).eps(t.eps).weight_decay(t.weightDecay));
+        else if (t.optimizer == QLatin1String("adamw"))
+            optimizer = std::make_unique<torch::optim::AdamW>(
+                model.parameters(),
+                torch::optim::AdamWOptions(t.learningRate).betas({t.beta1, t.beta2}).eps(t.eps).weight_decay(t.weightDecay));
         else
             optimizer = std::make_unique<torch::optim::SGD>(
-                model.parameters(),
-                torch::optim::SGDOptions(t.learningRate).momentum(t.momentum).weight_decay(t.weightDecay));
+                model.parameters(), torch::optim::SGDOptions(t.learningRate)
+                                        .momentum(t.momentum)
+                                        .nesterov(t.nesterov)
+                                        .weight_decay(t.weightDecay));
+        const auto lossOptions = torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(t.labelSmoothing);
+        auto precisionOk = precisionOn(t.precision, torch::kCPU);
+        if (!precisionOk)
+            return precisionOk.takeError();
+        const Precision precision = *precisionOk;
         const Dataset &train = data.train;
         const std::int64_t n = train.size();
         const std::int64_t batch = t.batchSize;
@@ -154,7 +167,15 @@ Result<void> runPlainLoop(const JobSpec &spec, int threads,
                     group.options().set_lr(schedule.at(step));
                 ++step;
                 optimizer->zero_grad();
-                torch::nn::functional::cross_entropy(model.forward(x), train.labels.index_select(0, idx)).backward();
+                torch::Tensor loss;
+                {
+                    const AutocastScope autocast(precision, torch::kCPU);
+                    loss = torch::nn::functional::cross_entropy(model.forward(x), train.labels.index_select(0, idx),
+                                                                lossOptions);
+                }
+                loss.to(torch::kFloat).backward();
+                if (t.clipGradNorm > 0)
+                    torch::nn::utils::clip_grad_norm_(model.parameters(), t.clipGradNorm);
                 optimizer->step();
             }
             QElapsedTimer evaluation;
@@ -350,6 +371,14 @@ int runBenchParity(const QStringList &arguments)
          QStringLiteral("1800")},
         {QStringLiteral("python"), QStringLiteral("Python with torch (Debian's python3-torch)."), QStringLiteral("path"),
          QStringLiteral("/usr/bin/python3")},
+        {QStringLiteral("optimizer"), QStringLiteral("Every job's optimizer (sgd, adam, adamw) for all contenders; "
+                                                     "default: each job's own."),
+         QStringLiteral("name")},
+        {QStringLiteral("lr"), QStringLiteral("Every job's learning rate (with --optimizer adam or adamw, say)."),
+         QStringLiteral("rate")},
+        {QStringLiteral("weight-decay"), QStringLiteral("Every job's weight decay."), QStringLiteral("w")},
+        {QStringLiteral("precision"), QStringLiteral("fp32 or bf16 for Flotilla and the plain loop (autocast)."),
+         QStringLiteral("p")},
         {QStringLiteral("quick"), QStringLiteral("Tiny data sets and one repeat, for the test suite.")},
     });
     if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("bench parity")))
@@ -471,6 +500,18 @@ int runBenchParity(const QStringList &arguments)
             s.training.epochs = std::min(s.training.epochs, 4);
         if (epochsOverride > 0)
             s.training.epochs = epochsOverride;
+        if (parser.isSet(QStringLiteral("optimizer")))
+            s.training.optimizer = parser.value(QStringLiteral("optimizer"));
+        if (parser.isSet(QStringLiteral("lr")))
+            s.training.learningRate = parser.value(QStringLiteral("lr")).toDouble();
+        if (parser.isSet(QStringLiteral("weight-decay")))
+            s.training.weightDecay = parser.value(QStringLiteral("weight-decay")).toDouble();
+        if (parser.isSet(QStringLiteral("precision")))
+            s.training.precision = parser.value(QStringLiteral("precision"));
+        if (auto valid = s.validate(); !valid) {
+            std::fprintf(stderr, "flotilla bench parity: %s\n", valid.error().toUtf8().constData());
+            return ExitUsage;
+        }
         jobs.push_back(job);
     }
     // The Python models, where Python can make them.
@@ -625,6 +666,10 @@ int runBenchParity(const QStringList &arguments)
                                   QStringLiteral("--lr"), QString::number(lr),
                                   QStringLiteral("--momentum"), QString::number(t.momentum),
                                   QStringLiteral("--weight-decay"), QString::number(t.weightDecay),
+                                  QStringLiteral("--betas"), QStringLiteral("%1,%2").arg(t.beta1).arg(t.beta2),
+                                  QStringLiteral("--eps"), QString::number(t.eps),
+                                  QStringLiteral("--clip-grad-norm"), QString::number(t.clipGradNorm),
+                                  QStringLiteral("--label-smoothing"), QString::number(t.labelSmoothing),
                                   QStringLiteral("--batch-size"), QString::number(t.batchSize),
                                   QStringLiteral("--schedule"), t.lrSchedule,
                                   QStringLiteral("--warmup-steps"), QString::number(t.lrWarmupSteps),
@@ -633,6 +678,8 @@ int runBenchParity(const QStringList &arguments)
                                   QStringLiteral("--gamma"), QString::number(t.lrGamma),
                                   QStringLiteral("--seed"), QString::number(t.seed + quint64(repeat)),
                                   QStringLiteral("--port"), QString::number(portBase + (ddpRuns++ % 500) * 7)};
+                    if (t.nesterov)
+                        a << QStringLiteral("--nesterov");
                     if (slowWorker > 1)
                         a << QStringLiteral("--slow-rank") << QString::number(slowWorker);
                     const Outcome o = runLines(python, a, 2.0, maxSeconds, &run.epochs);

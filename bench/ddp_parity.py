@@ -55,10 +55,14 @@ def run(rank, args):
     model = torch.jit.load(os.path.join(args.data, "model.pt"))
     model.train()
     ddp = torch.nn.parallel.DistributedDataParallel(model)
+    betas = tuple(float(b) for b in args.betas.split(","))
     if args.optimizer == "adam":
-        opt = torch.optim.Adam(ddp.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+        opt = torch.optim.Adam(ddp.parameters(), lr=args.lr, betas=betas, eps=args.eps, weight_decay=args.weight_decay)
+    elif args.optimizer == "adamw":
+        opt = torch.optim.AdamW(ddp.parameters(), lr=args.lr, betas=betas, eps=args.eps, weight_decay=args.weight_decay)
     else:
-        opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay)
+        opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum, nesterov=args.nesterov,
+                              weight_decay=args.weight_decay)
     n = x.shape[0]
     per_rank = (n + args.processes - 1) // args.processes
     args.steps_per_epoch = (per_rank + args.batch_size - 1) // args.batch_size
@@ -81,7 +85,9 @@ def run(rank, args):
                 group["lr"] = rate(args, step, total)
             step += 1
             opt.zero_grad()
-            F.cross_entropy(ddp(x[idx]), y[idx]).backward()
+            F.cross_entropy(ddp(x[idx]), y[idx], label_smoothing=args.label_smoothing).backward()
+            if args.clip_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(ddp.parameters(), args.clip_grad_norm)
             opt.step()
             if rank == 1 and args.slow_rank > 1:
                 time.sleep((time.monotonic() - began) * (args.slow_rank - 1))
@@ -110,6 +116,11 @@ def main():
     p.add_argument("--lr", type=float, default=0.03)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--nesterov", action="store_true")
+    p.add_argument("--betas", default="0.9,0.999")
+    p.add_argument("--eps", type=float, default=1e-8)
+    p.add_argument("--clip-grad-norm", type=float, default=0.0)
+    p.add_argument("--label-smoothing", type=float, default=0.0)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--schedule", default="cosine")
     p.add_argument("--warmup-steps", type=int, default=0)

@@ -305,7 +305,9 @@ std::map<QString, double> FleetServer::targets() const
 QString FleetServer::lacks(const ConnectedWorker &worker, const Job &job)
 {
     QStringList missing;
-    const QString &device = job.spec.fleet.requireDevice;
+    // fp16 autocast trains only on a GPU: such a job needs one whatever it says.
+    const QString device = job.spec.training.precision == QLatin1String("fp16") ? QStringLiteral("cuda")
+                                                                                 : job.spec.fleet.requireDevice;
     const bool cuda = worker.info.device.startsWith(QLatin1String("cuda"));
     if ((device == QLatin1String("cuda") && !cuda) || (device == QLatin1String("cpu") && cuda))
         missing << QStringLiteral("a %1 device (it has %2)").arg(device, worker.info.device.isEmpty()
@@ -514,6 +516,8 @@ void FleetServer::sendWelcome(qint64 connectionId, const ConnectedWorker &worker
     welcome.heartbeatMs = spec.fleet.heartbeatIntervalMs();
     welcome.heartbeatTimeoutMs = qint64(spec.fleet.heartbeatTimeoutSeconds * 1000.0);
     welcome.compression = spec.fleet.compression;
+    welcome.batchSize = spec.training.batchSize;
+    welcome.precision = spec.training.precision;
     m_listener->send(connectionId, welcome);
 }
 
@@ -976,6 +980,13 @@ void FleetServer::onAssigned(Job &job, qint64 ticket, const std::optional<Assign
     assign.learningRate = c.learningRate;
     assign.momentum = c.momentum;
     assign.weightDecay = c.weightDecay;
+    assign.nesterov = c.nesterov;
+    assign.beta1 = c.beta1;
+    assign.beta2 = c.beta2;
+    assign.eps = c.eps;
+    assign.clipGradNorm = c.clipGradNorm;
+    assign.labelSmoothing = c.labelSmoothing;
+    assign.precision = c.precision;
     assign.batchSize = c.batchSize;
     assign.localEpochs = c.localEpochs;
     assign.localSteps = c.localSteps;

@@ -4,6 +4,7 @@
 #include "common/AtomicFile.h"
 #include "common/ProcessSetup.h"
 #include "engine/JobData.h"
+#include "engine/Precision.h"
 #include "engine/WireFormat.h"
 
 #include <QCryptographicHash>
@@ -293,7 +294,8 @@ void WorkerAgent::adopt(const net::WelcomeMsg &welcome, const QString &modelPath
         m_layout = layout;
         m_modelKey = modelKey;
         // How fast this machine is, so the coordinator can size its subtasks and deadlines.
-        m_speed = m_session->measureThroughput(32, m_options.threads, 0.5) / std::max(1.0, m_options.slowdown);
+        m_speed = m_session->measureThroughput(int(welcome.batchSize), m_options.threads, 0.5, welcome.precision)
+                  / std::max(1.0, m_options.slowdown);
         m_session->setSlowdown(m_options.slowdown);
         qCInfo(lcBridge).noquote() << "measured" << qRound(m_speed) << "samples/s on" << m_options.device;
     }
@@ -473,6 +475,13 @@ void WorkerAgent::onAssign(const net::Message &message)
     c.work.config.learningRate = a.learningRate;
     c.work.config.momentum = a.momentum;
     c.work.config.weightDecay = a.weightDecay;
+    c.work.config.nesterov = a.nesterov;
+    c.work.config.beta1 = a.beta1;
+    c.work.config.beta2 = a.beta2;
+    c.work.config.eps = a.eps;
+    c.work.config.clipGradNorm = a.clipGradNorm;
+    c.work.config.labelSmoothing = a.labelSmoothing;
+    c.work.config.precision = a.precision;
     c.work.config.batchSize = int(a.batchSize);
     c.work.config.localEpochs = int(a.localEpochs);
     c.work.config.localSteps = int(a.localSteps);
@@ -487,15 +496,20 @@ void WorkerAgent::onAssign(const net::Message &message)
         schedule.floor = a.lrFloor;
         schedule.stepEvery = a.lrStepEvery;
         schedule.gamma = a.lrGamma;
-        if (const QString problem = schedule.problem(); !problem.isEmpty()) {
-            qCWarning(lcBridge).noquote() << "handing back lease" << a.lease << "-" << problem;
-            m_client->send(net::HandBackMsg{a.lease, problem});
-            m_retry.start(1000);
-            return;
-        }
         c.work.config.firstStep = a.firstStep;
     }
     c.work.config.freshOptimizer = a.freshOptimizer;
+    QString problem = c.work.config.problem();
+    if (problem.isEmpty() && m_session) {
+        if (auto precision = precisionOn(a.precision, m_session->device()); !precision)
+            problem = precision.error();
+    }
+    if (!problem.isEmpty()) {
+        qCWarning(lcBridge).noquote() << "handing back lease" << a.lease << "-" << problem;
+        m_client->send(net::HandBackMsg{a.lease, problem});
+        m_retry.start(1000);
+        return;
+    }
     c.weights = *weights;
     if (auto cached = m_shards.find(c.shardSha)) {
         qCInfo(lcBridge).noquote() << "shard" << c.shard << "read from the cache";

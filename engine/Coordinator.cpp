@@ -3,8 +3,10 @@
 #include "common/AtomicFile.h"
 #include "engine/EngineLog.h"
 #include "engine/Random.h"
+#include "engine/RunBoard.h"
 
 #include <QDir>
+#include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -14,6 +16,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdio>
 #include <iterator>
 
 namespace flotilla {
@@ -109,6 +112,8 @@ Result<std::unique_ptr<Coordinator>> Coordinator::open(const JobSpec &spec, cons
     }
     if (auto valid = c->m_spec.validate(); !valid)
         return valid.takeError();
+    c->m_board = RunBoard::open(c->m_runDir, c->m_spec, double(clock->nowMs()) / 1000.0);
+    c->m_best = BestModelWatch(c->m_spec.training.bestMetric, c->m_spec.training.earlyStopAfter);
 
     if (!data) {
         auto loaded = loadJobData(c->m_spec);
@@ -241,6 +246,7 @@ Result<void> Coordinator::resume(const JobRecord &job)
     if (auto totals = store().ledgerTotals(m_jobId))
         m_costTotals = *totals;
     for (const auto &e : *evaluations) {
+        m_best.observe(e.epoch, e.accuracy, e.loss); // model-best.pt was written when it was best
         m_evaluatedEpoch = std::max(m_evaluatedEpoch, e.epoch);
         m_lastAccuracy = e.accuracy;
         m_lastTestLoss = e.loss;
@@ -536,7 +542,14 @@ TrainConfig Coordinator::trainConfigFor(const Subtask &subtask) const
     // Replicas are compared with each other: they start alike, from no optimizer state.
     c.freshOptimizer = !t.carryOptimizer || m_quorums.count(subtask.id) > 0;
     c.momentum = t.momentum;
+    c.nesterov = t.nesterov;
     c.weightDecay = t.weightDecay;
+    c.beta1 = t.beta1;
+    c.beta2 = t.beta2;
+    c.eps = t.eps;
+    c.clipGradNorm = t.clipGradNorm;
+    c.labelSmoothing = t.labelSmoothing;
+    c.precision = t.precision;
     c.batchSize = t.batchSize;
     c.localEpochs = t.localEpochs;
     if (t.localSteps > 0) {
@@ -799,6 +812,13 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
     SubmitReply reply;
     if (!m_fatal.isEmpty()) {
         reply.reason = m_fatal;
+        return reply;
+    }
+    // A job that ended (early, or a copy's late result) keeps the model it saved: a result
+    // still on its way is answered, not folded.
+    if (m_finished) {
+        reply.status = SubmitStatus::Duplicate;
+        reply.reason = QStringLiteral("the job has finished");
         return reply;
     }
     if (const auto it = m_workers.find(workerId); it != m_workers.end()) {
@@ -1154,6 +1174,13 @@ void Coordinator::observe(const PendingResult &p, const FoldedResult &folded, qi
         m_wastedSeconds.erase(lease.id);
     for (const auto &row : r.ledger)
         account(row);
+    if (m_board) {
+        int online = 0;
+        for (const auto &[id, w] : m_workers)
+            online += w.online ? 1 : 0;
+        m_board->result(r.assimilation, m_schedule.at(m_steps.firstStep(subtask.epoch, subtask.shard, subtask.begin)),
+                        online, m_costTotals, double(m_clock->nowMs()) / 1000.0);
+    }
     auto &worker = m_workers[workerId];
     if (worker.leaseId == lease.id)
         worker.leaseId = 0;
@@ -1290,6 +1317,16 @@ double disagreement(const torch::Tensor &a, const torch::Tensor &b, const torch:
     const double scale = std::max((a - base).norm().item<double>(), (b - base).norm().item<double>());
     const double distance = (a - b).norm().item<double>();
     return scale > 0 ? distance / scale : (distance > 0 ? 1e9 : 0.0);
+}
+
+// Renames `from` over `to`: at once where the system can (POSIX rename replaces), else by
+// removing `to` first.
+bool replaceFile(const QString &from, const QString &to)
+{
+    if (std::rename(QFile::encodeName(from).constData(), QFile::encodeName(to).constData()) == 0)
+        return true;
+    QFile::remove(to);
+    return QFile::rename(from, to);
 }
 
 } // namespace
@@ -1520,6 +1557,10 @@ void Coordinator::tick()
     handleChanges(m_scheduler->expire(), QStringLiteral("the lease passed its deadline without a result"));
     expireQuorums();
     const qint64 now = m_clock->nowMs();
+    if (m_board && now - m_boardFlushedMs >= 2000) {
+        m_board->flush();
+        m_boardFlushedMs = now;
+    }
     std::vector<EvaluationRequest> due;
     for (auto it = m_evaluationRetries.begin(); it != m_evaluationRetries.end();) {
         if (it->first <= now) {
@@ -1771,8 +1812,39 @@ void Coordinator::recordEvaluation(const EvaluationRequest &request, const Evalu
           QStringLiteral("epoch %1, version %2: test accuracy %3%, loss %4")
               .arg(request.epoch + 1).arg(request.version).arg(100.0 * evaluation.accuracy, 0, 'f', 2)
               .arg(evaluation.loss, 0, 'f', 4));
+    if (m_board)
+        m_board->evaluation(record, double(m_clock->nowMs()) / 1000.0);
     if (m_hooks.evaluated)
         m_hooks.evaluated(record);
+    if (m_finished)
+        return;
+    const BestModelWatch::Verdict verdict = m_best.observe(request.epoch, evaluation.accuracy, evaluation.loss);
+    if (verdict.improved) {
+        // The best so far, beside the last: written whole, then renamed over the last best.
+        const QString best = m_runDir + QStringLiteral("/model-best.pt");
+        auto saved = m_evalModel->loadFlatWeights(request.weights);
+        if (saved)
+            saved = m_evalModel->save(best + QStringLiteral(".part"));
+        if (saved && !replaceFile(best + QStringLiteral(".part"), best))
+            saved = Result<void>(fail(QStringLiteral("cannot replace '%1'").arg(best)));
+        if (!saved)
+            qCWarning(lcEngine).noquote() << "the best model so far could not be kept:" << saved.error();
+    }
+    if (verdict.stop && !m_scheduler->finished()) {
+        m_stoppedEarly = QStringLiteral("stopped early after epoch %1 of %2: no better test %3 in %4 evaluations "
+                                        "(the best, %5 at epoch %6, is model-best.pt)")
+                             .arg(request.epoch + 1)
+                             .arg(m_spec.training.epochs)
+                             .arg(m_best.metric())
+                             .arg(m_best.patience())
+                             .arg(m_best.metric() == QLatin1String("loss")
+                                      ? QString::number(m_best.best(), 'f', 4)
+                                      : QStringLiteral("%1%").arg(100.0 * m_best.best(), 0, 'f', 2))
+                             .arg(m_best.bestEpoch() + 1);
+        if (auto r = finalize(); !r)
+            setFatal(r.error());
+        return;
+    }
     if (m_scheduler->finished() && request.epoch == m_spec.training.epochs - 1 && !m_finished) {
         if (auto r = finalize(); !r)
             setFatal(r.error());
@@ -1854,17 +1926,22 @@ Result<void> Coordinator::finalize()
     }
     if (auto r = writeFileAtomically(m_runDir + QStringLiteral("/metrics.csv"), csv); !r)
         return r;
+    if (m_board)
+        m_board->flush();
     const qint64 now = m_clock->nowMs();
     if (auto r = store().setJobState(m_jobId, QStringLiteral("finished"), now); !r)
         return r;
     m_finished = true;
-    const QString accuracy = m_evaluatedEpoch == m_spec.training.epochs - 1
+    const QString accuracy = m_evaluatedEpoch == m_spec.training.epochs - 1 || !m_stoppedEarly.isEmpty()
                                  ? QStringLiteral("test accuracy %1%").arg(100.0 * m_lastAccuracy, 0, 'f', 2)
                                  : QStringLiteral("test accuracy unknown (the final evaluation failed: %1)")
                                        .arg(m_lastEvaluationError);
     event(EventKind::JobFinished, 0, 0, 0,
-          QStringLiteral("%1 epochs, version %2, %3; model saved to %4/model.pt")
-              .arg(m_spec.training.epochs).arg(m_core->version()).arg(accuracy, m_runDir));
+          m_stoppedEarly.isEmpty()
+              ? QStringLiteral("%1 epochs, version %2, %3; model saved to %4/model.pt")
+                    .arg(m_spec.training.epochs).arg(m_core->version()).arg(accuracy, m_runDir)
+              : QStringLiteral("%1; version %2, %3; model saved to %4/model.pt")
+                    .arg(m_stoppedEarly).arg(m_core->version()).arg(accuracy, m_runDir));
     if (m_hooks.finished)
         m_hooks.finished();
     return {};

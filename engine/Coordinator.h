@@ -22,6 +22,7 @@
 #include "common/Result.h"
 #include "engine/Aggregation.h"
 #include "engine/Assimilator.h"
+#include "engine/BestModel.h"
 #include "engine/Clock.h"
 #include "engine/Compression.h"
 #include "engine/JobData.h"
@@ -46,6 +47,8 @@
 #include <set>
 
 namespace flotilla {
+
+class RunBoard;
 
 struct WorkerInfo
 {
@@ -409,6 +412,10 @@ private:
     std::shared_ptr<const JobData> m_data;
     std::unique_ptr<QLockFile> m_lock; // the run folder is this coordinator's alone; released last
     std::unique_ptr<Journal> m_journal; // the store and the checkpoints
+    std::unique_ptr<RunBoard> m_board;  // the run's TensorBoard log; null when it cannot be written
+    BestModelWatch m_best;              // the best evaluation so far (model-best.pt), early stopping
+    QString m_stoppedEarly;             // why the job ended before its last epoch, when it did
+    qint64 m_boardFlushedMs = 0;
     std::unique_ptr<Assimilator> m_core;
     Scheduler *m_scheduler = nullptr; // the core's
     std::unique_ptr<Model> m_evalModel;

@@ -1,15 +1,17 @@
 #include "engine/JobData.h"
 
+#include "engine/GpuInfo.h"
+
 #include "engine/CsvReader.h"
 #include "engine/EngineLog.h"
 #include "engine/IdxReader.h"
 #include "engine/ImageFolder.h"
+#include "engine/NpyReader.h"
 #include "engine/Random.h"
 
 #include <QDir>
 #include <QElapsedTimer>
 #include <QFileInfo>
-#include <QProcess>
 
 #include <torch/torch.h>
 
@@ -125,14 +127,15 @@ Result<std::shared_ptr<const JobData>> loadJobData(const JobSpec &spec)
         splits = loadIdxFolder(ds.path.isEmpty() ? defaultFashionMnistDir() : ds.path, ds.kind, ds, spec.training.seed);
     else if (ds.kind == QLatin1String("idx"))
         splits = loadIdxFolder(ds.path, QFileInfo(ds.path).fileName(), ds, spec.training.seed);
-    else if (ds.kind == QLatin1String("csv")) {
+    else if (ds.kind == QLatin1String("csv") || ds.kind == QLatin1String("npy")) {
+        // One set of samples, with the test share held out.
         CsvOptions options;
         options.labelColumn = ds.labelColumn;
-        auto all = readCsvDataset(ds.path, options);
+        auto all = ds.kind == QLatin1String("csv") ? readCsvDataset(ds.path, options) : readNpyDataset(ds.path);
         if (!all)
             return all.takeError();
         if (all->size() < 4)
-            return fail(QStringLiteral("'%1' has only %2 rows; it needs enough for a training and a test split")
+            return fail(QStringLiteral("'%1' has only %2 samples; it needs enough for a training and a test split")
                             .arg(ds.path).arg(all->size()));
         splits = holdOut(*all, ds.testFraction, spec.training.seed);
     } else if (ds.kind == QLatin1String("images"))
@@ -194,6 +197,9 @@ Result<std::shared_ptr<const JobData>> loadJobData(const JobSpec &spec)
 
 Result<torch::Device> selectDevice(const QString &device)
 {
+    // A list names the devices of local workers in turn: the first is this process's own.
+    if (const QStringList devices = deviceList(device); devices.size() > 1)
+        return selectDevice(devices.front());
     if (!isDeviceName(device))
         return fail(QStringLiteral("unknown device '%1'; use auto, cpu, cuda or cuda:N").arg(device));
     const bool cuda = torch::cuda::is_available();
@@ -227,21 +233,24 @@ QString deviceDescription(const torch::Device &device)
     const QString name = deviceName(device);
     if (!device.is_cuda())
         return name;
-    // LibTorch's CPU headers cannot ask the CUDA runtime for a GPU's properties; the driver's
-    // own tool can, wherever a driver is installed.
-    QProcess smi;
-    smi.start(QStringLiteral("nvidia-smi"),
-              {QStringLiteral("--query-gpu=name,memory.total"), QStringLiteral("--format=csv,noheader,nounits"),
-               QStringLiteral("--id=%1").arg(device.has_index() ? int(device.index()) : 0)});
-    if (!smi.waitForFinished(5000) || smi.exitStatus() != QProcess::NormalExit || smi.exitCode() != 0)
-        return name;
-    const QStringList fields = QString::fromUtf8(smi.readAllStandardOutput()).trimmed().split(u',');
-    if (fields.size() != 2)
-        return name;
-    bool ok = false;
-    const double mib = fields[1].trimmed().toDouble(&ok);
-    return ok ? QStringLiteral("%1 (%2, %3 GiB)").arg(name, fields[0].trimmed()).arg(mib / 1024.0, 0, 'f', 0)
-              : QStringLiteral("%1 (%2)").arg(name, fields[0].trimmed());
+    const auto gpu = gpuInfo(device.has_index() ? int(device.index()) : 0);
+    return gpu ? QStringLiteral("%1 (%2)").arg(name, gpu->summary()) : name;
+}
+
+int visibleGpus()
+{
+    return torch::cuda::is_available() ? int(torch::cuda::device_count()) : 0;
+}
+
+QString localWorkerDevice(const QString &device, int worker)
+{
+    const QStringList devices = deviceList(device);
+    if (devices.size() > 1)
+        return devices[worker % devices.size()];
+    if (device != QLatin1String("auto") && device != QLatin1String("cuda"))
+        return device;
+    const int gpus = visibleGpus();
+    return gpus > 0 ? QStringLiteral("cuda:%1").arg(worker % gpus) : device;
 }
 
 } // namespace flotilla

@@ -1,6 +1,7 @@
 #include "engine/LocalFleet.h"
 
 #include "engine/EngineLog.h"
+#include "engine/JobData.h"
 
 #include <algorithm>
 #include <cmath>
@@ -66,10 +67,14 @@ void LocalFleet::addWorker(int threads)
 {
     const FleetSpec &fleet = m_spec.fleet;
     WorkerInfo info;
-    info.name = QStringLiteral("local-%1").arg(m_nextWorker++);
+    const int index = m_nextWorker++;
+    info.name = QStringLiteral("local-%1").arg(index);
     info.instanceType = fleet.instanceType;
     info.priceClass = fleet.priceClass;
-    auto worker = std::make_unique<LocalWorker>(m_coordinator.get(), m_data, m_spec, info,
+    // One GPU each, in turn, where the job names several or any ("auto", "cuda").
+    JobSpec spec = m_spec;
+    spec.training.device = localWorkerDevice(m_spec.training.device, index - 1);
+    auto worker = std::make_unique<LocalWorker>(m_coordinator.get(), m_data, std::move(spec), info,
                                                 fleet.preemption.rejoinDelaySeconds);
     worker->setThreads(threads);
     if (m_nextWorker == 2) // the first

@@ -1,6 +1,7 @@
 #include "engine/LocalWorker.h"
 
 #include "engine/EngineLog.h"
+#include "engine/Precision.h"
 #include "engine/WorkerJob.h"
 
 #include <QElapsedTimer>
@@ -90,6 +91,13 @@ void LocalWorker::run()
     if (!session) {
         QMutexLocker lock(&m_errorMutex);
         m_lastError = session.error();
+        m_failed = true;
+        qCWarning(lcEngine).noquote() << m_info.name << "cannot start:" << m_lastError;
+        return;
+    }
+    if (auto precision = precisionOn(m_spec.training.precision, (*session)->device()); !precision) {
+        QMutexLocker lock(&m_errorMutex);
+        m_lastError = precision.error();
         m_failed = true;
         qCWarning(lcEngine).noquote() << m_info.name << "cannot start:" << m_lastError;
         return;

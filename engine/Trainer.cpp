@@ -1,5 +1,6 @@
 #include "engine/Trainer.h"
 
+#include "engine/Precision.h"
 #include "engine/Random.h"
 
 #include <QElapsedTimer>
@@ -51,6 +52,30 @@ QString LearningRateSchedule::problem() const
     return {};
 }
 
+QString TrainConfig::problem() const
+{
+    if (optimizer != QLatin1String("sgd") && optimizer != QLatin1String("adam") && optimizer != QLatin1String("adamw"))
+        return QStringLiteral("the optimizer '%1' is not sgd, adam or adamw").arg(optimizer.left(40));
+    if (nesterov && (optimizer != QLatin1String("sgd") || momentum <= 0))
+        return QStringLiteral("Nesterov momentum needs sgd with a momentum above 0");
+    const auto within = [](double v, double lo, double hi) { return std::isfinite(v) && v >= lo && v <= hi; };
+    if (!within(momentum, 0, 0.999) || !within(weightDecay, 0, 1) || !within(beta1, 0, 0.9999)
+        || !within(beta2, 0, 0.99999) || !within(eps, 1e-12, 1) || !within(clipGradNorm, 0, 1e6)
+        || !within(labelSmoothing, 0, 0.99))
+        return QStringLiteral("an optimizer setting is out of range (momentum %1, weight decay %2, betas %3 %4, eps "
+                              "%5, clipping %6, label smoothing %7)")
+            .arg(momentum)
+            .arg(weightDecay)
+            .arg(beta1)
+            .arg(beta2)
+            .arg(eps)
+            .arg(clipGradNorm)
+            .arg(labelSmoothing);
+    if (precision != QLatin1String("fp32") && precision != QLatin1String("bf16") && precision != QLatin1String("fp16"))
+        return QStringLiteral("the precision '%1' is not fp32, bf16 or fp16").arg(precision.left(40));
+    return schedule.problem();
+}
+
 StepPlan::StepPlan(const std::vector<qint64> &shardSizes, int batchSize, int localEpochs, int localSteps)
     : m_sizes(shardSizes), m_batch(std::max(1, batchSize)), m_localEpochs(std::max(1, localEpochs)),
       m_localSteps(std::max(0, localSteps))
@@ -88,17 +113,52 @@ namespace {
 
 QString optimizerSettings(const TrainConfig &c)
 {
-    return QStringLiteral("%1 momentum %2 weight decay %3").arg(c.optimizer).arg(c.momentum).arg(c.weightDecay);
+    return QStringLiteral("%1 momentum %2 nesterov %3 weight decay %4 betas %5 %6 eps %7")
+        .arg(c.optimizer)
+        .arg(c.momentum)
+        .arg(c.nesterov)
+        .arg(c.weightDecay)
+        .arg(c.beta1)
+        .arg(c.beta2)
+        .arg(c.eps);
 }
 
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(Model &model, const TrainConfig &c)
 {
     if (c.optimizer == QLatin1String("adam"))
-        return std::make_unique<torch::optim::Adam>(
-            model.parameters(), torch::optim::AdamOptions(c.learningRate).weight_decay(c.weightDecay));
-    return std::make_unique<torch::optim::SGD>(
-        model.parameters(),
-        torch::optim::SGDOptions(c.learningRate).momentum(c.momentum).weight_decay(c.weightDecay));
+        return std::make_unique<torch::optim::Adam>(model.parameters(), torch::optim::AdamOptions(c.learningRate)
+                                                                            .betas({c.beta1, c.beta2})
+                                                                            .eps(c.eps)
+                                                                            .weight_decay(c.weightDecay));
+    if (c.optimizer == QLatin1String("adamw"))
+        return std::make_unique<torch::optim::AdamW>(model.parameters(), torch::optim::AdamWOptions(c.learningRate)
+                                                                             .betas({c.beta1, c.beta2})
+                                                                             .eps(c.eps)
+                                                                             .weight_decay(c.weightDecay));
+    return std::make_unique<torch::optim::SGD>(model.parameters(), torch::optim::SGDOptions(c.learningRate)
+                                                                       .momentum(c.momentum)
+                                                                       .nesterov(c.nesterov)
+                                                                       .weight_decay(c.weightDecay));
+}
+
+// As torch.nn.utils.clip_grad_norm_: every gradient scaled by max / (global norm + 1e-6)
+// where that is below 1. Without reading the norm back, so a GPU does not wait for it.
+void clipGradients(const std::vector<torch::Tensor> &parameters, double maxNorm)
+{
+    torch::NoGradGuard noGrad;
+    std::vector<torch::Tensor> norms;
+    std::vector<torch::Tensor> grads;
+    for (const auto &p : parameters)
+        if (p.grad().defined()) {
+            grads.push_back(p.grad());
+            norms.push_back(p.grad().norm(2));
+        }
+    if (grads.empty())
+        return;
+    const torch::Tensor total = torch::stack(norms).norm(2);
+    const torch::Tensor factor = (maxNorm / (total + 1e-6)).clamp_max(1.0);
+    for (auto &g : grads)
+        g.mul_(factor);
 }
 
 void setLearningRate(torch::optim::Optimizer &optimizer, double lr)
@@ -145,11 +205,40 @@ Result<TrainOutcome> runSubtask(Model &model, const torch::Tensor &startWeights,
             optimizer = own.get();
         }
         const InputPipeline inputs(samples, device);
+        auto precisionOk = precisionOn(config.precision, device);
+        if (!precisionOk)
+            return precisionOk.takeError();
+        const Precision precision = *precisionOk;
+        LossScaler scaler(precision == Precision::Fp16);
+        const std::vector<torch::Tensor> parameters = model.parameters();
+        const auto lossOptions = torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(config.labelSmoothing);
+        const int readEvery = device.is_cpu() ? 1 : kGpuLossReadEvery;
+        torch::Tensor pending; // the losses × batch sizes since the last read, on the device
+        std::int64_t pendingFrom = 1; // the first step they cover
+        double lossSum = 0.0;
+        std::int64_t batches = 0;
+        double lr = config.learningRate;
+        // Adds the losses summed since the last read, of steps [pendingFrom, lastStep].
+        const auto readPending = [&](std::int64_t lastStep) -> Result<void> {
+            if (!pending.defined())
+                return {};
+            const double value = pending.item<double>();
+            pending = torch::Tensor();
+            const std::int64_t from = pendingFrom;
+            pendingFrom = lastStep + 1;
+            if (!std::isfinite(value))
+                return fail(QStringLiteral("training diverged: the loss became %1 %2 (learning rate %3); lower the "
+                                           "learning rate or check the data for extreme values")
+                                .arg(std::isnan(value) ? QStringLiteral("NaN") : QStringLiteral("infinite"))
+                                .arg(from >= lastStep ? QStringLiteral("at step %1").arg(lastStep)
+                                                      : QStringLiteral("between steps %1 and %2").arg(from).arg(lastStep))
+                                .arg(lr));
+            lossSum += value;
+            return {};
+        };
         // A stream of its own, apart from the seeds of the later passes' orders.
         const std::uint64_t augmentSeeds = mixSeed(config.seed, 0xA7A7A7A7ULL);
 
-        double lossSum = 0.0;
-        std::int64_t batches = 0;
         std::vector<std::int64_t> order(static_cast<std::size_t>(n));
         std::iota(order.begin(), order.end(), std::int64_t{0});
         std::int64_t pass = 0;
@@ -174,23 +263,38 @@ Result<TrainOutcome> runSubtask(Model &model, const torch::Tensor &startWeights,
             // Each batch draws its own crops, from the subtask's seed: a rerun is the same run.
             const torch::Tensor xb = inputs.trainingRows(idx, mixSeed(augmentSeeds, static_cast<std::uint64_t>(batches)));
             const torch::Tensor yb = y.index_select(0, idx).to(device);
-            const double lr = config.schedule.active() ? config.schedule.at(config.firstStep + batches)
-                                                       : config.learningRate;
+            lr = config.schedule.active() ? config.schedule.at(config.firstStep + batches) : config.learningRate;
             setLearningRate(*optimizer, lr);
 
             optimizer->zero_grad();
-            const torch::Tensor loss = torch::nn::functional::cross_entropy(model.forward(xb), yb);
-            const double value = loss.item<double>();
-            if (!std::isfinite(value))
-                return fail(QStringLiteral("training diverged: the loss became %1 at step %2 (learning rate %3); "
-                                           "lower the learning rate or check the data for extreme values")
-                                .arg(std::isnan(value) ? QStringLiteral("NaN") : QStringLiteral("infinite"))
-                                .arg(batches + 1)
-                                .arg(lr));
-            loss.backward();
-            optimizer->step();
+            torch::Tensor loss;
+            {
+                const AutocastScope autocast(precision, device);
+                loss = torch::nn::functional::cross_entropy(model.forward(xb), yb, lossOptions);
+            }
+            loss = loss.to(torch::kFloat);
+            // On a CPU each batch's loss is read at once (it costs nothing there); a GPU's is
+            // summed where it is and read every kGpuLossReadEvery batches.
+            const torch::Tensor weighted = loss.detach() * double(take);
+            pending = pending.defined() ? pending + weighted : weighted;
+            if (readEvery == 1 || (batches + 1) % readEvery == 0) {
+                if (auto read = readPending(batches + 1); !read)
+                    return read.takeError();
+            }
+            scaler.scaled(loss).backward();
+            if (scaler.unscale(parameters)) {
+                if (config.clipGradNorm > 0)
+                    clipGradients(parameters, config.clipGradNorm);
+                optimizer->step();
+            } else {
+                ++out.skippedSteps;
+                if (scaler.skippedInARow() > 40)
+                    return fail(QStringLiteral("training diverged: the fp16 gradients overflowed in %1 steps in a row "
+                                               "(loss scale down to %2); use bf16 or fp32, or a lower learning rate")
+                                    .arg(scaler.skippedInARow())
+                                    .arg(scaler.scale()));
+            }
 
-            lossSum += value * double(take);
             ++batches;
             position += take;
             out.sampleSteps += take;
@@ -199,6 +303,8 @@ Result<TrainOutcome> runSubtask(Model &model, const torch::Tensor &startWeights,
             if (progress)
                 progress(out.sampleSteps, out.plannedSampleSteps);
         }
+        if (auto read = readPending(batches); !read)
+            return read.takeError();
         if (pass > 0)
             out.covered = n;
         out.meanLoss = out.sampleSteps > 0 ? lossSum / double(out.sampleSteps) : 0.0;

@@ -65,13 +65,29 @@ struct TrainConfig
     // (replicas that must agree start alike; the job may ask for it throughout).
     bool freshOptimizer = false;
     double momentum = 0.9;
-    double weightDecay = 0.0;
+    bool nesterov = false;
+    double weightDecay = 0.0;   // sgd, adam: L2 in the gradient; adamw: decoupled
+    double beta1 = 0.9;         // adam, adamw
+    double beta2 = 0.999;
+    double eps = 1e-8;
+    double clipGradNorm = 0.0;  // > 0: the gradients' global norm is clipped to this
+    double labelSmoothing = 0.0;
+    QString precision = QStringLiteral("fp32"); // fp32 | bf16 | fp16 (Precision.h)
     int batchSize = 32;
     int localEpochs = 1;
     int localSteps = 0; // > 0: train this many steps instead of localEpochs passes
     quint64 seed = 1;
     int threads = 1;
+
+    // Empty when a worker can train with these settings; else what is wrong with them (a
+    // remote worker hands such a lease back rather than guess: an optimizer it does not know
+    // must not quietly become another).
+    QString problem() const;
 };
+
+// On a GPU the loss is read back every this many batches, not every batch: each read makes
+// the host wait for the GPU to drain its queue.
+constexpr int kGpuLossReadEvery = 32;
 
 struct TrainOutcome
 {
@@ -82,6 +98,7 @@ struct TrainOutcome
     std::int64_t covered = 0;      // leading samples of the order trained at least once
     double seconds = 0.0;
     bool partial = false;          // stopped early by the cancel flag
+    std::int64_t skippedSteps = 0; // fp16: steps skipped for an overflow of the loss scale
 };
 
 using TrainProgress = std::function<void(std::int64_t sampleSteps, std::int64_t planned)>;

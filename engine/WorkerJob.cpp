@@ -61,21 +61,30 @@ Result<TrainOutcome> WorkerJob::train(const Dataset &shard, const SubtaskWork &w
     return trainSubtask(*m_model, weights, visit, work.config, m_device, cancel, slowed, &m_optimizer);
 }
 
-double WorkerJob::measureThroughput(int batchSize, int threads, double seconds)
+double WorkerJob::measureThroughput(int batchSize, int threads, double seconds, const QString &precision)
 {
+    batchSize = std::clamp(batchSize, 1, 4096);
     std::vector<std::int64_t> shape{batchSize};
     shape.insert(shape.end(), m_inputShape.begin(), m_inputShape.end());
     Dataset probe;
     probe.features = torch::randn(shape);
-    probe.labels = torch::randint(0, m_numClasses, {batchSize}, torch::kInt64);
+    probe.labels = torch::randint(0, std::max(1, m_numClasses), {batchSize}, torch::kInt64);
     TrainConfig config;
     config.batchSize = batchSize;
     config.threads = threads;
+    config.localSteps = 4; // four batches a round: the weights' round trip is not all it times
+    config.precision = precision;
     const torch::Tensor start = m_model->flatWeights();
+    // Untimed rounds first: a GPU's first batches pick kernels and fill its allocator, and a
+    // TorchScript model is optimized on its second run.
+    for (int warm = 0; warm < 2; ++warm)
+        if (!trainSubtask(*m_model, start, probe, config, m_device))
+            return 0.0;
     QElapsedTimer timer;
     timer.start();
     std::int64_t samples = 0;
     int rounds = 0;
+    // Each round ends by reading the weights back, so a GPU has finished its work when timed.
     while (rounds < 3 || timer.elapsed() < qint64(seconds * 1000.0)) {
         auto out = trainSubtask(*m_model, start, probe, config, m_device);
         if (!out)
@@ -83,6 +92,8 @@ double WorkerJob::measureThroughput(int batchSize, int threads, double seconds)
         samples += out->sampleSteps;
         ++rounds;
     }
+    // The probe's updates are not the job's: the model goes back to where it was.
+    (void)m_model->loadFlatWeights(start);
     return double(samples) / (double(timer.nsecsElapsed()) / 1e9);
 }
 

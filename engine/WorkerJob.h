@@ -45,9 +45,10 @@ public:
     Result<TrainOutcome> train(const Dataset &shard, const SubtaskWork &work, const torch::Tensor &weights,
                                const std::atomic<bool> *cancel = nullptr, const TrainProgress &progress = {});
 
-    // Samples per second this machine trains the model at, measured on random inputs for
-    // about `seconds` (at least a few batches).
-    double measureThroughput(int batchSize, int threads, double seconds);
+    // Samples per second this machine trains the model at, in the job's batch size and
+    // precision on the session's device, measured on random inputs for about `seconds` (at
+    // least three rounds of four batches) after two untimed rounds of warm-up.
+    double measureThroughput(int batchSize, int threads, double seconds, const QString &precision = QStringLiteral("fp32"));
 
     // Benchmarks: the machine made `factor` times slower (1: as it is), by pausing after each
     // batch for factor − 1 times what the batch took; a cancel ends the pause at once.

@@ -47,13 +47,22 @@ void forEachField(Job &job, Visit &&visit)
     visit("training.optimizer", job.training.optimizer);
     visit("training.learning_rate", job.training.learningRate);
     visit("training.momentum", job.training.momentum);
+    visit("training.nesterov", job.training.nesterov);
     visit("training.weight_decay", job.training.weightDecay);
+    visit("training.beta1", job.training.beta1);
+    visit("training.beta2", job.training.beta2);
+    visit("training.eps", job.training.eps);
+    visit("training.clip_grad_norm", job.training.clipGradNorm);
+    visit("training.label_smoothing", job.training.labelSmoothing);
+    visit("training.precision", job.training.precision);
     visit("training.lr_schedule", job.training.lrSchedule);
     visit("training.lr_step_epochs", job.training.lrStepEpochs);
     visit("training.lr_gamma", job.training.lrGamma);
     visit("training.lr_warmup_steps", job.training.lrWarmupSteps);
     visit("training.lr_floor", job.training.lrFloor);
     visit("training.carry_optimizer", job.training.carryOptimizer);
+    visit("training.best_metric", job.training.bestMetric);
+    visit("training.early_stop_after", job.training.earlyStopAfter);
     visit("training.seed", job.training.seed);
     visit("training.threads", job.training.threads);
     visit("training.device", job.training.device);
@@ -205,6 +214,17 @@ bool isDeviceName(const QString &device)
     return ok && index >= 0 && index < 256 && device.mid(5) == QString::number(index);
 }
 
+QStringList deviceList(const QString &device)
+{
+    QStringList devices;
+    for (const QString &part : device.split(u','))
+        devices << part.trimmed();
+    for (const QString &d : devices)
+        if (!isDeviceName(d) || (devices.size() > 1 && !d.startsWith(QLatin1String("cuda"))))
+            return {};
+    return devices;
+}
+
 namespace {
 
 Result<void> oneOf(const QString &field, const QString &value, const QStringList &allowed)
@@ -320,7 +340,8 @@ QStringList JobSpec::problems() const
     const std::initializer_list<Result<void>> checks = {
         name.trimmed().isEmpty() ? Result<void>(fail(QStringLiteral("'name' must not be empty"))) : Result<void>(),
         oneOf(QStringLiteral("dataset.kind"), dataset.kind,
-              {QStringLiteral("fashion-mnist"), QStringLiteral("idx"), QStringLiteral("csv"), QStringLiteral("images")}),
+              {QStringLiteral("fashion-mnist"), QStringLiteral("idx"), QStringLiteral("csv"), QStringLiteral("images"),
+               QStringLiteral("npy")}),
         (dataset.kind != QLatin1String("fashion-mnist") && dataset.path.isEmpty())
             ? Result<void>(fail(QStringLiteral("'dataset.path' is required for a dataset of kind '%1'").arg(dataset.kind)))
             : Result<void>(),
@@ -361,10 +382,32 @@ QStringList JobSpec::problems() const
         inRange(QStringLiteral("training.local_epochs"), training.localEpochs, 1, 1000),
         inRange(QStringLiteral("training.local_steps"), training.localSteps, 0, 10000000),
         inRange(QStringLiteral("training.batch_size"), training.batchSize, 1, 65536),
-        oneOf(QStringLiteral("training.optimizer"), training.optimizer, {QStringLiteral("sgd"), QStringLiteral("adam")}),
+        oneOf(QStringLiteral("training.optimizer"), training.optimizer,
+              {QStringLiteral("sgd"), QStringLiteral("adam"), QStringLiteral("adamw")}),
         inRange(QStringLiteral("training.learning_rate"), training.learningRate, 1e-8, 10.0),
         inRange(QStringLiteral("training.momentum"), training.momentum, 0.0, 0.999),
+        [&]() -> Result<void> {
+            if (!training.nesterov || (training.optimizer == QLatin1String("sgd") && training.momentum > 0))
+                return {};
+            return fail(QStringLiteral("'training.nesterov' needs the sgd optimizer with a momentum above 0 (it has "
+                                       "%1 with momentum %2)")
+                            .arg(training.optimizer)
+                            .arg(training.momentum));
+        }(),
         inRange(QStringLiteral("training.weight_decay"), training.weightDecay, 0.0, 1.0),
+        inRange(QStringLiteral("training.beta1"), training.beta1, 0.0, 0.9999),
+        inRange(QStringLiteral("training.beta2"), training.beta2, 0.0, 0.99999),
+        inRange(QStringLiteral("training.eps"), training.eps, 1e-12, 1.0),
+        inRange(QStringLiteral("training.clip_grad_norm"), training.clipGradNorm, 0.0, 1e6),
+        inRange(QStringLiteral("training.label_smoothing"), training.labelSmoothing, 0.0, 0.99),
+        oneOf(QStringLiteral("training.precision"), training.precision,
+              {QStringLiteral("fp32"), QStringLiteral("bf16"), QStringLiteral("fp16")}),
+        [&]() -> Result<void> {
+            if (training.precision != QLatin1String("fp16") || training.device != QLatin1String("cpu"))
+                return {};
+            return fail(QStringLiteral("'training.precision' fp16 needs a CUDA GPU, but 'training.device' is cpu; "
+                                       "use bf16 on a CPU, or fp32"));
+        }(),
         oneOf(QStringLiteral("training.lr_schedule"), training.lrSchedule,
               {QStringLiteral("constant"), QStringLiteral("step"), QStringLiteral("cosine")}),
         inRange(QStringLiteral("training.lr_step_epochs"), training.lrStepEpochs, 1, 100000),
@@ -372,12 +415,15 @@ QStringList JobSpec::problems() const
         inRange(QStringLiteral("training.lr_warmup_steps"), training.lrWarmupSteps, 0, 100000000),
         inRange(QStringLiteral("training.lr_floor"), training.lrFloor, 0.0, 1.0),
         inRange(QStringLiteral("training.threads"), training.threads, 1, 1024),
+        oneOf(QStringLiteral("training.best_metric"), training.bestMetric,
+              {QStringLiteral("accuracy"), QStringLiteral("loss")}),
+        inRange(QStringLiteral("training.early_stop_after"), training.earlyStopAfter, 0, 100000),
         inRange<quint64>(QStringLiteral("training.seed"), training.seed, 0, (quint64(1) << 53) - 1),
         [&]() -> Result<void> {
-            if (isDeviceName(training.device))
+            if (!deviceList(training.device).isEmpty())
                 return {};
-            return fail(QStringLiteral("'training.device' is '%1'; it must be auto, cpu, cuda or cuda:N (N: the "
-                                       "GPU's index, from 0)")
+            return fail(QStringLiteral("'training.device' is '%1'; it must be auto, cpu, cuda, cuda:N (N: the "
+                                       "GPU's index, from 0) or a list of GPUs such as cuda:0,cuda:1")
                             .arg(training.device));
         }(),
         oneOf(QStringLiteral("aggregation.rule"), aggregation.rule,

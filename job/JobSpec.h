@@ -16,8 +16,10 @@ namespace flotilla {
 
 struct DatasetSpec
 {
-    QString kind = QStringLiteral("fashion-mnist"); // fashion-mnist | idx | csv | images
-    QString path;            // folder of IDX files, CSV file, or image folder; fashion-mnist: optional folder
+    QString kind = QStringLiteral("fashion-mnist"); // fashion-mnist | idx | csv | images | npy
+    // folder of IDX files, CSV file, image folder, or NumPy data (a folder with x.npy and
+    // y.npy, or a .npz); fashion-mnist: optional folder
+    QString path;
     QString labelColumn;     // csv: name or 1-based number; empty = last column
     double testFraction = 0.1; // held out when the source has no test split of its own
     qint64 trainLimit = 0;   // use only the first N training samples (0 = all)
@@ -48,10 +50,21 @@ struct TrainingSpec
     int localEpochs = 1;   // per subtask
     int localSteps = 0;    // if > 0: a subtask trains this many steps instead of localEpochs
     int batchSize = 32;
-    QString optimizer = QStringLiteral("sgd"); // sgd | adam
+    QString optimizer = QStringLiteral("sgd"); // sgd | adam | adamw
     double learningRate = 0.03;
     double momentum = 0.9;
+    bool nesterov = false;   // sgd with momentum
+    // sgd, adam: L2 added to the gradient; adamw: decoupled, the weights shrink by
+    // learning rate × weight decay each step.
     double weightDecay = 0.0;
+    double beta1 = 0.9;      // adam, adamw
+    double beta2 = 0.999;
+    double eps = 1e-8;
+    double clipGradNorm = 0.0;   // > 0: the gradients' global norm is clipped to this
+    double labelSmoothing = 0.0; // classification: the target's share spread over all classes
+    // fp32 | bf16 | fp16: the forward pass under autocast in that type (fp16 with a loss
+    // scale); the weights, the optimizer's state and everything sent stay float32.
+    QString precision = QStringLiteral("fp32");
     // Per optimizer step over the whole job: a linear warmup from lrFloor × rate over
     // lrWarmupSteps steps, then constant, step (× lrGamma every lrStepEpochs epochs) or cosine
     // (down to lrFloor × rate at the job's last step).
@@ -63,9 +76,16 @@ struct TrainingSpec
     // Workers keep their optimizer's state (momentum buffers, Adam's moments) from one subtask
     // of the job to the next, as one process would; false: every subtask starts afresh.
     bool carryOptimizer = true;
+    // The model with the best test accuracy (or the lowest test loss) is kept beside the last
+    // as model-best.pt; with earlyStopAfter > 0, the job ends after that many evaluations in a
+    // row without a better one.
+    QString bestMetric = QStringLiteral("accuracy"); // accuracy | loss
+    int earlyStopAfter = 0;
     quint64 seed = 1;
     int threads = 1;        // torch intra-op threads per worker
-    QString device = QStringLiteral("auto"); // auto | cpu | cuda | cuda:N
+    // auto | cpu | cuda | cuda:N, or a list "cuda:0,cuda:1": local workers take the
+    // devices in turn; auto and cuda spread them over every visible GPU.
+    QString device = QStringLiteral("auto");
 };
 
 struct AggregationSpec
@@ -176,6 +196,9 @@ struct JobSpec
 
 // auto, cpu, cuda (the first GPU) or cuda:N.
 bool isDeviceName(const QString &device);
+// A device, or a comma-separated list of GPUs ("cuda:0,cuda:1"), as its parts; empty when
+// it is neither.
+QStringList deviceList(const QString &device);
 
 // Where a run of this job goes when the user names no folder: <data location>/runs/<name>-<time>.
 QString defaultRunDir(const JobSpec &job);

@@ -167,7 +167,8 @@ QCborMap WelcomeMsg::encode() const
         { key("model_sha256"), modelSha256 }, { key("input_shape"), shape }, { key("classes"), classes },
         { key("layout"), layout }, { key("weights"), weights }, { key("seed"), qint64(seed) },
         { key("heartbeat_ms"), heartbeatMs }, { key("heartbeat_timeout_ms"), heartbeatTimeoutMs },
-        { key("compression"), compression }, { key("job_key"), jobKey }, { key("waiting"), waiting } };
+        { key("compression"), compression }, { key("job_key"), jobKey }, { key("waiting"), waiting },
+        { key("batch_size"), batchSize }, { key("precision"), precision } };
 }
 
 Result<WelcomeMsg> WelcomeMsg::decode(const QCborMap &header)
@@ -188,6 +189,8 @@ Result<WelcomeMsg> WelcomeMsg::decode(const QCborMap &header)
     r.text("compression", m.compression);
     r.text("job_key", m.jobKey);
     r.text("waiting", m.waiting);
+    r.integer("batch_size", m.batchSize);
+    r.text("precision", m.precision);
     return r.finish(std::move(m));
 }
 
@@ -247,7 +250,10 @@ QCborMap AssignMsg::encode() const
         { key("deadline_ms"), deadlineMs }, { key("shard_samples"), shardSamples },
         { key("shard_sha256"), shardSha256 }, { key("optimizer"), optimizer }, { key("learning_rate"), learningRate },
         { key("momentum"), momentum }, { key("weight_decay"), weightDecay }, { key("batch_size"), batchSize },
-        { key("local_epochs"), localEpochs }, { key("local_steps"), localSteps }, { key("seed"), qint64(seed) } };
+        { key("local_epochs"), localEpochs }, { key("local_steps"), localSteps }, { key("seed"), qint64(seed) },
+        { key("nesterov"), nesterov }, { key("beta1"), beta1 }, { key("beta2"), beta2 }, { key("eps"), eps },
+        { key("clip_grad_norm"), clipGradNorm }, { key("label_smoothing"), labelSmoothing },
+        { key("precision"), precision } };
     if (lrTotalSteps > 0) {
         m.insert(key("lr_schedule"), lrSchedule);
         m.insert(key("lr_base"), lrBase);
@@ -291,6 +297,13 @@ Result<AssignMsg> AssignMsg::decode(const QCborMap &header)
     r.integer("local_epochs", m.localEpochs, Need::Required);
     r.integer("local_steps", m.localSteps, Need::Required);
     r.unsignedInteger("seed", m.seed, Need::Required);
+    r.boolean("nesterov", m.nesterov);
+    r.number("beta1", m.beta1);
+    r.number("beta2", m.beta2);
+    r.number("eps", m.eps);
+    r.number("clip_grad_norm", m.clipGradNorm);
+    r.number("label_smoothing", m.labelSmoothing);
+    r.text("precision", m.precision);
     r.nonNegative("lr_total_steps", m.lrTotalSteps);
     if (m.lrTotalSteps > 0) {
         r.text("lr_schedule", m.lrSchedule, Need::Required);

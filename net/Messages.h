@@ -64,6 +64,9 @@ struct WelcomeMsg
     // With no job: why this worker waits, when it is not for want of a job (quarantined by
     // the fleet, say).
     QString waiting = {};
+    // The job's batch size and precision, for the worker's speed probe.
+    qint64 batchSize = 32;
+    QString precision = QStringLiteral("fp32");
 
     QCborMap encode() const;
     static Result<WelcomeMsg> decode(const QCborMap &header);
@@ -129,6 +132,14 @@ struct AssignMsg
     qint64 localEpochs = 0;
     qint64 localSteps = 0;
     quint64 seed = 0;
+    // Absent from older coordinators' leases: the defaults below are what those trained.
+    bool nesterov = false;
+    double beta1 = 0.9;
+    double beta2 = 0.999;
+    double eps = 1e-8;
+    double clipGradNorm = 0;
+    double labelSmoothing = 0;
+    QString precision = QStringLiteral("fp32");
     // The job's learning-rate schedule per optimizer step (absent when lrTotalSteps is 0:
     // learningRate throughout) and the subtask's first step in it.
     QString lrSchedule = QStringLiteral("constant");

@@ -27,6 +27,8 @@ SPOT_POOLS = {
     "gke-spot-workers.yaml": ("cloud.google.com/gke-spot", "true"),
     "eks-spot-workers.yaml": ("eks.amazonaws.com/capacityType", "SPOT"),
     "aks-spot-workers.yaml": ("kubernetes.azure.com/scalesetpriority", "spot"),
+    "gke-spot-gpu-workers.yaml": ("cloud.google.com/gke-spot", "true"),
+    "eks-spot-gpu-workers.yaml": ("eks.amazonaws.com/capacityType", "SPOT"),
 }
 
 failures = []
@@ -82,7 +84,36 @@ def check_manifest(path, accepted):
     mounts = {m["mountPath"] for m in containers[0].get("volumeMounts", [])}
     if "/var/lib/flotilla" not in mounts or "/run/secrets" not in mounts:
         fail(f"{name}: the state folder and the token secret must be mounted")
+    if "gpu" in name:
+        limits = containers[0].get("resources", {}).get("limits", {})
+        if limits.get("nvidia.com/gpu") != 1:
+            fail(f"{name}: a GPU worker's pod must ask for one nvidia.com/gpu")
+        if not any(t.get("key") == "nvidia.com/gpu" for t in tolerations):
+            fail(f"{name}: no toleration for the GPU pool's nvidia.com/gpu taint")
+        if "--device=cuda" not in args:
+            fail(f"{name}: a GPU worker must train with --device=cuda")
+        if containers[0].get("image", "").split(":")[0] != "flotilla-worker-cuda":
+            fail(f"{name}: a GPU worker needs the CUDA image (Containerfile.cuda)")
     print(f"ok   {name}: spot pool {key}={value}, grace {grace} s < {period} s")
+
+
+def verify_unit(unit_text, binary, dropin=None):
+    """Complaints of `systemd-analyze verify` about an instance of the template (with a drop-in),
+    pointing at the binary that was built; None where the tool is missing."""
+    if shutil.which("systemd-analyze") is None:
+        return None
+    here = os.path.abspath(binary)
+    with tempfile.TemporaryDirectory() as tmp:
+        unit = os.path.join(tmp, "flotilla-worker@lab.service")
+        with open(unit, "w", encoding="utf-8") as f:
+            f.write(unit_text.replace("/usr/bin/flotilla", here))
+        if dropin is not None:
+            os.makedirs(unit + ".d")
+            with open(os.path.join(unit + ".d", "gpu.conf"), "w", encoding="utf-8") as f:
+                f.write(dropin.replace("/usr/bin/flotilla", here))
+        env = dict(os.environ, SYSTEMD_UNIT_PATH=tmp + ":")
+        run = subprocess.run(["systemd-analyze", "verify", "--man=no", unit], capture_output=True, text=True, env=env)
+        return [l for l in (run.stdout + run.stderr).splitlines() if "flotilla-worker" in l or "gpu.conf" in l]
 
 
 def check_systemd(path, binary):
@@ -91,20 +122,29 @@ def check_systemd(path, binary):
                  "NoNewPrivileges=yes", "MemoryMax=", "CPUQuota=", "KillSignal=SIGTERM"):
         if line not in text:
             fail(f"systemd unit lacks {line}")
-    if shutil.which("systemd-analyze") is None:
+    own = verify_unit(text, binary)
+    if own is None:
         print("skip systemd-analyze verify: not installed")
-        return
-    # Verify an instance of the template, pointing at the binary that was built.
-    with tempfile.TemporaryDirectory() as tmp:
-        unit = os.path.join(tmp, "flotilla-worker@lab.service")
-        with open(unit, "w", encoding="utf-8") as f:
-            f.write(text.replace("/usr/bin/flotilla", os.path.abspath(binary)))
-        run = subprocess.run(["systemd-analyze", "verify", "--man=no", unit], capture_output=True, text=True)
-        own = [l for l in (run.stdout + run.stderr).splitlines() if "flotilla-worker" in l]
-        if own:
-            fail("systemd-analyze verify: " + " / ".join(own))
-        else:
-            print("ok   flotilla-worker@.service: systemd-analyze verify has no complaint")
+    elif own:
+        fail("systemd-analyze verify: " + " / ".join(own))
+    else:
+        print("ok   flotilla-worker@.service: systemd-analyze verify has no complaint")
+
+
+def check_gpu_dropin(unit_path, dropin_path, binary):
+    """The GPU drop-in opens the NVIDIA devices only, and the unit with it applied verifies."""
+    text = open(dropin_path, encoding="utf-8").read()
+    for line in ("PrivateDevices=no", "DevicePolicy=closed", "DeviceAllow=char-nvidia-frontend rw",
+                 "DeviceAllow=char-nvidia-uvm rw", "ExecStart=\n", "--device cuda"):
+        if line not in text:
+            fail(f"gpu.conf lacks {line!r}")
+    own = verify_unit(open(unit_path, encoding="utf-8").read(), binary, dropin=text)
+    if own is None:
+        print("skip systemd-analyze verify of the GPU drop-in: not installed")
+    elif own:
+        fail("systemd-analyze verify with gpu.conf: " + " / ".join(own))
+    else:
+        print("ok   gpu.conf: systemd-analyze verify of the unit with the drop-in has no complaint")
 
 
 def check_slurm(path):
@@ -129,6 +169,22 @@ def check_container(path):
     print("ok   Containerfile: two stages, worker behind tini, not root")
 
 
+def check_cuda_container(path):
+    text = open(path, encoding="utf-8").read()
+    if len(re.findall(r"^FROM debian:12", text, re.M)) != 2:
+        fail("Containerfile.cuda: expected a Debian 12 build stage and a Debian 12 runtime stage")
+    if "torch.utils.cmake_prefix_path" not in text or "--index-url" not in text:
+        fail("Containerfile.cuda: LibTorch must come from a CUDA wheel, found by torch.utils.cmake_prefix_path")
+    if "libtorch-dev" in text or "libtorch1.13" in text:
+        fail("Containerfile.cuda: Debian's LibTorch has no CUDA")
+    if not re.search(r'^ENTRYPOINT \["/usr/bin/tini", "--", "/usr/bin/flotilla", "worker".*"--device", "cuda"\]', text,
+                     re.M | re.S):
+        fail("Containerfile.cuda: the entry point must be the worker on cuda behind tini")
+    if not re.search(r"^USER flotilla$", text, re.M):
+        fail("Containerfile.cuda: the worker must not run as root")
+    print("ok   Containerfile.cuda: CUDA LibTorch from the wheel, worker on cuda behind tini, not root")
+
+
 def main():
     source, binary = sys.argv[1], sys.argv[2]
     accepted = worker_options(binary)
@@ -137,6 +193,9 @@ def main():
     check_systemd(os.path.join(source, "packaging/systemd/flotilla-worker@.service"), binary)
     check_slurm(os.path.join(source, "packaging/slurm/flotilla-worker.sbatch"))
     check_container(os.path.join(source, "packaging/container/Containerfile"))
+    check_cuda_container(os.path.join(source, "packaging/container/Containerfile.cuda"))
+    check_gpu_dropin(os.path.join(source, "packaging/systemd/flotilla-worker@.service"),
+                     os.path.join(source, "packaging/systemd/gpu.conf"), binary)
     if failures:
         print(f"{len(failures)} problem(s)")
         return 1

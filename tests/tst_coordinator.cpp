@@ -624,6 +624,90 @@ private Q_SLOTS:
         QVERIFY(torch::isfinite(c->globalWeights()).all().item<bool>());
     }
 
+    // A model that stops getting better: the best evaluation is kept as model-best.pt, and
+    // with early_stop_after 2 the job ends two evaluations later, saying why, with the
+    // results still on their way answered and not folded.
+    void earlyStoppingKeepsTheBestModelAndEndsTheJob()
+    {
+        Fixture f;
+        f.spec.training.epochs = 8;
+        f.spec.training.earlyStopAfter = 2;
+        f.spec.fleet.screenResults = false; // the results below change nothing
+        f.spec.fleet.epochsAhead = 2; // epoch 4 opens before epoch 3 is done: b holds one of it
+        auto c = f.open();
+        QVERIFY(c);
+        // Three workers train; a fourth asks after them and keeps the first lease of the
+        // fourth epoch it is given (six shards among four: it gets one while the third
+        // epoch's last subtasks are still out), open when the job ends.
+        std::vector<qint64> workers;
+        for (const char *name : {"a", "b", "c", "d"})
+            workers.push_back(c->workerJoined(test::spotWorker(QString::fromLatin1(name))).value());
+        const auto trainNothing = [&](qint64 w, const Assignment &x) {
+            SubtaskResult r = fakeResult(x);
+            r.weights = x.weights.clone(); // the accuracy stays as it was
+            c->submitResult(w, r);
+        };
+        std::optional<Assignment> held;
+        torch::Tensor first;
+        for (int guard = 0; guard < 10000 && !c->finished(); ++guard) {
+            std::vector<std::optional<Assignment>> out;
+            for (int i = 0; i < 3; ++i)
+                out.push_back(c->requestSubtask(workers[std::size_t(i)]));
+            if (out[0] && !first.defined())
+                first = out[0]->weights.clone();
+            if (!held) {
+                if (auto z = c->requestSubtask(workers[3]); z && z->epoch >= 3)
+                    held = z;
+                else if (z)
+                    trainNothing(workers[3], *z);
+            }
+            for (int i = 0; i < 3; ++i)
+                if (out[std::size_t(i)] && !c->finished())
+                    trainNothing(workers[std::size_t(i)], *out[std::size_t(i)]);
+        }
+        QVERIFY(c->finished());
+        QVERIFY(c->fatalError().isEmpty());
+        QCOMPARE(c->progress().evaluatedEpoch, 2); // epochs 1, 2 and 3 evaluated, of 8
+        const QString finished = lastEventDetail(*c, QStringLiteral("job-finished"));
+        QVERIFY2(finished.contains(QStringLiteral("stopped early after epoch 3 of 8")), qPrintable(finished));
+        QVERIFY2(finished.contains(QStringLiteral("at epoch 1")), qPrintable(finished));
+        QVERIFY(QFileInfo::exists(f.dir.filePath(QStringLiteral("model.pt"))));
+        QVERIFY(QFileInfo::exists(f.dir.filePath(QStringLiteral("model-best.pt"))));
+        QVERIFY(!QFileInfo::exists(f.dir.filePath(QStringLiteral("model-best.pt.part"))));
+        // model-best.pt is the model of the first evaluation (no later one was better), as
+        // TorchScript that loads back with the same weights.
+        ModelSpec saved;
+        saved.kind = QStringLiteral("torchscript");
+        saved.path = f.dir.filePath(QStringLiteral("model-best.pt"));
+        auto best = createModel(saved, f.data->inputShape, f.data->numClasses);
+        QVERIFY2(best, qPrintable(best ? QString() : best.error()));
+        QVERIFY(torch::equal((*best)->flatWeights(), first));
+        // The lease b still holds is answered, not folded into the saved model.
+        QVERIFY(held);
+        const qint64 seq = c->progress().seq;
+        const SubmitReply late = c->submitResult(workers[3], fakeResult(*held));
+        QCOMPARE(late.status, SubmitStatus::Duplicate);
+        QCOMPARE(c->progress().seq, seq);
+        // The run folder says it has finished: it is not resumed.
+        c.reset();
+        QVERIFY(!Coordinator::open(f.spec, f.dir.path(), &f.clock, f.data));
+    }
+
+    // By loss, without early stopping: every improvement replaces model-best.pt, and the job
+    // runs all its epochs.
+    void theBestModelByLossIsKept()
+    {
+        Fixture f;
+        f.spec.training.epochs = 2;
+        f.spec.training.bestMetric = QStringLiteral("loss");
+        auto c = f.open();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        runToEnd(*c, {w});
+        QVERIFY(c->finished());
+        QVERIFY(lastEventDetail(*c, QStringLiteral("job-finished")).startsWith(QStringLiteral("2 epochs")));
+        QVERIFY(QFileInfo::exists(f.dir.filePath(QStringLiteral("model-best.pt"))));
+    }
+
     void failedEvaluationIsRetriedThenTheJobEnds()
     {
         // Evaluation batches (64 of the 200 test samples at once on a CPU) make the model throw

@@ -120,7 +120,7 @@ private Q_SLOTS:
         QCOMPARE(roundTrip(waiting).waiting, QStringLiteral("quarantined by the fleet"));
         QCOMPARE(keysOf(welcome().encode()),
             sorted({ "worker_id", "job", "model", "model_sha256", "input_shape", "classes", "layout", "weights", "seed",
-                "heartbeat_ms", "heartbeat_timeout_ms", "compression", "job_key", "waiting" }));
+                "heartbeat_ms", "heartbeat_timeout_ms", "compression", "job_key", "waiting", "batch_size", "precision" }));
     }
 
     void redeemAndEnrolledRoundTrip()
@@ -160,7 +160,39 @@ private Q_SLOTS:
         QCOMPARE(keysOf(assign().encode()),
             sorted({ "lease", "subtask", "epoch", "shard", "begin", "end", "base_version", "deadline_ms",
                 "shard_samples", "shard_sha256", "optimizer", "learning_rate", "momentum", "weight_decay", "batch_size",
-                "local_epochs", "local_steps", "seed" }));
+                "local_epochs", "local_steps", "seed", "nesterov", "beta1", "beta2", "eps", "clip_grad_norm",
+                "label_smoothing", "precision" }));
+        // The optimizer's further settings and the precision; a lease from an older coordinator
+        // without them means what it trained then.
+        AssignMsg tuned = assign();
+        tuned.optimizer = QStringLiteral("adamw");
+        tuned.nesterov = true;
+        tuned.beta1 = 0.8;
+        tuned.beta2 = 0.95;
+        tuned.eps = 1e-6;
+        tuned.clipGradNorm = 2.5;
+        tuned.labelSmoothing = 0.1;
+        tuned.precision = QStringLiteral("bf16");
+        const AssignMsg t = roundTrip(tuned);
+        QCOMPARE(t.optimizer, QStringLiteral("adamw"));
+        QVERIFY(t.nesterov);
+        QCOMPARE(t.beta1, 0.8);
+        QCOMPARE(t.beta2, 0.95);
+        QCOMPARE(t.eps, 1e-6);
+        QCOMPARE(t.clipGradNorm, 2.5);
+        QCOMPARE(t.labelSmoothing, 0.1);
+        QCOMPARE(t.precision, QStringLiteral("bf16"));
+        QCborMap older = assign().encode();
+        for (const char *k : { "nesterov", "beta1", "beta2", "eps", "clip_grad_norm", "label_smoothing", "precision" })
+            older.remove(QString::fromLatin1(k));
+        const auto old = AssignMsg::decode(older);
+        QVERIFY(old);
+        QVERIFY(!old->nesterov);
+        QCOMPARE(old->beta1, 0.9);
+        QCOMPARE(old->beta2, 0.999);
+        QCOMPARE(old->eps, 1e-8);
+        QCOMPARE(old->clipGradNorm, 0.0);
+        QCOMPARE(old->precision, QStringLiteral("fp32"));
         // Whole weights kept by nobody say nothing of changes or anchors, as before.
         QCOMPARE(m.change, QStringLiteral("none"));
         QCOMPARE(m.anchor, qint64(0));

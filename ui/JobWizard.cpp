@@ -112,10 +112,10 @@ void JobWizard::build()
     m_name = new QLineEdit;
     add(data, QStringLiteral("name"), tr("Job name"), m_name);
     m_datasetKind = combo({QStringLiteral("fashion-mnist"), QStringLiteral("idx"), QStringLiteral("csv"),
-                           QStringLiteral("images")});
+                           QStringLiteral("images"), QStringLiteral("npy")});
     add(data, QStringLiteral("dataset.kind"), tr("Data set"), m_datasetKind,
         tr("fashion-mnist: Debian's dataset-fashion-mnist; idx: a folder of IDX files; csv: a table; images: a folder "
-           "of class folders (train/<class>/ and test/<class>/, or <class>/ alone)"));
+           "of class folders (train/<class>/ and test/<class>/, or <class>/ alone); npy: a folder with x.npy and y.npy, or a .npz"));
     m_datasetPath = new QLineEdit;
     m_datasetPath->setPlaceholderText(tr("folder of IDX files, the CSV file, or the image folder"));
     add(data, QStringLiteral("dataset.path"), tr("Location"),
@@ -181,12 +181,34 @@ void JobWizard::build()
     add(training, QStringLiteral("training.local_steps"), tr("Local steps per subtask"), m_localSteps);
     m_batchSize = spin(0, 65536);
     add(training, QStringLiteral("training.batch_size"), tr("Batch size"), m_batchSize);
-    m_optimizer = combo({QStringLiteral("sgd"), QStringLiteral("adam")});
-    add(training, QStringLiteral("training.optimizer"), tr("Optimizer"), m_optimizer);
+    m_optimizer = combo({QStringLiteral("sgd"), QStringLiteral("adam"), QStringLiteral("adamw")});
+    add(training, QStringLiteral("training.optimizer"), tr("Optimizer"), m_optimizer,
+        tr("adamw: Adam with decoupled weight decay (the weights shrink by learning rate × weight decay each step)"));
     m_learningRate = new QLineEdit;
     add(training, QStringLiteral("training.learning_rate"), tr("Learning rate"), m_learningRate);
     m_momentum = dspin(0, 0.999, 3, 0.05);
     add(training, QStringLiteral("training.momentum"), tr("Momentum"), m_momentum);
+    m_nesterovSgd = new QCheckBox(tr("Nesterov momentum"));
+    add(training, QStringLiteral("training.nesterov"), QString(), m_nesterovSgd, tr("sgd with momentum only"));
+    m_weightDecay = dspin(0, 1, 5, 0.0001);
+    add(training, QStringLiteral("training.weight_decay"), tr("Weight decay"), m_weightDecay,
+        tr("sgd, adam: L2 added to the gradient; adamw: decoupled"));
+    m_beta1 = dspin(0, 0.9999, 4, 0.01);
+    add(training, QStringLiteral("training.beta1"), tr("β1"), m_beta1, tr("adam, adamw: decay of the first moment"));
+    m_beta2 = dspin(0, 0.99999, 5, 0.001);
+    add(training, QStringLiteral("training.beta2"), tr("β2"), m_beta2, tr("adam, adamw: decay of the second moment"));
+    m_eps = new QLineEdit;
+    add(training, QStringLiteral("training.eps"), tr("ε"), m_eps, tr("adam, adamw: added to the denominator"));
+    m_clipGradNorm = dspin(0, 1e6, 3, 0.1);
+    m_clipGradNorm->setSpecialValueText(tr("off"));
+    add(training, QStringLiteral("training.clip_grad_norm"), tr("Gradient clipping"), m_clipGradNorm,
+        tr("The gradients' global norm is clipped to this before each step"));
+    m_labelSmoothing = dspin(0, 0.99, 2, 0.05);
+    m_labelSmoothing->setSpecialValueText(tr("off"));
+    add(training, QStringLiteral("training.label_smoothing"), tr("Label smoothing"), m_labelSmoothing);
+    m_precision = combo({QStringLiteral("fp32"), QStringLiteral("bf16"), QStringLiteral("fp16")});
+    add(training, QStringLiteral("training.precision"), tr("Precision"), m_precision,
+        tr("The forward pass under autocast; fp16 only on a GPU. The weights stay float32."));
     m_schedule = combo({QStringLiteral("constant"), QStringLiteral("step"), QStringLiteral("cosine")});
     add(training, QStringLiteral("training.lr_schedule"), tr("Schedule"), m_schedule,
         tr("Per optimizer step over the whole job"));
@@ -201,6 +223,14 @@ void JobWizard::build()
     m_carryOptimizer = new QCheckBox(tr("Workers keep their optimizer's state between subtasks"));
     add(training, QStringLiteral("training.carry_optimizer"), QString(), m_carryOptimizer,
         tr("Momentum buffers and Adam's moments go on from one subtask to the next, as in one process's loop"));
+    m_bestMetric = combo({QStringLiteral("accuracy"), QStringLiteral("loss")});
+    add(training, QStringLiteral("training.best_metric"), tr("Best model by"), m_bestMetric,
+        tr("The model with the best test accuracy (or lowest test loss) is kept as model-best.pt"));
+    m_earlyStop = spin(0, 100000);
+    m_earlyStop->setSpecialValueText(tr("off"));
+    m_earlyStop->setSuffix(tr(" evaluations"));
+    add(training, QStringLiteral("training.early_stop_after"), tr("Stop early after"), m_earlyStop,
+        tr("End the job after this many evaluations in a row without a better model"));
     m_seed = spin(0, 2000000000);
     add(training, QStringLiteral("training.seed"), tr("Seed"), m_seed);
     m_threads = spin(0, 1024);
@@ -355,10 +385,20 @@ void JobWizard::setJob(const JobSpec &j)
     m_optimizer->setCurrentText(j.training.optimizer);
     m_learningRate->setText(QString::number(j.training.learningRate));
     m_momentum->setValue(j.training.momentum);
+    m_nesterovSgd->setChecked(j.training.nesterov);
+    m_weightDecay->setValue(j.training.weightDecay);
+    m_beta1->setValue(j.training.beta1);
+    m_beta2->setValue(j.training.beta2);
+    m_eps->setText(QString::number(j.training.eps));
+    m_clipGradNorm->setValue(j.training.clipGradNorm);
+    m_labelSmoothing->setValue(j.training.labelSmoothing);
+    m_precision->setCurrentText(j.training.precision);
     m_schedule->setCurrentText(j.training.lrSchedule);
     m_warmup->setValue(j.training.lrWarmupSteps);
     m_floor->setValue(j.training.lrFloor);
     m_carryOptimizer->setChecked(j.training.carryOptimizer);
+    m_bestMetric->setCurrentText(j.training.bestMetric);
+    m_earlyStop->setValue(j.training.earlyStopAfter);
     m_seed->setValue(int(j.training.seed));
     m_threads->setValue(j.training.threads);
     m_rule->setCurrentText(j.aggregation.rule);
@@ -423,10 +463,21 @@ JobSpec JobWizard::job() const
     const double lr = m_learningRate->text().trimmed().toDouble(&ok);
     j.training.learningRate = ok ? lr : -1.0;
     j.training.momentum = m_momentum->value();
+    j.training.nesterov = m_nesterovSgd->isChecked();
+    j.training.weightDecay = m_weightDecay->value();
+    j.training.beta1 = m_beta1->value();
+    j.training.beta2 = m_beta2->value();
+    const double eps = m_eps->text().trimmed().toDouble(&ok);
+    j.training.eps = ok ? eps : -1.0;
+    j.training.clipGradNorm = m_clipGradNorm->value();
+    j.training.labelSmoothing = m_labelSmoothing->value();
+    j.training.precision = m_precision->currentText();
     j.training.lrSchedule = m_schedule->currentText();
     j.training.lrWarmupSteps = m_warmup->value();
     j.training.lrFloor = m_floor->value();
     j.training.carryOptimizer = m_carryOptimizer->isChecked();
+    j.training.bestMetric = m_bestMetric->currentText();
+    j.training.earlyStopAfter = m_earlyStop->value();
     j.training.seed = quint64(m_seed->value());
     j.training.threads = m_threads->value();
     j.aggregation.rule = m_rule->currentText();

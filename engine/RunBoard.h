@@ -1,0 +1,41 @@
+#pragma once
+// A run's TensorBoard log: <run dir>/tensorboard/events.out.tfevents.*, so that
+// `tensorboard --logdir runs/` shows Flotilla runs beside a user's other experiments.
+// Written as the job goes: every assimilated result (training loss, staleness, learning
+// rate, workers online, cost and savings) and every evaluation, stepped by the global
+// model's seq; the job's settings as text. A log that cannot be written costs the run
+// nothing but the log: the failure is said once in the log and the board goes quiet.
+//
+// Threads: the coordinator's.
+
+#include "engine/Store.h"
+#include "job/JobSpec.h"
+
+#include <memory>
+
+namespace flotilla {
+
+class TensorBoardWriter;
+
+class RunBoard
+{
+public:
+    // Null, with a warning, when the folder or the file cannot be made.
+    static std::unique_ptr<RunBoard> open(const QString &runDir, const JobSpec &spec, double wallSeconds);
+    ~RunBoard();
+
+    void result(const AssimilationRecord &a, double learningRate, int workersOnline, const LedgerTotals &cost,
+                double wallSeconds);
+    void evaluation(const EvaluationRecord &e, double wallSeconds);
+    // Hands what is buffered to the file (readers see it); at most every few seconds is enough.
+    void flush();
+
+    static QString folder(const QString &runDir);
+
+private:
+    RunBoard() = default;
+    std::unique_ptr<TensorBoardWriter> m_writer;
+    bool m_failed = false;
+};
+
+} // namespace flotilla
