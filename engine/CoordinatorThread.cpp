@@ -143,6 +143,8 @@ void CoordinatorThread::start()
 
     CoordinatorHooks hooks;
     hooks.evaluate = [this](EvaluationRequest request) {
+        if (m_closing)
+            return; // shutting down: a resumed job asks for it again
         const auto data = m_coordinator->data();
         const JobSpec spec = m_coordinator->spec();
         m_evaluationPool.start([this, request = std::move(request), data, spec]() mutable {
@@ -228,14 +230,20 @@ void CoordinatorThread::shutdown()
 {
     if (!m_thread.isRunning())
         return;
+    // First, on the coordinator's thread, after the calls queued before this one (a result
+    // among them may just have started an evaluation): no tick and no new evaluation from here on.
+    QMetaObject::invokeMethod(this, [this] {
+        m_closing = true;
+        delete m_tickTimer;
+        m_tickTimer = nullptr;
+    }, Qt::BlockingQueuedConnection);
+    // Then the evaluation running now, if any, finishes with the model it uses.
     m_evaluationPool.waitForDone();
-    // Destroy the coordinator (its store connection, its timer) on the thread that used it,
-    // after the open group is committed and answered.
+    // Destroy the coordinator (its store connection) and the evaluation model on the thread
+    // that used them, after the open group is committed and answered.
     QMetaObject::invokeMethod(this, [this] {
         endGroup();
         reportHeartbeatWaits();
-        delete m_tickTimer;
-        m_tickTimer = nullptr;
         // Evaluations queued back after the pool drained are dropped with the coordinator.
         m_coordinator.reset();
         m_evaluationModel.reset();

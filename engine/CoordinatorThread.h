@@ -125,6 +125,7 @@ private:
     QElapsedTimer m_tickClock;
     qint64 m_lastTickWallMs = 0;
     bool m_ended = false;
+    bool m_closing = false; // shutdown() began: no evaluation starts (coordinator's thread)
     std::atomic<qint64> m_nextTicket{1};
     bool m_groupOpen = false;
     bool m_groupEndPosted = false;
