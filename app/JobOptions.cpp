@@ -333,7 +333,7 @@ void printSummary(const JobProgress &p, const QString &runDir, qint64 wallMs)
     std::printf("  cost                 $%.4f at spot prices, $%.4f at on-demand prices, $%.4f paid: savings %.0f%%\n",
                 c.costSpot, c.costOnDemand, c.costActual, c.savingsPercent());
     std::printf("  wall time            %s this run\n", duration(wallMs).toUtf8().constData());
-    std::printf("  run directory        %s (model.pt, metrics.csv, flotilla.db, flotilla.log)\n",
+    std::printf("  run directory        %s (model.pt, model-best.pt, metrics.csv, confusion.csv, tensorboard/, flotilla.db, flotilla.log)\n",
                 runDir.toUtf8().constData());
 }
 

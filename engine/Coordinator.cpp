@@ -1319,6 +1319,29 @@ double disagreement(const torch::Tensor &a, const torch::Tensor &b, const torch:
     return scale > 0 ? distance / scale : (distance > 0 ? 1e9 : 0.0);
 }
 
+// The confusion matrix of one evaluation as CSV: a row per true class, a column per predicted
+// class, and each class's accuracy last.
+QByteArray confusionCsv(const EvaluationDetail &d, const QStringList &names)
+{
+    const auto name = [&](int c) {
+        QString n = c < names.size() ? names[c] : QString::number(c);
+        return n.contains(u',') || n.contains(u'"') ? u'"' + n.replace(u'"', QStringLiteral("\"\"")) + u'"' : n;
+    };
+    QByteArray csv = "true\\predicted";
+    for (int p = 0; p < d.classes; ++p)
+        csv += ',' + name(p).toUtf8();
+    csv += ",accuracy\n";
+    const std::vector<double> accuracy = d.classAccuracy();
+    for (int t = 0; t < d.classes; ++t) {
+        csv += name(t).toUtf8();
+        for (int p = 0; p < d.classes; ++p)
+            csv += ',' + QByteArray::number(d.confusion[std::size_t(t * d.classes + p)]);
+        csv += ',' + (accuracy[std::size_t(t)] >= 0 ? QByteArray::number(accuracy[std::size_t(t)], 'f', 5) : QByteArray())
+               + '\n';
+    }
+    return csv;
+}
+
 // Renames `from` over `to`: at once where the system can (POSIX rename replaces), else by
 // removing `to` first.
 bool replaceFile(const QString &from, const QString &to)
@@ -1799,7 +1822,13 @@ void Coordinator::recordEvaluation(const EvaluationRequest &request, const Evalu
     }
     EvaluationRecord record{request.epoch, request.version, request.seq, evaluation.accuracy, evaluation.loss,
                             m_clock->nowMs()};
+    const EvaluationDetail detail{request.epoch, request.seq, evaluation.top5Accuracy, evaluation.classes,
+                                  {evaluation.confusion.begin(), evaluation.confusion.end()}};
     if (auto r = store().addEvaluation(m_jobId, record); !r) {
+        setFatal(r.error());
+        return;
+    }
+    if (auto r = store().addEvaluationDetail(m_jobId, detail); !r) {
         setFatal(r.error());
         return;
     }
@@ -1813,7 +1842,7 @@ void Coordinator::recordEvaluation(const EvaluationRequest &request, const Evalu
               .arg(request.epoch + 1).arg(request.version).arg(100.0 * evaluation.accuracy, 0, 'f', 2)
               .arg(evaluation.loss, 0, 'f', 4));
     if (m_board)
-        m_board->evaluation(record, double(m_clock->nowMs()) / 1000.0);
+        m_board->evaluation(record, detail, m_data->test.classNames, double(m_clock->nowMs()) / 1000.0);
     if (m_hooks.evaluated)
         m_hooks.evaluated(record);
     if (m_finished)
@@ -1905,27 +1934,42 @@ Result<void> Coordinator::finalize()
     auto evaluations = store().evaluations(m_jobId);
     if (!assimilations || !evaluations)
         return fail(QStringLiteral("cannot read the metrics back from the store"));
+    auto details = store().evaluationDetails(m_jobId);
+    if (!details)
+        return details.takeError();
+    std::map<qint64, double> top5; // by seq
+    for (const auto &d : *details)
+        top5[d.seq] = d.top5Accuracy;
     QByteArray csv = "seq,version,epoch,shard,worker,staleness,credit,samples,train_loss,train_seconds,at_ms,"
-                     "test_accuracy,test_loss\n";
+                     "test_accuracy,test_loss,test_top5_accuracy\n";
     std::size_t e = 0;
     for (const auto &a : *assimilations) {
         QString accuracy;
         QString testLoss;
+        QString testTop5;
         while (e < evaluations->size() && (*evaluations)[e].seq <= a.seq) {
             if ((*evaluations)[e].seq == a.seq) {
                 accuracy = QString::number((*evaluations)[e].accuracy, 'f', 5);
                 testLoss = QString::number((*evaluations)[e].loss, 'f', 5);
+                if (const auto t = top5.find(a.seq); t != top5.end() && t->second >= 0)
+                    testTop5 = QString::number(t->second, 'f', 5);
             }
             ++e;
         }
-        csv += QStringLiteral("%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13\n")
+        csv += QStringLiteral("%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14\n")
                    .arg(a.seq).arg(a.version).arg(a.epoch).arg(a.shard).arg(a.workerId).arg(a.staleness)
                    .arg(a.credit, 0, 'f', 4).arg(a.samples).arg(a.loss, 0, 'f', 5).arg(a.trainSeconds, 0, 'f', 3)
-                   .arg(a.atMs).arg(accuracy, testLoss)
+                   .arg(a.atMs).arg(accuracy, testLoss, testTop5)
                    .toUtf8();
     }
     if (auto r = writeFileAtomically(m_runDir + QStringLiteral("/metrics.csv"), csv); !r)
         return r;
+    if (!details->empty()) {
+        if (auto r = writeFileAtomically(m_runDir + QStringLiteral("/confusion.csv"),
+                                         confusionCsv(details->back(), m_data->test.classNames));
+            !r)
+            return r;
+    }
     if (m_board)
         m_board->flush();
     const qint64 now = m_clock->nowMs();

@@ -50,12 +50,22 @@ void RunBoard::result(const AssimilationRecord &a, double learningRate, int work
                          wallSeconds);
 }
 
-void RunBoard::evaluation(const EvaluationRecord &e, double wallSeconds)
+void RunBoard::evaluation(const EvaluationRecord &e, const EvaluationDetail &detail, const QStringList &classNames,
+                          double wallSeconds)
 {
     if (m_failed)
         return;
-    m_writer->addScalars(e.seq, {{QStringLiteral("test/accuracy"), e.accuracy}, {QStringLiteral("test/loss"), e.loss}},
-                         wallSeconds);
+    QList<QPair<QString, double>> values{{QStringLiteral("test/accuracy"), e.accuracy},
+                                         {QStringLiteral("test/loss"), e.loss}};
+    if (detail.top5Accuracy >= 0)
+        values.append({QStringLiteral("test/top5_accuracy"), detail.top5Accuracy});
+    const std::vector<double> perClass = detail.classAccuracy();
+    for (int c = 0; c < int(perClass.size()) && c < 100; ++c)
+        if (perClass[std::size_t(c)] >= 0)
+            values.append({QStringLiteral("test/class_accuracy/%1")
+                               .arg(c < classNames.size() ? classNames[c] : QString::number(c)),
+                           perClass[std::size_t(c)]});
+    m_writer->addScalars(e.seq, values, wallSeconds);
     flush();
 }
 

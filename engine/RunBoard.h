@@ -26,7 +26,10 @@ public:
 
     void result(const AssimilationRecord &a, double learningRate, int workersOnline, const LedgerTotals &cost,
                 double wallSeconds);
-    void evaluation(const EvaluationRecord &e, double wallSeconds);
+    // With the top-5 accuracy and each class's accuracy (the first 100 classes), named after
+    // the data set's classes where it has names.
+    void evaluation(const EvaluationRecord &e, const EvaluationDetail &detail, const QStringList &classNames,
+                    double wallSeconds);
     // Hands what is buffered to the file (readers see it); at most every few seconds is enough.
     void flush();
 

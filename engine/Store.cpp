@@ -47,6 +47,9 @@ CREATE TABLE IF NOT EXISTS assimilations(
 CREATE TABLE IF NOT EXISTS evaluations(
     job_id INTEGER NOT NULL REFERENCES jobs(id), epoch INTEGER NOT NULL, version INTEGER NOT NULL,
     seq INTEGER NOT NULL, accuracy REAL NOT NULL, loss REAL NOT NULL, at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS evaluation_details(
+    job_id INTEGER NOT NULL REFERENCES jobs(id), epoch INTEGER NOT NULL, seq INTEGER NOT NULL,
+    top5_accuracy REAL NOT NULL, classes INTEGER NOT NULL, confusion TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS events(
     id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL REFERENCES jobs(id), at_ms INTEGER NOT NULL,
     kind TEXT NOT NULL, worker_id INTEGER NOT NULL, subtask_id INTEGER NOT NULL, lease_id INTEGER NOT NULL,
@@ -417,6 +420,30 @@ Result<void> Store::addEvaluation(qint64 jobId, const EvaluationRecord &e)
     Statement q(m_db, "INSERT INTO evaluations(job_id, epoch, version, seq, accuracy, loss, at_ms) "
                       "VALUES(?, ?, ?, ?, ?, ?, ?)");
     return q.bind(jobId).bind(e.epoch).bind(e.version).bind(e.seq).bind(e.accuracy).bind(e.loss).bind(e.atMs).run();
+}
+
+Result<void> Store::addEvaluationDetail(qint64 jobId, const EvaluationDetail &d)
+{
+    QStringList counts;
+    for (const qint64 c : d.confusion)
+        counts << QString::number(c);
+    Statement q(m_db, "INSERT INTO evaluation_details(job_id, epoch, seq, top5_accuracy, classes, confusion) "
+                      "VALUES(?, ?, ?, ?, ?, ?)");
+    return q.bind(jobId).bind(d.epoch).bind(d.seq).bind(d.top5Accuracy).bind(qint64(d.classes))
+        .bind(counts.join(u' ')).run();
+}
+
+Result<std::vector<EvaluationDetail>> Store::evaluationDetails(qint64 jobId)
+{
+    Statement q(m_db, "SELECT epoch, seq, top5_accuracy, classes, confusion FROM evaluation_details WHERE job_id = ? "
+                      "ORDER BY seq, epoch");
+    q.bind(jobId);
+    return collect<EvaluationDetail>(q, [](Statement &s) {
+        EvaluationDetail d{s.i32(0), s.i64(1), s.f64(2), s.i32(3), {}};
+        for (const QString &c : s.text(4).split(u' ', Qt::SkipEmptyParts))
+            d.confusion.push_back(c.toLongLong());
+        return d;
+    });
 }
 
 Result<std::vector<EvaluationRecord>> Store::evaluations(qint64 jobId)

@@ -76,6 +76,30 @@ struct AssimilationRecord
     qint64 atMs = 0;
 };
 
+// What an evaluation found beyond accuracy and loss: top-5 accuracy (-1 with five classes or
+// fewer) and the confusion matrix, counts[true class × classes + predicted class].
+struct EvaluationDetail
+{
+    int epoch = 0;
+    qint64 seq = 0;
+    double top5Accuracy = -1.0;
+    int classes = 0;
+    std::vector<qint64> confusion;
+
+    // Per class: the share of its test samples predicted right (-1 for a class with none).
+    std::vector<double> classAccuracy() const
+    {
+        std::vector<double> out;
+        for (int t = 0; t < classes; ++t) {
+            qint64 all = 0;
+            for (int p = 0; p < classes; ++p)
+                all += confusion[std::size_t(t * classes + p)];
+            out.push_back(all > 0 ? double(confusion[std::size_t(t * classes + t)]) / double(all) : -1.0);
+        }
+        return out;
+    }
+};
+
 struct EvaluationRecord
 {
     int epoch = 0;
@@ -182,6 +206,8 @@ public:
     // From the one after afterSeq on, at most limit of them (-1: all).
     Result<std::vector<AssimilationRecord>> assimilations(qint64 jobId, qint64 afterSeq = -1, int limit = -1);
     Result<void> addEvaluation(qint64 jobId, const EvaluationRecord &e);
+    Result<void> addEvaluationDetail(qint64 jobId, const EvaluationDetail &d);
+    Result<std::vector<EvaluationDetail>> evaluationDetails(qint64 jobId);
     Result<std::vector<EvaluationRecord>> evaluations(qint64 jobId);
     // The evaluations recorded after the one with row id afterRowId, in the order recorded.
     Result<std::vector<EvaluationRecord>> evaluationsAfter(qint64 jobId, qint64 afterRowId, int limit);

@@ -354,6 +354,9 @@ Result<Evaluation> evaluate(Model &model, const torch::Tensor &weights, const Da
         const std::int64_t n = data.size();
         double lossSum = 0.0;
         std::int64_t correct = 0;
+        std::int64_t top5 = 0;
+        torch::Tensor confusion; // counts, on the device until the end
+        std::int64_t classes = 0;
         for (std::int64_t i = 0; i < n; i += batchSize) {
             const std::int64_t take = std::min<std::int64_t>(batchSize, n - i);
             const torch::Tensor logits = model.forward(inputs.rows(i, take));
@@ -361,12 +364,25 @@ Result<Evaluation> evaluate(Model &model, const torch::Tensor &weights, const Da
             lossSum += torch::nn::functional::cross_entropy(
                            logits, yb, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                            .item<double>();
-            correct += logits.argmax(1).eq(yb).sum().item<std::int64_t>();
+            const torch::Tensor predicted = logits.argmax(1);
+            correct += predicted.eq(yb).sum().item<std::int64_t>();
+            classes = logits.size(1);
+            if (classes > 5)
+                top5 += std::get<1>(logits.topk(5, 1)).eq(yb.unsqueeze(1)).any(1).sum().item<std::int64_t>();
+            const torch::Tensor counts = torch::bincount(yb * classes + predicted, {}, classes * classes)
+                                             .narrow(0, 0, classes * classes);
+            confusion = confusion.defined() ? confusion + counts : counts;
         }
         model.setTraining(true);
         ev.samples = n;
         ev.accuracy = n > 0 ? double(correct) / double(n) : 0.0;
         ev.loss = n > 0 ? lossSum / double(n) : 0.0;
+        ev.classes = int(classes);
+        ev.top5Accuracy = classes > 5 && n > 0 ? double(top5) / double(n) : -1.0;
+        if (confusion.defined()) {
+            const torch::Tensor cpu = confusion.to(torch::kCPU, torch::kInt64).contiguous();
+            ev.confusion.assign(cpu.data_ptr<std::int64_t>(), cpu.data_ptr<std::int64_t>() + cpu.numel());
+        }
     } catch (const std::exception &e) {
         return fail(QStringLiteral("evaluation failed: %1").arg(torchErrorSummary(e)));
     }

@@ -136,6 +136,9 @@ struct Evaluation
     double accuracy = 0.0;
     double loss = 0.0;
     std::int64_t samples = 0;
+    double top5Accuracy = -1.0; // the true class among the five highest outputs; -1: five classes or fewer
+    int classes = 0;
+    std::vector<std::int64_t> confusion; // [true × classes + predicted]: counts
 };
 Result<Evaluation> evaluate(Model &model, const torch::Tensor &weights, const Dataset &data, torch::Device device,
                             int batchSize = 0);

@@ -3,9 +3,12 @@
 // partial results, resuming from the store, corrupt and orphan checkpoints, cost.
 #include "FakeClock.h"
 #include "TestSupport.h"
+#include "common/TensorBoardWriter.h"
 #include "engine/Checkpoint.h"
 #include "engine/Coordinator.h"
 
+#include <QDir>
+#include <QSet>
 #include <QtTest>
 
 #include <torch/torch.h>
@@ -706,6 +709,47 @@ private Q_SLOTS:
         QVERIFY(c->finished());
         QVERIFY(lastEventDetail(*c, QStringLiteral("job-finished")).startsWith(QStringLiteral("2 epochs")));
         QVERIFY(QFileInfo::exists(f.dir.filePath(QStringLiteral("model-best.pt"))));
+    }
+
+    // A finished run exports what each evaluation found: the store keeps the confusion matrix
+    // per evaluation, confusion.csv holds the last with each class's accuracy, metrics.csv has
+    // a top-5 column, and the TensorBoard log has the training and test scalars.
+    void evaluationsAreStoredAndExported()
+    {
+        Fixture f;
+        f.spec.training.epochs = 2;
+        auto c = f.open();
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        runToEnd(*c, {w});
+        QVERIFY(c->finished());
+        auto details = c->store().evaluationDetails(1);
+        QVERIFY(details);
+        QCOMPARE(int(details->size()), 2);
+        QCOMPARE(details->back().classes, 2);
+        qint64 counted = 0;
+        for (const qint64 n : details->back().confusion)
+            counted += n;
+        QCOMPARE(counted, f.data->test.size());
+        QFile confusion(f.dir.filePath(QStringLiteral("confusion.csv")));
+        QVERIFY(confusion.open(QIODevice::ReadOnly));
+        const QList<QByteArray> lines = confusion.readAll().trimmed().split('\n');
+        QCOMPARE(lines.size(), 3);
+        QCOMPARE(lines[0], QByteArray("true\\predicted,0,1,accuracy"));
+        QFile metrics(f.dir.filePath(QStringLiteral("metrics.csv")));
+        QVERIFY(metrics.open(QIODevice::ReadOnly));
+        QVERIFY(metrics.readLine().trimmed().endsWith("test_loss,test_top5_accuracy"));
+        const QStringList boards = QDir(f.dir.filePath(QStringLiteral("tensorboard"))).entryList(QDir::Files);
+        QCOMPARE(boards.size(), 1);
+        auto events = readTensorBoardEvents(f.dir.filePath(QStringLiteral("tensorboard/")) + boards.front());
+        QVERIFY2(events, qPrintable(events ? QString() : events.error()));
+        QSet<QString> tags;
+        for (const auto &e : *events)
+            for (const auto &v : e.values)
+                tags.insert(v.tag);
+        for (const char *tag : {"job/settings", "train/loss", "train/staleness", "train/learning_rate",
+                                "fleet/workers_online", "cost/savings_percent", "test/accuracy", "test/loss",
+                                "test/class_accuracy/0", "test/class_accuracy/1"})
+            QVERIFY2(tags.contains(QString::fromLatin1(tag)), tag);
     }
 
     void failedEvaluationIsRetriedThenTheJobEnds()

@@ -205,7 +205,8 @@ private Q_SLOTS:
         QVERIFY(QFileInfo(db).isFile());
         const QStringList tables =
             queryFile(db, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
-        const QStringList expected{QStringLiteral("assimilations"), QStringLiteral("evaluations"),
+        const QStringList expected{QStringLiteral("assimilations"), QStringLiteral("evaluation_details"),
+                                   QStringLiteral("evaluations"),
                                    QStringLiteral("events"),        QStringLiteral("jobs"),
                                    QStringLiteral("leases"),        QStringLiteral("ledger"),
                                    QStringLiteral("meta"),          QStringLiteral("operator_requests"),

@@ -197,6 +197,54 @@ private Q_SLOTS:
         QVERIFY(!out->partial);
     }
 
+    // Top-5 accuracy and the confusion matrix, against counts made here from the model's own
+    // outputs on eight classes.
+    void evaluationCountsTopFiveAndConfusion()
+    {
+        torch::manual_seed(11);
+        Dataset d;
+        d.features = torch::randn({300, 4});
+        d.labels = torch::randint(0, 8, {300}, torch::kInt64);
+        d.numClasses = 8;
+        ModelSpec spec;
+        spec.kind = QStringLiteral("mlp");
+        spec.hidden = {16};
+        auto model = createModel(spec, {4}, 8).value();
+        const torch::Tensor weights = model->flatWeights();
+        auto ev = evaluate(*model, weights, d, torch::kCPU, 64);
+        QVERIFY(ev);
+        QCOMPARE(ev->classes, 8);
+        QCOMPARE(int(ev->confusion.size()), 64);
+        torch::Tensor logits;
+        {
+            torch::NoGradGuard noGrad;
+            model->setTraining(false);
+            logits = model->forward(InputPipeline(d, torch::kCPU).rows(0, 300));
+        }
+        const torch::Tensor predicted = logits.argmax(1);
+        std::int64_t inTop5 = 0;
+        std::vector<std::int64_t> expected(64, 0);
+        for (int i = 0; i < 300; ++i) {
+            const auto t = d.labels[i].item<std::int64_t>();
+            const auto p = predicted[i].item<std::int64_t>();
+            ++expected[std::size_t(t * 8 + p)];
+            const torch::Tensor row = logits[i];
+            // In the top five: fewer than five outputs beat the true class's.
+            inTop5 += row.gt(row[t]).sum().item<std::int64_t>() < 5 ? 1 : 0;
+        }
+        QCOMPARE(ev->confusion, expected);
+        QCOMPARE(ev->top5Accuracy, double(inTop5) / 300.0);
+        std::int64_t diagonal = 0;
+        for (int c = 0; c < 8; ++c)
+            diagonal += expected[std::size_t(c * 9)];
+        QCOMPARE(ev->accuracy, double(diagonal) / 300.0);
+        // Two classes: no top-5.
+        Setup s;
+        auto two = evaluate(*s.model, s.model->flatWeights(), s.data->test, torch::kCPU);
+        QCOMPARE(two->top5Accuracy, -1.0);
+        QCOMPARE(int(two->confusion.size()), 4);
+    }
+
     void adamOptimizerTrains()
     {
         Setup s;
