@@ -16,6 +16,8 @@
 #include <QComboBox>
 #include <QDialogButtonBox>
 #include <QImage>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
 #include <QLineSeries>
@@ -166,6 +168,44 @@ private Q_SLOTS:
         QVERIFY(other.loadJobFile(file));
         QVERIFY(qobject_cast<QCheckBox *>(other.field(QStringLiteral("fleet.dismiss_idle")))->isChecked());
         QVERIFY(other.job().fleet.dismissIdle && other.job().fleet.speculate);
+    }
+
+    // The optimizer's settings, the precision, the best model, early stopping, NumPy data and
+    // a fleet's requirements go into the wizard from a job and come out the same.
+    void wizardCarriesTheTrainingSettings()
+    {
+        JobSpec job = JobSpec::defaultJob();
+        job.dataset.kind = QStringLiteral("npy");
+        job.dataset.path = m_dir.filePath(QStringLiteral("arrays"));
+        job.training.bestMetric = QStringLiteral("loss");
+        job.training.precision = QStringLiteral("bf16");
+        job.training.optimizer = QStringLiteral("adamw");
+        job.training.labelSmoothing = 0.05;
+        job.training.clipGradNorm = 2.0;
+        job.training.weightDecay = 0.01;
+        job.training.eps = 1e-7;
+        job.training.beta2 = 0.95;
+        job.training.beta1 = 0.8;
+        job.training.earlyStopAfter = 3;
+        job.fleet.requireDevice = QStringLiteral("cuda");
+        job.fleet.requireMemoryMb = 8192;
+        job.fleet.workers = 1; // the wizard shows this machine's own workers
+        ui::JobWizard wizard(job, 1);
+        const QJsonObject shown = wizard.job().toJson();
+        const QJsonObject given = job.toJson();
+        for (const QString &section : given.keys())
+            if (shown.value(section) != given.value(section))
+                qWarning().noquote() << section << QJsonDocument(shown.value(section).toObject()).toJson(QJsonDocument::Compact)
+                                     << "vs" << QJsonDocument(given.value(section).toObject()).toJson(QJsonDocument::Compact);
+        QCOMPARE(shown, given);
+        qobject_cast<QComboBox *>(wizard.field(QStringLiteral("training.optimizer")))->setCurrentText(QStringLiteral("sgd"));
+        qobject_cast<QCheckBox *>(wizard.field(QStringLiteral("training.nesterov")))->setChecked(true);
+        qobject_cast<QComboBox *>(wizard.field(QStringLiteral("training.precision")))->setCurrentText(QStringLiteral("fp16"));
+        const JobSpec changed = wizard.job();
+        QCOMPARE(changed.training.optimizer, QStringLiteral("sgd"));
+        QVERIFY(changed.training.nesterov);
+        QCOMPARE(changed.training.precision, QStringLiteral("fp16"));
+        QVERIFY(changed.validate());
     }
 
     void wizardOffersImageFolders()

@@ -310,6 +310,14 @@ void JobWizard::build()
     add(fleet, QStringLiteral("fleet.compression"), tr("Results sent as"), m_compression,
         tr("none: the new weights in float32; fp16 or int8: the change from the base weights, in half or a quarter "
            "of the bytes"));
+    m_requireDevice = combo({QStringLiteral("any"), QStringLiteral("cpu"), QStringLiteral("cuda")});
+    add(fleet, QStringLiteral("fleet.require_device"), tr("Workers need a device"), m_requireDevice,
+        tr("In a fleet: only workers with this device train the job (fp16 precision always needs cuda)"));
+    m_requireMemory = spin(0, 1 << 30);
+    m_requireMemory->setSpecialValueText(tr("any"));
+    m_requireMemory->setSuffix(tr(" MiB"));
+    add(fleet, QStringLiteral("fleet.require_memory_mb"), tr("Workers need memory"), m_requireMemory,
+        tr("In a fleet: only workers with at least this much memory train the job"));
     m_priceTable = new QLineEdit;
     m_priceTable->setPlaceholderText(tr("built-in table (approximate, June 2024)"));
     add(fleet, QStringLiteral("fleet.price_table"), tr("Price table"),
@@ -423,6 +431,8 @@ void JobWizard::setJob(const JobSpec &j)
     m_instanceType->setCurrentText(j.fleet.instanceType);
     m_priceClass->setCurrentText(j.fleet.priceClass);
     m_compression->setCurrentText(j.fleet.compression);
+    m_requireDevice->setCurrentText(j.fleet.requireDevice);
+    m_requireMemory->setValue(int(std::min<qint64>(j.fleet.requireMemoryMb, 1 << 30)));
     m_priceTable->setText(j.fleet.priceTable);
     m_localWorkers->setValue(j.fleet.workers);
     m_loading = false;
@@ -503,6 +513,8 @@ JobSpec JobWizard::job() const
     j.fleet.instanceType = m_instanceType->currentText().trimmed();
     j.fleet.priceClass = m_priceClass->currentText();
     j.fleet.compression = m_compression->currentText();
+    j.fleet.requireDevice = m_requireDevice->currentText();
+    j.fleet.requireMemoryMb = m_requireMemory->value();
     j.fleet.priceTable = m_priceTable->text().trimmed();
     return j;
 }

@@ -121,6 +121,8 @@ private:
     QComboBox *m_instanceType = nullptr;
     QComboBox *m_priceClass = nullptr;
     QComboBox *m_compression = nullptr;
+    QComboBox *m_requireDevice = nullptr;
+    QSpinBox *m_requireMemory = nullptr;
     QLineEdit *m_priceTable = nullptr;
 };
 
