@@ -1,6 +1,7 @@
 #include "app/JobOptions.h"
 
 #include "engine/JobData.h"
+#include "job/Tasks.h"
 
 #include <QDateTime>
 #include <QFileInfo>
@@ -43,6 +44,10 @@ const Flag kFlags[] = {
     {"local-epochs", "n", "Passes over its shard a subtask makes."},
     {"local-steps", "n", "If > 0, a subtask trains this many steps instead of local epochs."},
     {"batch-size", "n", "Mini-batch size."},
+    {"task", "name", "What the model learns: classification (default), regression (numeric targets; MSE, or L1 with "
+                     "--regression-loss l1), multi-label (0/1 targets, one logit per label) or next-token (a token "
+                     "file; --dataset tokens)."},
+    {"regression-loss", "name", "Regression: mse (default) or l1."},
     {"optimizer", "name", "Local optimizer: sgd (with momentum), adam, or adamw (decoupled weight decay)."},
     {"lr", "rate", "Learning rate of the local optimizer (epoch 0 of the schedule)."},
     {"momentum", "m", "Momentum of SGD."},
@@ -52,7 +57,7 @@ const Flag kFlags[] = {
     {"beta2", "b", "Adam, AdamW: decay of the second moment (default 0.999)."},
     {"eps", "e", "Adam, AdamW: the term added to the denominator (default 1e-8)."},
     {"clip-grad-norm", "n", "Clip the gradients' global norm to n before each step (0 = off)."},
-    {"label-smoothing", "s", "Classification: spread this share of each target over all classes (0 = off)."},
+    {"label-smoothing", "s", "Classification, next-token: spread this share of each target over all classes (0 = off)."},
     {"precision", "p", "fp32, bf16 or fp16: the forward pass under autocast (fp16 on a GPU only, with a loss scale); "
                        "the weights stay float32."},
     {"lr-schedule", "name", "Learning-rate schedule, per optimizer step over the whole job: constant, step or cosine."},
@@ -60,8 +65,8 @@ const Flag kFlags[] = {
     {"lr-floor", "f", "Cosine: the last step's rate as a share of --lr (default 0.05)."},
     {"fresh-optimizer", nullptr, "Start every subtask with a fresh optimizer (by default a worker keeps its momentum "
                                  "or Adam moments from one subtask to the next, as one process would)."},
-    {"best-metric", "m", "accuracy or loss: the model with the best test accuracy (or lowest test loss) is kept as "
-                         "model-best.pt beside model.pt."},
+    {"best-metric", "m", "accuracy (the task's score: accuracy, R², mean F1 or token accuracy) or loss: the model "
+                         "with the best test score (or lowest test loss) is kept as model-best.pt beside model.pt."},
     {"early-stop", "n", "End the job after n evaluations (epochs) in a row without a better --best-metric (0 = off)."},
     {"seed", "n", "Seed of shards, sample orders, initial weights and simulated preemptions."},
     {"threads", "n", "LibTorch threads per worker (with --workers and no --threads: the cores shared among them)."},
@@ -73,8 +78,11 @@ const Flag kFlags[] = {
     {"dropout", "p", "Dropout probability of the built-in models (0 = off)."},
     {"dataset", "kind", "Data set: fashion-mnist, idx (a folder of IDX files), csv, images (a folder of "
                         "class folders of .png/.jpg/.jpeg/.bmp files: DIR/train/<class>/ and DIR/test/<class>/, or "
-                        "DIR/<class>/ with --test-fraction held out), or npy (NumPy: a folder with x.npy and y.npy, "
-                        "or one .npz holding x and y; --test-fraction held out)."},
+                        "DIR/<class>/ with --test-fraction held out), npy (NumPy: a folder with x.npy and y.npy, "
+                        "or one .npz holding x and y; --test-fraction held out), or tokens (a flat file of token ids "
+                        "as nanoGPT writes train.bin, or a folder with train.bin and val.bin; --task next-token)."},
+    {"context", "n", "Tokens: the length of each training context (default 64)."},
+    {"token-type", "type", "Tokens: uint16 (default) or uint32, the ids' type in the file."},
     {"data", "path", "Folder of IDX files, the CSV file, the image folder, or the NumPy folder or .npz file."},
     {"test-fraction", "f", "Share of the samples held out for testing when the data has no test split of its own."},
     {"image-size", "n", "Images: resize every image to n×n pixels (0 = keep their size; then all must agree)."},
@@ -84,7 +92,8 @@ const Flag kFlags[] = {
     {"crop-padding", "n", "Augment training images: pad each side by n pixels, then crop a window of the original size "
                           "at random (0 = off)."},
     {"hflip", nullptr, "Augment training images: mirror half of them left to right, at random."},
-    {"label-column", "col", "CSV label column: a header name or a 1-based number (default: the last)."},
+    {"label-column", "col", "CSV label column: a header name or a 1-based number (default: the last); regression and "
+                            "multi-label: several, separated by commas."},
     {"train-limit", "n", "Train on only the first n training samples (0 = all)."},
     {"test-limit", "n", "Evaluate on only the first n test samples (0 = all)."},
     {"rule", "name", "Aggregation rule: async-delta (the default), vc-asgd (the paper's), staleness-aware or "
@@ -186,6 +195,7 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
         number("test-fraction", job.dataset.testFraction),
         integer("image-size", job.dataset.imageSize),
         integer("crop-padding", job.dataset.cropPadding),
+        integer("context", job.dataset.context),
         number("alpha", job.aggregation.alpha),
         number("outer-lr", job.aggregation.outerLearningRate),
         number("outer-momentum", job.aggregation.outerMomentum),
@@ -225,6 +235,9 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
     // would use them all (one worker on two cores trained at half speed before).
     if (p.isSet(QStringLiteral("workers")) && !p.isSet(QStringLiteral("threads")) && job.fleet.workers > 0)
         job.training.threads = std::max(1, QThread::idealThreadCount() / job.fleet.workers);
+    text("task", job.training.task);
+    text("regression-loss", job.training.regressionLoss);
+    text("token-type", job.dataset.tokenType);
     text("optimizer", job.training.optimizer);
     text("lr-schedule", job.training.lrSchedule);
     text("device", job.training.device);
@@ -283,32 +296,47 @@ QString duration(qint64 ms)
     return QStringLiteral("%1s").arg(s);
 }
 
-QString progressLine(const JobProgress &p, int alive, int workers)
+namespace {
+
+// An accuracy as a percentage; R² or F1 as the number it is.
+QString scoreValue(const QString &task, double score)
 {
-    const QString accuracy = p.testAccuracy < 0 ? QStringLiteral("  -  ")
-                                                : QStringLiteral("%1%").arg(100.0 * p.testAccuracy, 0, 'f', 2);
+    if (taskInfo(task).scoreKey.endsWith(QLatin1String("accuracy")))
+        return QStringLiteral("%1%").arg(100.0 * score, 0, 'f', 2);
+    return QString::number(score, 'f', 4);
+}
+
+} // namespace
+
+QString progressLine(const JobProgress &p, int alive, int workers, const QString &task)
+{
+    const bool classes = task == QLatin1String("classification");
+    const QString scoreName = classes ? QStringLiteral("acc") : taskInfo(task).score;
+    const QString accuracy = p.testAccuracy < 0 && p.epochsDone == 0 ? QStringLiteral("  -  ") : scoreValue(task, p.testAccuracy);
     if (!p.stalled.isEmpty())
-        return QStringLiteral("epoch %1/%2 | version %3 | test acc %4 | STALLED: %5 | %6")
+        return QStringLiteral("epoch %1/%2 | version %3 | test %4 %5 | STALLED: %6 | %7")
             .arg(p.epochsDone).arg(p.epochs).arg(p.version)
-            .arg(accuracy, p.stalled, duration(p.elapsedMs));
-    return QStringLiteral("epoch %1/%2 | version %3 | loss %4 | test acc %5 | workers %6/%7 | staleness %8 (max %9)"
-                          " | savings %10% | %11")
+            .arg(scoreName, accuracy, p.stalled, duration(p.elapsedMs));
+    return QStringLiteral("epoch %1/%2 | version %3 | loss %4 | test %5 %6 | workers %7/%8 | staleness %9 (max %10)"
+                          " | savings %11% | %12")
         .arg(p.epochsDone).arg(p.epochs).arg(p.version)
-        .arg(p.lossEma < 0 ? QStringLiteral("  -  ") : QString::number(p.lossEma, 'f', 3), accuracy)
+        .arg(p.lossEma < 0 ? QStringLiteral("  -  ") : QString::number(p.lossEma, 'f', 3), scoreName, accuracy)
         .arg(alive).arg(workers)
         .arg(p.recentStaleness, 0, 'f', 1).arg(p.maxStaleness)
         .arg(p.cost.savingsPercent(), 0, 'f', 0)
         .arg(duration(p.elapsedMs));
 }
 
-void printSummary(const JobProgress &p, const QString &runDir, qint64 wallMs)
+void printSummary(const JobProgress &p, const QString &runDir, qint64 wallMs, const QString &task)
 {
     const LedgerTotals &c = p.cost;
     const double wasteShare = c.usefulSeconds + c.wastedSeconds > 0
                                   ? 100.0 * c.wastedSeconds / (c.usefulSeconds + c.wastedSeconds)
                                   : 0.0;
     std::printf("\nJob '%s' finished.\n", p.name.toUtf8().constData());
-    std::printf("  test accuracy        %.2f%% (loss %.4f) after %d epochs\n", 100.0 * p.testAccuracy, p.testLoss, p.epochs);
+    std::printf("  %s %s (loss %.4f) after %d epochs\n",
+                QString(QStringLiteral("test ") + taskInfo(task).score).leftJustified(20).toUtf8().constData(),
+                scoreValue(task, p.testAccuracy).toUtf8().constData(), p.testLoss, p.epochs);
     std::printf("  versions             %lld (assimilations %lld)\n", static_cast<long long>(p.version),
                 static_cast<long long>(p.seq));
     std::printf("  staleness            mean of last 50: %.2f, max %lld\n", p.recentStaleness,
@@ -333,8 +361,8 @@ void printSummary(const JobProgress &p, const QString &runDir, qint64 wallMs)
     std::printf("  cost                 $%.4f at spot prices, $%.4f at on-demand prices, $%.4f paid: savings %.0f%%\n",
                 c.costSpot, c.costOnDemand, c.costActual, c.savingsPercent());
     std::printf("  wall time            %s this run\n", duration(wallMs).toUtf8().constData());
-    std::printf("  run directory        %s (model.pt, model-best.pt, metrics.csv, confusion.csv, tensorboard/, flotilla.db, flotilla.log)\n",
-                runDir.toUtf8().constData());
+    std::printf("  run directory        %s (model.pt, model-best.pt, metrics.csv%s, tensorboard/, flotilla.db, flotilla.log)\n",
+                runDir.toUtf8().constData(), task == QLatin1String("classification") ? ", confusion.csv" : "");
 }
 
 
@@ -404,8 +432,8 @@ int pendingStopSignal()
     return g_signal.load();
 }
 
-ProgressPrinter::ProgressPrinter(bool quiet, int workers)
-    : m_quiet(quiet), m_terminal(isTerminal(stdout)), m_workers(workers)
+ProgressPrinter::ProgressPrinter(bool quiet, int workers, QString task)
+    : m_quiet(quiet), m_terminal(isTerminal(stdout)), m_workers(workers), m_task(std::move(task))
 {
     m_sinceLine.start();
 }
@@ -417,12 +445,12 @@ void ProgressPrinter::update(const JobProgress &p, int alive)
         return;
     // On a terminal the line redraws in place; in a log it is written every 10 s.
     if (m_terminal) {
-        std::printf("\r\x1b[K%s", progressLine(p, alive, m_workers).toUtf8().constData());
+        std::printf("\r\x1b[K%s", progressLine(p, alive, m_workers, m_task).toUtf8().constData());
         std::fflush(stdout);
         m_drawn = true;
     } else if (m_sinceLine.elapsed() >= 10000) {
         m_sinceLine.restart();
-        std::printf("%s\n", progressLine(p, alive, m_workers).toUtf8().constData());
+        std::printf("%s\n", progressLine(p, alive, m_workers, m_task).toUtf8().constData());
         std::fflush(stdout);
     }
 }

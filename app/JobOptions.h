@@ -33,14 +33,16 @@ void installStopSignals();
 int pendingStopSignal();
 
 QString duration(qint64 ms);
-QString progressLine(const JobProgress &p, int alive, int workers);
-void printSummary(const JobProgress &p, const QString &runDir, qint64 wallMs);
+// task: the job's (job/Tasks.h), whose score the line and the summary name.
+QString progressLine(const JobProgress &p, int alive, int workers, const QString &task = QStringLiteral("classification"));
+void printSummary(const JobProgress &p, const QString &runDir, qint64 wallMs,
+                  const QString &task = QStringLiteral("classification"));
 
 // Prints the progress line: redrawn in place on a terminal, every 10 s into a log.
 class ProgressPrinter
 {
 public:
-    ProgressPrinter(bool quiet, int workers);
+    ProgressPrinter(bool quiet, int workers, QString task = QStringLiteral("classification"));
     void update(const JobProgress &p, int alive);
     void endLine();
     const JobProgress &last() const { return m_last; }
@@ -49,6 +51,7 @@ private:
     bool m_quiet;
     bool m_terminal;
     int m_workers;
+    QString m_task;
     bool m_drawn = false;
     QElapsedTimer m_sinceLine;
     JobProgress m_last;

@@ -271,7 +271,7 @@ int runServeCommand(const QStringList &arguments)
 
     LocalFleet &f = *single;
     const JobSpec &spec = f.spec();
-    ProgressPrinter printer(parser.isSet(QStringLiteral("quiet")), spec.fleet.workers);
+    ProgressPrinter printer(parser.isSet(QStringLiteral("quiet")), spec.fleet.workers, spec.training.task);
     QElapsedTimer wall;
     wall.start();
     int exitCode = ExitOk;
@@ -311,7 +311,7 @@ int runServeCommand(const QStringList &arguments)
     f.stop();
     if (exitCode == ExitOk) {
         printer.endLine();
-        printSummary(printer.last(), f.runDir(), wall.elapsed());
+        printSummary(printer.last(), f.runDir(), wall.elapsed(), f.spec().training.task);
     }
     setLogFile({});
     return exitCode;

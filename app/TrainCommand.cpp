@@ -95,7 +95,7 @@ int runTrainCommand(const QStringList &arguments)
                     : "off");
     std::fflush(stdout);
 
-    ProgressPrinter printer(parser.isSet(QStringLiteral("quiet")), spec.fleet.workers);
+    ProgressPrinter printer(parser.isSet(QStringLiteral("quiet")), spec.fleet.workers, spec.training.task);
     QElapsedTimer wall;
     wall.start();
     int exitCode = ExitOk;
@@ -129,7 +129,7 @@ int runTrainCommand(const QStringList &arguments)
     f.stop();
     if (exitCode == ExitOk) {
         printer.endLine();
-        printSummary(printer.last(), f.runDir(), wall.elapsed());
+        printSummary(printer.last(), f.runDir(), wall.elapsed(), f.spec().training.task);
     }
     setLogFile({});
     return exitCode;

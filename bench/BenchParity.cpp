@@ -114,7 +114,7 @@ Result<void> exportForPython(const JobSpec &spec, const QString &dir)
 // coordinator's), its optimizer, batch and schedule per step, the whole training set
 // shuffled every epoch, no shards, no workers.
 Result<void> runPlainLoop(const JobSpec &spec, int threads,
-                          const std::function<void(int epoch, double accuracy, double evalSeconds)> &epochDone)
+                          const std::function<void(int epoch, const Evaluation &test, double evalSeconds)> &epochDone)
 {
     auto loaded = loadJobData(spec);
     if (!loaded)
@@ -143,7 +143,7 @@ Result<void> runPlainLoop(const JobSpec &spec, int threads,
                                         .momentum(t.momentum)
                                         .nesterov(t.nesterov)
                                         .weight_decay(t.weightDecay));
-        const auto lossOptions = torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(t.labelSmoothing);
+        const TaskLoss lossOf = taskLoss(t);
         auto precisionOk = precisionOn(t.precision, torch::kCPU);
         if (!precisionOk)
             return precisionOk.takeError();
@@ -170,8 +170,7 @@ Result<void> runPlainLoop(const JobSpec &spec, int threads,
                 torch::Tensor loss;
                 {
                     const AutocastScope autocast(precision, torch::kCPU);
-                    loss = torch::nn::functional::cross_entropy(model.forward(x), train.labels.index_select(0, idx),
-                                                                lossOptions);
+                    loss = lossOf(model.forward(x), train.labels.index_select(0, idx));
                 }
                 loss.to(torch::kFloat).backward();
                 if (t.clipGradNorm > 0)
@@ -180,10 +179,10 @@ Result<void> runPlainLoop(const JobSpec &spec, int threads,
             }
             QElapsedTimer evaluation;
             evaluation.start();
-            auto ev = evaluate(model, model.flatWeights(), data.test, torch::kCPU);
+            auto ev = evaluate(model, model.flatWeights(), data.test, torch::kCPU, lossOf);
             if (!ev)
                 return ev.takeError();
-            epochDone(epoch, ev->accuracy, double(evaluation.nsecsElapsed()) / 1e9);
+            epochDone(epoch, *ev, double(evaluation.nsecsElapsed()) / 1e9);
         }
     } catch (const std::exception &e) {
         return fail(QStringLiteral("the plain loop failed: %1").arg(torchErrorSummary(e)));
@@ -319,11 +318,17 @@ int runBenchParityLoop(const QStringList &arguments)
     timer.start();
     double evalSeconds = 0;
     auto done = runPlainLoop(*spec, parser.value(QStringLiteral("threads")).toInt(),
-                             [&](int epoch, double accuracy, double evaluation) {
+                             [&](int epoch, const Evaluation &test, double evaluation) {
                                  evalSeconds += evaluation;
-                                 std::printf("{\"epoch\": %d, \"accuracy\": %.4f, \"seconds\": %.2f, \"eval_seconds\": "
-                                             "%.3f}\n",
-                                             epoch, accuracy, double(timer.elapsed()) / 1000.0, evalSeconds);
+                                 // The score (accuracy, or the task's: R², mean F1, token accuracy), the
+                                 // loss and the task's metrics.
+                                 QByteArray further;
+                                 for (const auto &[name, value] : test.metrics)
+                                     further += QStringLiteral(", \"%1\": %2").arg(name).arg(value, 0, 'g', 6).toUtf8();
+                                 std::printf("{\"epoch\": %d, \"accuracy\": %.4f, \"loss\": %.5f%s, \"seconds\": %.2f, "
+                                             "\"eval_seconds\": %.3f}\n",
+                                             epoch, test.accuracy, test.loss, further.constData(),
+                                             double(timer.elapsed()) / 1000.0, evalSeconds);
                                  std::fflush(stdout);
                              });
     if (!done) {

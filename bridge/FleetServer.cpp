@@ -518,6 +518,7 @@ void FleetServer::sendWelcome(qint64 connectionId, const ConnectedWorker &worker
     welcome.compression = spec.fleet.compression;
     welcome.batchSize = spec.training.batchSize;
     welcome.precision = spec.training.precision;
+    welcome.task = spec.training.task;
     m_listener->send(connectionId, welcome);
 }
 
@@ -987,6 +988,8 @@ void FleetServer::onAssigned(Job &job, qint64 ticket, const std::optional<Assign
     assign.clipGradNorm = c.clipGradNorm;
     assign.labelSmoothing = c.labelSmoothing;
     assign.precision = c.precision;
+    assign.task = c.task;
+    assign.regressionLoss = c.regressionLoss;
     assign.batchSize = c.batchSize;
     assign.localEpochs = c.localEpochs;
     assign.localSteps = c.localSteps;

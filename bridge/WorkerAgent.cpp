@@ -294,7 +294,8 @@ void WorkerAgent::adopt(const net::WelcomeMsg &welcome, const QString &modelPath
         m_layout = layout;
         m_modelKey = modelKey;
         // How fast this machine is, so the coordinator can size its subtasks and deadlines.
-        m_speed = m_session->measureThroughput(int(welcome.batchSize), m_options.threads, 0.5, welcome.precision)
+        m_speed = m_session->measureThroughput(int(welcome.batchSize), m_options.threads, 0.5, welcome.precision,
+                                                 welcome.task)
                   / std::max(1.0, m_options.slowdown);
         m_session->setSlowdown(m_options.slowdown);
         qCInfo(lcBridge).noquote() << "measured" << qRound(m_speed) << "samples/s on" << m_options.device;
@@ -482,6 +483,8 @@ void WorkerAgent::onAssign(const net::Message &message)
     c.work.config.clipGradNorm = a.clipGradNorm;
     c.work.config.labelSmoothing = a.labelSmoothing;
     c.work.config.precision = a.precision;
+    c.work.config.task = a.task;
+    c.work.config.regressionLoss = a.regressionLoss;
     c.work.config.batchSize = int(a.batchSize);
     c.work.config.localEpochs = int(a.localEpochs);
     c.work.config.localSteps = int(a.localSteps);

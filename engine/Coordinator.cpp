@@ -1,5 +1,7 @@
 #include "engine/Coordinator.h"
 
+#include "job/Tasks.h"
+
 #include "common/AtomicFile.h"
 #include "engine/EngineLog.h"
 #include "engine/Random.h"
@@ -148,7 +150,9 @@ Result<void> Coordinator::prepare()
     if (!model)
         return model.takeError();
     m_evalModel = std::move(model).value();
-    if (auto fits = checkModelFitsData(*m_evalModel, m_data->inputShape, m_data->numClasses); !fits)
+    if (auto fits = checkModelFitsData(*m_evalModel, m_data->inputShape, m_data->numClasses,
+                                       taskLoss(m_spec.training), m_data->targetShape);
+        !fits)
         return fits;
     m_layout = m_evalModel->layout();
 
@@ -549,6 +553,8 @@ TrainConfig Coordinator::trainConfigFor(const Subtask &subtask) const
     c.eps = t.eps;
     c.clipGradNorm = t.clipGradNorm;
     c.labelSmoothing = t.labelSmoothing;
+    c.task = t.task;
+    c.regressionLoss = t.regressionLoss;
     c.precision = t.precision;
     c.batchSize = t.batchSize;
     c.localEpochs = t.localEpochs;
@@ -1319,6 +1325,15 @@ double disagreement(const torch::Tensor &a, const torch::Tensor &b, const torch:
     return scale > 0 ? distance / scale : (distance > 0 ? 1e9 : 0.0);
 }
 
+// "test accuracy 91.20%", "test R² 0.9312": an evaluation's score as the task names it.
+QString scoreText(const QString &task, double score)
+{
+    const TaskInfo &info = taskInfo(task);
+    if (info.scoreKey.endsWith(QLatin1String("accuracy")))
+        return QStringLiteral("test %1 %2%").arg(info.score).arg(100.0 * score, 0, 'f', 2);
+    return QStringLiteral("test %1 %2").arg(info.score).arg(score, 0, 'f', 4);
+}
+
 // The confusion matrix of one evaluation as CSV: a row per true class, a column per predicted
 // class, and each class's accuracy last.
 QByteArray confusionCsv(const EvaluationDetail &d, const QStringList &names)
@@ -1769,7 +1784,7 @@ void Coordinator::dispatchEvaluation(EvaluationRequest request)
         evaluationFailed(request, device.error());
         return;
     }
-    auto ev = evaluate(*m_evalModel, request.weights, m_data->test, *device);
+    auto ev = evaluate(*m_evalModel, request.weights, m_data->test, *device, taskLoss(m_spec.training));
     if (!ev) {
         evaluationFailed(request, ev.error());
         return;
@@ -1832,17 +1847,33 @@ void Coordinator::recordEvaluation(const EvaluationRequest &request, const Evalu
         setFatal(r.error());
         return;
     }
+    std::vector<std::pair<QString, double>> metrics = evaluation.metrics;
+    for (std::size_t l = 0; l < evaluation.labelF1.size(); ++l)
+        metrics.emplace_back(QStringLiteral("f1/%1").arg(l < std::size_t(m_data->test.classNames.size())
+                                                            ? m_data->test.classNames[qsizetype(l)]
+                                                            : QString::number(l)),
+                             evaluation.labelF1[l]);
+    if (auto r = store().addEvaluationMetrics(m_jobId, request.epoch, request.seq, metrics); !r) {
+        setFatal(r.error());
+        return;
+    }
     if (request.epoch > m_evaluatedEpoch) {
         m_evaluatedEpoch = request.epoch;
         m_lastAccuracy = evaluation.accuracy;
         m_lastTestLoss = evaluation.loss;
     }
+    QString further;
+    for (const auto &[name, value] : evaluation.metrics)
+        if (name != QLatin1String("top5_accuracy"))
+            further += QStringLiteral(", %1 %2").arg(name).arg(value, 0, 'g', 5);
     event(EventKind::Evaluation, 0, 0, 0,
-          QStringLiteral("epoch %1, version %2: test accuracy %3%, loss %4")
-              .arg(request.epoch + 1).arg(request.version).arg(100.0 * evaluation.accuracy, 0, 'f', 2)
-              .arg(evaluation.loss, 0, 'f', 4));
+          QStringLiteral("epoch %1, version %2: %3, loss %4%5")
+              .arg(request.epoch + 1).arg(request.version)
+              .arg(scoreText(m_spec.training.task, evaluation.accuracy))
+              .arg(evaluation.loss, 0, 'f', 4)
+              .arg(further));
     if (m_board)
-        m_board->evaluation(record, detail, m_data->test.classNames, double(m_clock->nowMs()) / 1000.0);
+        m_board->evaluation(record, detail, metrics, m_data->test.classNames, double(m_clock->nowMs()) / 1000.0);
     if (m_hooks.evaluated)
         m_hooks.evaluated(record);
     if (m_finished)
@@ -1937,34 +1968,51 @@ Result<void> Coordinator::finalize()
     auto details = store().evaluationDetails(m_jobId);
     if (!details)
         return details.takeError();
-    std::map<qint64, double> top5; // by seq
+    auto named = store().evaluationMetrics(m_jobId);
+    if (!named)
+        return named.takeError();
+    // The task's metrics by seq, then name (older stores kept only the top-5 accuracy, in the details).
+    std::map<qint64, std::map<QString, double>> further;
     for (const auto &d : *details)
-        top5[d.seq] = d.top5Accuracy;
-    QByteArray csv = "seq,version,epoch,shard,worker,staleness,credit,samples,train_loss,train_seconds,at_ms,"
-                     "test_accuracy,test_loss,test_top5_accuracy\n";
+        if (d.top5Accuracy >= 0)
+            further[d.seq][QStringLiteral("top5_accuracy")] = d.top5Accuracy;
+    for (const auto &m : *named)
+        further[m.seq][m.name] = m.value;
+    const TaskInfo &task = taskInfo(m_spec.training.task);
+    QByteArray csv = "seq,version,epoch,shard,worker,staleness,credit,samples,train_loss,train_seconds,at_ms,test_"
+                     + task.scoreKey.toUtf8() + ",test_loss";
+    for (const QString &name : task.metrics)
+        csv += ",test_" + name.toUtf8();
+    csv += '\n';
     std::size_t e = 0;
     for (const auto &a : *assimilations) {
-        QString accuracy;
-        QString testLoss;
-        QString testTop5;
+        QString tested = u',' + QString(u',');
+        for (qsizetype m = 0; m < task.metrics.size(); ++m)
+            tested += u',';
         while (e < evaluations->size() && (*evaluations)[e].seq <= a.seq) {
             if ((*evaluations)[e].seq == a.seq) {
-                accuracy = QString::number((*evaluations)[e].accuracy, 'f', 5);
-                testLoss = QString::number((*evaluations)[e].loss, 'f', 5);
-                if (const auto t = top5.find(a.seq); t != top5.end() && t->second >= 0)
-                    testTop5 = QString::number(t->second, 'f', 5);
+                tested = u',' + QString::number((*evaluations)[e].accuracy, 'f', 5) + u','
+                         + QString::number((*evaluations)[e].loss, 'f', 5);
+                const auto values = further.find(a.seq);
+                for (const QString &name : task.metrics) {
+                    tested += u',';
+                    if (values != further.end())
+                        if (const auto v = values->second.find(name); v != values->second.end())
+                            tested += QString::number(v->second, 'g', 6);
+                }
             }
             ++e;
         }
-        csv += QStringLiteral("%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14\n")
+        csv += QStringLiteral("%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11")
                    .arg(a.seq).arg(a.version).arg(a.epoch).arg(a.shard).arg(a.workerId).arg(a.staleness)
                    .arg(a.credit, 0, 'f', 4).arg(a.samples).arg(a.loss, 0, 'f', 5).arg(a.trainSeconds, 0, 'f', 3)
-                   .arg(a.atMs).arg(accuracy, testLoss, testTop5)
-                   .toUtf8();
+                   .arg(a.atMs)
+                   .toUtf8()
+               + tested.toUtf8() + '\n';
     }
     if (auto r = writeFileAtomically(m_runDir + QStringLiteral("/metrics.csv"), csv); !r)
         return r;
-    if (!details->empty()) {
+    if (!details->empty() && details->back().classes > 0) {
         if (auto r = writeFileAtomically(m_runDir + QStringLiteral("/confusion.csv"),
                                          confusionCsv(details->back(), m_data->test.classNames));
             !r)
@@ -1977,9 +2025,9 @@ Result<void> Coordinator::finalize()
         return r;
     m_finished = true;
     const QString accuracy = m_evaluatedEpoch == m_spec.training.epochs - 1 || !m_stoppedEarly.isEmpty()
-                                 ? QStringLiteral("test accuracy %1%").arg(100.0 * m_lastAccuracy, 0, 'f', 2)
-                                 : QStringLiteral("test accuracy unknown (the final evaluation failed: %1)")
-                                       .arg(m_lastEvaluationError);
+                                 ? scoreText(m_spec.training.task, m_lastAccuracy)
+                                 : QStringLiteral("test %1 unknown (the final evaluation failed: %2)")
+                                       .arg(taskInfo(m_spec.training.task).score, m_lastEvaluationError);
     event(EventKind::JobFinished, 0, 0, 0,
           m_stoppedEarly.isEmpty()
               ? QStringLiteral("%1 epochs, version %2, %3; model saved to %4/model.pt")

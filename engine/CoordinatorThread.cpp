@@ -157,7 +157,7 @@ void CoordinatorThread::start()
             Result<Evaluation> ev = !m_evaluationModel ? Result<Evaluation>(fail(QStringLiteral("no model to evaluate with")))
                                     : !device          ? Result<Evaluation>(device.takeError())
                                                        : evaluate(*m_evaluationModel, request.weights, data->test,
-                                                                  *device);
+                                                                  *device, taskLoss(spec.training));
             ++m_waiting;
             QMetaObject::invokeMethod(this, [this, request, ev] {
                 --m_waiting;

@@ -67,6 +67,9 @@ Result<Dataset> readCsvDataset(const QString &path, const CsvOptions &options)
     QList<QByteArray> rawLabels;
     int columns = -1;
     int labelIndex = -1;
+    QList<int> labelColumns; // all of them, in the order named; labelIndex is the first
+    const bool numericTargets = options.task == Task::Regression || options.task == Task::MultiLabel;
+    std::vector<float> targets; // regression, multi-label: rows × labelColumns
     int lineNumber = 0;
     std::int64_t rows = 0;
 
@@ -89,29 +92,44 @@ Result<Dataset> readCsvDataset(const QString &path, const CsvOptions &options)
                 return fail(QStringLiteral("'%1' line %2: found %3 column; a data set needs at least "
                                            "one feature column and a label column (is the delimiter '%4'?)")
                                 .arg(path).arg(lineNumber).arg(columns).arg(options.delimiter));
-            if (options.labelColumn.isEmpty()) {
-                labelIndex = columns - 1;
-            } else {
+            const QStringList named = options.labelColumn.isEmpty()
+                                          ? QStringList()
+                                          : options.labelColumn.split(u',', Qt::SkipEmptyParts);
+            if (named.isEmpty())
+                labelColumns = {columns - 1};
+            for (const QString &rawName : named) {
+                const QString name = rawName.trimmed();
                 bool isIndex = false;
-                const int number = options.labelColumn.toInt(&isIndex);
+                const int number = name.toInt(&isIndex);
+                int index = -1;
                 if (isIndex) {
                     if (number < 1 || number > columns)
                         return fail(QStringLiteral("'%1': label column %2 does not exist (the file has %3 columns)")
                                         .arg(path).arg(number).arg(columns));
-                    labelIndex = number - 1;
+                    index = number - 1;
                 } else {
-                    labelIndex = static_cast<int>(cells.indexOf(options.labelColumn.toUtf8()));
-                    if (labelIndex < 0)
-                        return fail(QStringLiteral("'%1': no column named '%2' in the first row")
-                                        .arg(path, options.labelColumn));
+                    index = static_cast<int>(cells.indexOf(name.toUtf8()));
+                    if (index < 0)
+                        return fail(QStringLiteral("'%1': no column named '%2' in the first row").arg(path, name));
                 }
+                if (labelColumns.contains(index))
+                    return fail(QStringLiteral("'%1': the label column '%2' is named twice").arg(path, name));
+                labelColumns << index;
             }
+            if (labelColumns.size() >= columns)
+                return fail(QStringLiteral("'%1': all %2 columns are labels; a data set needs at least one feature column")
+                                .arg(path).arg(columns));
+            if (labelColumns.size() > 1 && options.task == Task::Classification)
+                return fail(QStringLiteral("'%1': %2 label columns are named, but a classification has one; several "
+                                           "are for regression or multi-label tasks")
+                                .arg(path).arg(labelColumns.size()));
+            labelIndex = labelColumns.first();
             // The first row is a header if the label column was named, or if a feature cell
             // in it is not a number (labels may be text in any row).
             bool headerRow = labelIndex >= 0 && !options.labelColumn.isEmpty()
                              && !options.labelColumn.at(0).isDigit();
             for (int c = 0; c < columns && !headerRow; ++c)
-                headerRow = c != labelIndex && !isNumber(cells[c]);
+                headerRow = (!labelColumns.contains(c) || numericTargets) && !isNumber(cells[c]);
             if (headerRow) {
                 header = cells;
                 continue;
@@ -121,7 +139,27 @@ Result<Dataset> readCsvDataset(const QString &path, const CsvOptions &options)
         if (cells.size() != columns)
             return fail(QStringLiteral("'%1' line %2 has %3 columns, expected %4")
                             .arg(path).arg(lineNumber).arg(cells.size()).arg(columns));
+        for (const int c : labelColumns) {
+            if (!numericTargets)
+                break;
+            bool ok = false;
+            const double v = cells[c].toDouble(&ok);
+            const bool fits = ok && std::isfinite(v) && std::abs(v) < 3e38
+                              && (options.task != Task::MultiLabel || v == 0.0 || v == 1.0);
+            if (!fits) {
+                const QString columnName = header.isEmpty() ? QString()
+                                                            : QStringLiteral(" ('%1')").arg(QString::fromUtf8(header[c]));
+                return fail(QStringLiteral("'%1' line %2, column %3%4: the target '%5' is not %6")
+                                .arg(path).arg(lineNumber).arg(c + 1)
+                                .arg(columnName, QString::fromUtf8(cells[c]),
+                                     options.task == Task::MultiLabel ? QStringLiteral("0 or 1 (a multi-label target)")
+                                                                      : QStringLiteral("a number")));
+            }
+            targets.push_back(static_cast<float>(v));
+        }
         for (int c = 0; c < columns; ++c) {
+            if (numericTargets && labelColumns.contains(c))
+                continue;
             if (c == labelIndex) {
                 if (cells[c].isEmpty())
                     return fail(QStringLiteral("'%1' line %2, column %3: the label is empty")
@@ -148,8 +186,18 @@ Result<Dataset> readCsvDataset(const QString &path, const CsvOptions &options)
 
     Dataset data;
     data.name = QFileInfo(path).fileName();
-    const std::int64_t features = columns - 1;
+    const std::int64_t features = columns - (numericTargets ? labelColumns.size() : 1);
     data.features = torch::from_blob(values.data(), {rows, features}, torch::kFloat32).clone();
+    if (numericTargets) {
+        const auto perRow = static_cast<std::int64_t>(labelColumns.size());
+        data.labels = torch::from_blob(targets.data(), {rows, perRow}, torch::kFloat32).clone();
+        if (perRow == 1 && options.task == Task::Regression)
+            data.labels = data.labels.reshape({rows});
+        data.numClasses = int(perRow);
+        for (const int c : labelColumns)
+            data.classNames << (header.isEmpty() ? QStringLiteral("column %1").arg(c + 1) : QString::fromUtf8(header[c]));
+        return data;
+    }
 
     // Integer labels are class indices; anything else is a class name.
     bool allIntegers = true;

@@ -33,7 +33,7 @@ Normalization Normalization::fit(const Dataset &train)
 {
     Normalization norm;
     const torch::Tensor &x = train.features;
-    if (!x.defined() || x.size(0) == 0 || x.dim() < 2)
+    if (!x.defined() || x.size(0) == 0 || x.dim() < 2 || x.scalar_type() == torch::kInt64)
         return norm;
     // Statistics per channel for images, per column for tables: reduce over every other dim.
     std::vector<std::int64_t> dims{0};
@@ -84,6 +84,9 @@ InputPipeline::InputPipeline(const Dataset &data, torch::Device device) : m_data
 
 torch::Tensor InputPipeline::prepare(torch::Tensor stored, const std::uint64_t *augmentSeed) const
 {
+    // Token ids go to the model as they are.
+    if (stored.scalar_type() == torch::kInt64)
+        return stored.to(m_device);
     torch::Tensor x = stored.to(m_device).to(torch::kFloat32);
     // Augmentation works on the stored values, so its padding is black as in torchvision.
     if (augmentSeed && m_data.augmentation.enabled() && x.dim() == 4)

@@ -46,11 +46,14 @@ struct Augmentation
 struct Dataset
 {
     QString name;
-    // uint8 [N, C, H, W] for images (a byte v stands for v / 255), or float32 [N, ...];
-    // contiguous, as stored: not normalized.
+    // uint8 [N, C, H, W] for images (a byte v stands for v / 255), float32 [N, ...], or
+    // int64 [N, context] token ids (never normalized); contiguous, as stored: not normalized.
     torch::Tensor features;
-    torch::Tensor labels;   // int64 [N], values in [0, numClasses)
-    int numClasses = 0;
+    // The targets, by task (Task.h): int64 [N] class indices in [0, numClasses);
+    // float32 [N] or [N, T] numbers (regression); float32 [N, L] of 0/1 (multi-label);
+    // int64 [N, context] token ids in [0, numClasses) (next-token).
+    torch::Tensor labels;
+    int numClasses = 0;     // the model's outputs: classes, targets, labels or the vocabulary
     QStringList classNames; // may be empty
     Normalization normalization; // applied to every batch
     Augmentation augmentation;   // applied to training batches only

@@ -8,6 +8,7 @@
 #include "engine/ImageFolder.h"
 #include "engine/NpyReader.h"
 #include "engine/Random.h"
+#include "engine/TokenReader.h"
 
 #include <QDir>
 #include <QElapsedTimer>
@@ -122,6 +123,9 @@ Result<std::shared_ptr<const JobData>> loadJobData(const JobSpec &spec)
     QElapsedTimer timer;
     timer.start();
     const DatasetSpec &ds = spec.dataset;
+    auto task = taskFromName(spec.training.task);
+    if (!task)
+        return fail(QStringLiteral("'training.task': %1").arg(task.error()));
     Result<std::pair<Dataset, Dataset>> splits = fail(QString());
     if (ds.kind == QLatin1String("fashion-mnist"))
         splits = loadIdxFolder(ds.path.isEmpty() ? defaultFashionMnistDir() : ds.path, ds.kind, ds, spec.training.seed);
@@ -131,15 +135,27 @@ Result<std::shared_ptr<const JobData>> loadJobData(const JobSpec &spec)
         // One set of samples, with the test share held out.
         CsvOptions options;
         options.labelColumn = ds.labelColumn;
-        auto all = ds.kind == QLatin1String("csv") ? readCsvDataset(ds.path, options) : readNpyDataset(ds.path);
+        options.task = *task;
+        auto all = ds.kind == QLatin1String("csv") ? readCsvDataset(ds.path, options) : readNpyDataset(ds.path, *task);
         if (!all)
             return all.takeError();
         if (all->size() < 4)
             return fail(QStringLiteral("'%1' has only %2 samples; it needs enough for a training and a test split")
                             .arg(ds.path).arg(all->size()));
         splits = holdOut(*all, ds.testFraction, spec.training.seed);
-    } else if (ds.kind == QLatin1String("images"))
+    } else if (ds.kind == QLatin1String("images")) {
         splits = loadImages(ds, spec.training.seed);
+    } else if (ds.kind == QLatin1String("tokens")) {
+        auto tokens = readTokenFile(ds.path, ds.tokenType, ds.context, ds.testFraction);
+        if (!tokens)
+            return tokens.takeError();
+        qCInfo(lcEngine).noquote() << QStringLiteral("%1 contexts of %2 tokens, vocabulary %3; test: %4")
+                                          .arg(tokens->train.size()).arg(ds.context).arg(tokens->train.numClasses)
+                                          .arg(tokens->hasTestFile ? QStringLiteral("val.bin")
+                                                                   : QStringLiteral("the file's last %1 contexts")
+                                                                         .arg(tokens->test.size()));
+        splits = std::make_pair(std::move(tokens->train), std::move(tokens->test));
+    }
     else
         return fail(QStringLiteral("unknown data set kind '%1'").arg(ds.kind));
     if (!splits)
@@ -151,6 +167,7 @@ Result<std::shared_ptr<const JobData>> loadJobData(const JobSpec &spec)
     data->numClasses = std::max(data->train.numClasses, data->test.numClasses);
     data->train.numClasses = data->test.numClasses = data->numClasses;
     data->inputShape = data->train.sampleShape();
+    data->targetShape = {data->train.labels.sizes().begin() + 1, data->train.labels.sizes().end()};
     // The samples stay as stored; every batch is normalized as it is made (InputPipeline).
     data->normalization = Normalization::fit(data->train);
     data->train.normalization = data->test.normalization = data->normalization;
@@ -188,8 +205,9 @@ Result<std::shared_ptr<const JobData>> loadJobData(const JobSpec &spec)
     qCInfo(lcEngine).noquote() << QStringLiteral("loaded %1 training and %2 test samples of %3 (%4, %5 MiB in memory) in %6 s")
                                       .arg(data->train.size()).arg(data->test.size())
                                       .arg(shapeToString(data->inputShape),
-                                           data->train.features.scalar_type() == torch::kUInt8 ? QStringLiteral("bytes")
-                                                                                              : QStringLiteral("float32"))
+                                           data->train.features.scalar_type() == torch::kUInt8   ? QStringLiteral("bytes")
+                                           : data->train.features.scalar_type() == torch::kInt64 ? QStringLiteral("token ids")
+                                                                                                 : QStringLiteral("float32"))
                                       .arg(mib(data->train) + mib(data->test), 0, 'f', 1)
                                       .arg(double(timer.nsecsElapsed()) / 1e9, 0, 'f', 2);
     return std::shared_ptr<const JobData>(std::move(data));

@@ -20,7 +20,8 @@ struct JobData
     Normalization normalization;
     ShardPlan plan;
     std::vector<std::int64_t> inputShape;
-    int numClasses = 0;
+    std::vector<std::int64_t> targetShape; // one sample's targets: empty for a class index
+    int numClasses = 0; // the model's outputs: classes, targets, labels or the vocabulary
 };
 
 // Where Fashion-MNIST is looked for when a job names no folder: $FLOTILLA_FASHION_MNIST,

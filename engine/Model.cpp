@@ -277,7 +277,8 @@ Result<std::unique_ptr<Model>> createModel(const ModelSpec &spec, const std::vec
     }
 }
 
-Result<void> checkModelFitsData(Model &model, const std::vector<std::int64_t> &inputShape, int numClasses)
+Result<void> checkModelFitsData(Model &model, const std::vector<std::int64_t> &inputShape, int numClasses,
+                                const TaskLoss &task, const std::vector<std::int64_t> &targetShape)
 {
     std::vector<std::int64_t> batchShape{2};
     batchShape.insert(batchShape.end(), inputShape.begin(), inputShape.end());
@@ -285,16 +286,22 @@ Result<void> checkModelFitsData(Model &model, const std::vector<std::int64_t> &i
     try {
         torch::NoGradGuard noGrad;
         model.setTraining(false);
-        out = model.forward(torch::zeros(batchShape));
+        out = model.forward(task.task == Task::NextToken ? torch::zeros(batchShape, torch::kInt64)
+                                                         : torch::zeros(batchShape));
         model.setTraining(true);
     } catch (const std::exception &e) {
         return fail(QStringLiteral("the %1 model cannot take this data set's samples of shape [%2]: %3")
                         .arg(model.kind(), shapeToString(inputShape), torchErrorSummary(e)));
     }
-    if (out.dim() != 2 || out.size(0) != 2 || out.size(1) != numClasses)
-        return fail(QStringLiteral("the %1 model outputs shape [%2] for a batch of 2, but this data set has "
-                                   "%3 classes: it must output [batch, %3]")
-                        .arg(model.kind(), shapeToString(out.sizes().vec())).arg(numClasses));
+    if (task.task == Task::Classification) {
+        if (out.dim() != 2 || out.size(0) != 2 || out.size(1) != numClasses)
+            return fail(QStringLiteral("the %1 model outputs shape [%2] for a batch of 2, but this data set has "
+                                       "%3 classes: it must output [batch, %3]")
+                            .arg(model.kind(), shapeToString(out.sizes().vec())).arg(numClasses));
+    } else if (const QString wrong = task.mismatch(out.sizes().vec(), targetShape, numClasses); !wrong.isEmpty()) {
+        return fail(QStringLiteral("the %1 model does not fit the %2 task: %3")
+                        .arg(model.kind(), taskName(task.task), wrong));
+    }
     if (model.parameters().empty())
         return fail(QStringLiteral("the %1 model has no trainable parameters").arg(model.kind()));
     return {};

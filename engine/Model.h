@@ -7,6 +7,7 @@
 // clone() gives another thread its own copy.
 
 #include "common/Result.h"
+#include "engine/Task.h"
 #include "job/JobSpec.h"
 
 #include <QString>
@@ -97,8 +98,10 @@ Result<std::unique_ptr<Model>> createModel(const ModelSpec &spec, const std::vec
                                            int numClasses);
 
 // Runs a tiny batch through the model: a model that cannot take the data set's samples, or
-// that outputs the wrong number of classes, is reported before any training starts.
-Result<void> checkModelFitsData(Model &model, const std::vector<std::int64_t> &inputShape, int numClasses);
+// whose outputs do not fit the task's targets (targetShape: one sample's, empty for a class
+// index), is reported before any training starts.
+Result<void> checkModelFitsData(Model &model, const std::vector<std::int64_t> &inputShape, int numClasses,
+                                const TaskLoss &task = {}, const std::vector<std::int64_t> &targetShape = {});
 
 // The first line of a LibTorch error, without its C++ stack trace.
 QString torchErrorSummary(const std::exception &e);

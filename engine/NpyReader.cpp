@@ -499,6 +499,33 @@ Result<torch::Tensor> labels(const NpyArray &y, int &numClasses)
     return v.to(torch::kInt64).contiguous();
 }
 
+// Regression and multi-label targets: float32 (N,) or (N, T), every value finite (multi-label:
+// 0 or 1); numClasses is the targets per row.
+Result<torch::Tensor> targets(const NpyArray &y, Task task, int &numClasses)
+{
+    const bool multiLabel = task == Task::MultiLabel;
+    if (multiLabel ? y.shape.size() != 2 : (y.shape.empty() || y.shape.size() > 2))
+        return fail(QStringLiteral("'%1' has shape %2; %3").arg(y.path, shapeText(y.shape),
+                                                                 multiLabel ? QStringLiteral("multi-label targets are a 0 or 1 per label, shape (N, labels)")
+                                                                            : QStringLiteral("regression targets are one number per row, shape (N,), or several, shape (N, targets)")));
+    if (y.tensor.numel() == 0)
+        return fail(QStringLiteral("'%1' is empty (shape %2)").arg(y.path, shapeText(y.shape)));
+    const torch::Tensor v = y.tensor.to(torch::kFloat64);
+    const torch::Tensor bad = multiLabel ? v.ne(0).logical_and(v.ne(1)) : torch::isfinite(v.to(torch::kFloat32)).logical_not();
+    if (bad.any().item<bool>()) {
+        const torch::Tensor first = bad.reshape({-1}).nonzero()[0][0];
+        const std::int64_t i = first.item<std::int64_t>();
+        const std::int64_t columns = y.shape.size() == 2 ? y.shape[1] : 1;
+        return fail(QStringLiteral("'%1' holds %2 at row %3%4; %5")
+                        .arg(y.path).arg(v.reshape({-1})[i].item<double>()).arg(i / columns)
+                        .arg(columns > 1 ? QStringLiteral(", column %1").arg(i % columns) : QString(),
+                             multiLabel ? QStringLiteral("multi-label targets must be 0 or 1")
+                                        : QStringLiteral("regression targets must be finite numbers within float32's range")));
+    }
+    numClasses = y.shape.size() == 2 ? int(std::min<std::int64_t>(y.shape[1], kMaxClasses)) : 1;
+    return v.to(torch::kFloat32).contiguous();
+}
+
 Result<std::pair<NpyArray, NpyArray>> readPair(const QString &dirOrFile, QString &name)
 {
     const QFileInfo info(dirOrFile);
@@ -551,7 +578,7 @@ Result<std::pair<NpyArray, NpyArray>> readPair(const QString &dirOrFile, QString
     return std::make_pair(arrays->at(QStringLiteral("x")), arrays->at(QStringLiteral("y")));
 }
 
-Result<Dataset> buildDataset(const QString &dirOrFile)
+Result<Dataset> buildDataset(const QString &dirOrFile, Task task)
 {
     QString name;
     auto pair = readPair(dirOrFile, name);
@@ -563,7 +590,8 @@ Result<Dataset> buildDataset(const QString &dirOrFile)
     auto xs = features(x);
     if (!xs)
         return xs.takeError();
-    auto ys = labels(y, data.numClasses);
+    auto ys = task == Task::Regression || task == Task::MultiLabel ? targets(y, task, data.numClasses)
+                                                                   : labels(y, data.numClasses);
     if (!ys)
         return ys.takeError();
     if (xs->size(0) != ys->size(0))
@@ -611,9 +639,9 @@ Result<std::map<QString, NpyArray>> readNpz(const QString &path)
     return guarded(path, [&] { return readZip(path); });
 }
 
-Result<Dataset> readNpyDataset(const QString &dirOrFile)
+Result<Dataset> readNpyDataset(const QString &dirOrFile, Task task)
 {
-    return guarded(dirOrFile, [&] { return buildDataset(dirOrFile); });
+    return guarded(dirOrFile, [&] { return buildDataset(dirOrFile, task); });
 }
 
 } // namespace flotilla

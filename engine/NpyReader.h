@@ -8,6 +8,7 @@
 
 #include "common/Result.h"
 #include "engine/Dataset.h"
+#include "engine/Task.h"
 
 #include <QString>
 
@@ -40,7 +41,9 @@ Result<std::map<QString, NpyArray>> readNpz(const QString &path);
 // `--dataset npy`: a folder holding x.npy and y.npy, or a .npz archive (or a folder holding
 // exactly one) with arrays x and y. x becomes the features: uint8 N×H×W or N×C×H×W stays
 // bytes as images (N×1×H×W for the former), anything else becomes float32 (N×F for tables).
-// y holds one integer class index per row (a float array of whole numbers will do).
-Result<Dataset> readNpyDataset(const QString &dirOrFile);
+// y holds, by task: one integer class index per row (a float array of whole numbers will
+// do); regression: one number per row (N,) or T of them (N, T); multi-label: a 0/1 per label
+// (N, L). Numeric targets become float32.
+Result<Dataset> readNpyDataset(const QString &dirOrFile, Task task = Task::Classification);
 
 } // namespace flotilla

@@ -1,5 +1,7 @@
 #include "engine/RunBoard.h"
 
+#include "job/Tasks.h"
+
 #include "common/TensorBoardWriter.h"
 #include "engine/EngineLog.h"
 
@@ -21,6 +23,7 @@ std::unique_ptr<RunBoard> RunBoard::open(const QString &runDir, const JobSpec &s
     }
     std::unique_ptr<RunBoard> board(new RunBoard);
     board->m_writer = std::move(writer).value();
+    board->m_scoreKey = taskInfo(spec.training.task).scoreKey;
     const QString settings = QString::fromUtf8(QJsonDocument(spec.toJson()).toJson(QJsonDocument::Indented));
     // Markdown: four spaces make a code block that keeps the JSON's indentation.
     QString markdown;
@@ -50,15 +53,16 @@ void RunBoard::result(const AssimilationRecord &a, double learningRate, int work
                          wallSeconds);
 }
 
-void RunBoard::evaluation(const EvaluationRecord &e, const EvaluationDetail &detail, const QStringList &classNames,
+void RunBoard::evaluation(const EvaluationRecord &e, const EvaluationDetail &detail,
+                          const std::vector<std::pair<QString, double>> &metrics, const QStringList &classNames,
                           double wallSeconds)
 {
     if (m_failed)
         return;
-    QList<QPair<QString, double>> values{{QStringLiteral("test/accuracy"), e.accuracy},
+    QList<QPair<QString, double>> values{{QStringLiteral("test/") + m_scoreKey, e.accuracy},
                                          {QStringLiteral("test/loss"), e.loss}};
-    if (detail.top5Accuracy >= 0)
-        values.append({QStringLiteral("test/top5_accuracy"), detail.top5Accuracy});
+    for (const auto &[name, value] : metrics)
+        values.append({QStringLiteral("test/") + name, value});
     const std::vector<double> perClass = detail.classAccuracy();
     for (int c = 0; c < int(perClass.size()) && c < 100; ++c)
         if (perClass[std::size_t(c)] >= 0)

@@ -26,9 +26,11 @@ public:
 
     void result(const AssimilationRecord &a, double learningRate, int workersOnline, const LedgerTotals &cost,
                 double wallSeconds);
-    // With the top-5 accuracy and each class's accuracy (the first 100 classes), named after
-    // the data set's classes where it has names.
-    void evaluation(const EvaluationRecord &e, const EvaluationDetail &detail, const QStringList &classNames,
+    // The score under the task's name (test/accuracy, test/r2, …), the loss and the task's
+    // metrics; a classification's each class's accuracy too (the first 100 classes), named
+    // after the data set's classes where it has names.
+    void evaluation(const EvaluationRecord &e, const EvaluationDetail &detail,
+                    const std::vector<std::pair<QString, double>> &metrics, const QStringList &classNames,
                     double wallSeconds);
     // Hands what is buffered to the file (readers see it); at most every few seconds is enough.
     void flush();
@@ -38,6 +40,7 @@ public:
 private:
     RunBoard() = default;
     std::unique_ptr<TensorBoardWriter> m_writer;
+    QString m_scoreKey = QStringLiteral("accuracy");
     bool m_failed = false;
 };
 

@@ -50,6 +50,9 @@ CREATE TABLE IF NOT EXISTS evaluations(
 CREATE TABLE IF NOT EXISTS evaluation_details(
     job_id INTEGER NOT NULL REFERENCES jobs(id), epoch INTEGER NOT NULL, seq INTEGER NOT NULL,
     top5_accuracy REAL NOT NULL, classes INTEGER NOT NULL, confusion TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS evaluation_metrics(
+    job_id INTEGER NOT NULL REFERENCES jobs(id), epoch INTEGER NOT NULL, seq INTEGER NOT NULL,
+    name TEXT NOT NULL, value REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS events(
     id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL REFERENCES jobs(id), at_ms INTEGER NOT NULL,
     kind TEXT NOT NULL, worker_id INTEGER NOT NULL, subtask_id INTEGER NOT NULL, lease_id INTEGER NOT NULL,
@@ -431,6 +434,26 @@ Result<void> Store::addEvaluationDetail(qint64 jobId, const EvaluationDetail &d)
                       "VALUES(?, ?, ?, ?, ?, ?)");
     return q.bind(jobId).bind(d.epoch).bind(d.seq).bind(d.top5Accuracy).bind(qint64(d.classes))
         .bind(counts.join(u' ')).run();
+}
+
+Result<void> Store::addEvaluationMetrics(qint64 jobId, int epoch, qint64 seq,
+                                        const std::vector<std::pair<QString, double>> &metrics)
+{
+    for (const auto &[name, value] : metrics) {
+        Statement q(m_db, "INSERT INTO evaluation_metrics(job_id, epoch, seq, name, value) VALUES(?, ?, ?, ?, ?)");
+        if (auto r = q.bind(jobId).bind(epoch).bind(seq).bind(name).bind(value).run(); !r)
+            return r;
+    }
+    return {};
+}
+
+Result<std::vector<EvaluationMetric>> Store::evaluationMetrics(qint64 jobId)
+{
+    Statement q(m_db, "SELECT epoch, seq, name, value FROM evaluation_metrics WHERE job_id = ? ORDER BY rowid");
+    q.bind(jobId);
+    return collect<EvaluationMetric>(q, [](Statement &s) {
+        return EvaluationMetric{s.i32(0), s.i64(1), s.text(2), s.f64(3)};
+    });
 }
 
 Result<std::vector<EvaluationDetail>> Store::evaluationDetails(qint64 jobId)

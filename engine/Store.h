@@ -100,6 +100,16 @@ struct EvaluationDetail
     }
 };
 
+// One of an evaluation's named metrics beyond the score and loss (job/Tasks.h lists each
+// task's; a multi-label job adds "f1/<label>" per label).
+struct EvaluationMetric
+{
+    int epoch = 0;
+    qint64 seq = 0;
+    QString name;
+    double value = 0.0;
+};
+
 struct EvaluationRecord
 {
     int epoch = 0;
@@ -208,6 +218,10 @@ public:
     Result<void> addEvaluation(qint64 jobId, const EvaluationRecord &e);
     Result<void> addEvaluationDetail(qint64 jobId, const EvaluationDetail &d);
     Result<std::vector<EvaluationDetail>> evaluationDetails(qint64 jobId);
+    Result<void> addEvaluationMetrics(qint64 jobId, int epoch, qint64 seq,
+                                      const std::vector<std::pair<QString, double>> &metrics);
+    // In the order recorded.
+    Result<std::vector<EvaluationMetric>> evaluationMetrics(qint64 jobId);
     Result<std::vector<EvaluationRecord>> evaluations(qint64 jobId);
     // The evaluations recorded after the one with row id afterRowId, in the order recorded.
     Result<std::vector<EvaluationRecord>> evaluationsAfter(qint64 jobId, qint64 afterRowId, int limit);

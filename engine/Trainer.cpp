@@ -73,7 +73,26 @@ QString TrainConfig::problem() const
             .arg(labelSmoothing);
     if (precision != QLatin1String("fp32") && precision != QLatin1String("bf16") && precision != QLatin1String("fp16"))
         return QStringLiteral("the precision '%1' is not fp32, bf16 or fp16").arg(precision.left(40));
+    if (auto loss = taskLoss(*this); !loss)
+        return loss.error();
     return schedule.problem();
+}
+
+Result<TaskLoss> taskLoss(const TrainConfig &config)
+{
+    auto task = taskFromName(config.task);
+    if (!task)
+        return task.takeError();
+    if (config.regressionLoss != QLatin1String("mse") && config.regressionLoss != QLatin1String("l1"))
+        return fail(QStringLiteral("the regression loss '%1' is not mse or l1").arg(config.regressionLoss.left(40)));
+    return TaskLoss{*task, config.regressionLoss == QLatin1String("l1"), config.labelSmoothing};
+}
+
+TaskLoss taskLoss(const TrainingSpec &training)
+{
+    const auto task = taskFromName(training.task);
+    return TaskLoss{task ? *task : Task::Classification, training.regressionLoss == QLatin1String("l1"),
+                    training.labelSmoothing};
 }
 
 StepPlan::StepPlan(const std::vector<qint64> &shardSizes, int batchSize, int localEpochs, int localSteps)
@@ -211,7 +230,10 @@ Result<TrainOutcome> runSubtask(Model &model, const torch::Tensor &startWeights,
         const Precision precision = *precisionOk;
         LossScaler scaler(precision == Precision::Fp16);
         const std::vector<torch::Tensor> parameters = model.parameters();
-        const auto lossOptions = torch::nn::functional::CrossEntropyFuncOptions().label_smoothing(config.labelSmoothing);
+        auto lossOk = taskLoss(config);
+        if (!lossOk)
+            return lossOk.takeError();
+        const TaskLoss lossOf = *lossOk;
         const int readEvery = device.is_cpu() ? 1 : kGpuLossReadEvery;
         torch::Tensor pending; // the losses × batch sizes since the last read, on the device
         std::int64_t pendingFrom = 1; // the first step they cover
@@ -270,7 +292,7 @@ Result<TrainOutcome> runSubtask(Model &model, const torch::Tensor &startWeights,
             torch::Tensor loss;
             {
                 const AutocastScope autocast(precision, device);
-                loss = torch::nn::functional::cross_entropy(model.forward(xb), yb, lossOptions);
+                loss = lossOf(model.forward(xb), yb);
             }
             loss = loss.to(torch::kFloat);
             // On a CPU each batch's loss is read at once (it costs nothing there); a GPU's is
@@ -337,12 +359,11 @@ int evaluationBatchSize(torch::Device device)
 }
 
 Result<Evaluation> evaluate(Model &model, const torch::Tensor &weights, const Dataset &data, torch::Device device,
-                            int batchSize)
+                            const TaskLoss &task, int batchSize)
 {
     if (batchSize <= 0)
         batchSize = evaluationBatchSize(device);
     const torch::Tensor &y = data.labels;
-    Evaluation ev;
     try {
         // The evaluation model may have been built on another device than the batches go to.
         model.to(device);
@@ -352,41 +373,17 @@ Result<Evaluation> evaluate(Model &model, const torch::Tensor &weights, const Da
         model.setTraining(false);
         const InputPipeline inputs(data, device);
         const std::int64_t n = data.size();
-        double lossSum = 0.0;
-        std::int64_t correct = 0;
-        std::int64_t top5 = 0;
-        torch::Tensor confusion; // counts, on the device until the end
-        std::int64_t classes = 0;
+        TaskMetrics metrics(task.task, task.l1);
         for (std::int64_t i = 0; i < n; i += batchSize) {
             const std::int64_t take = std::min<std::int64_t>(batchSize, n - i);
-            const torch::Tensor logits = model.forward(inputs.rows(i, take));
-            const torch::Tensor yb = y.narrow(0, i, take).to(device);
-            lossSum += torch::nn::functional::cross_entropy(
-                           logits, yb, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                           .item<double>();
-            const torch::Tensor predicted = logits.argmax(1);
-            correct += predicted.eq(yb).sum().item<std::int64_t>();
-            classes = logits.size(1);
-            if (classes > 5)
-                top5 += std::get<1>(logits.topk(5, 1)).eq(yb.unsqueeze(1)).any(1).sum().item<std::int64_t>();
-            const torch::Tensor counts = torch::bincount(yb * classes + predicted, {}, classes * classes)
-                                             .narrow(0, 0, classes * classes);
-            confusion = confusion.defined() ? confusion + counts : counts;
+            const torch::Tensor outputs = model.forward(inputs.rows(i, take));
+            metrics.add(outputs, y.narrow(0, i, take).to(device));
         }
         model.setTraining(true);
-        ev.samples = n;
-        ev.accuracy = n > 0 ? double(correct) / double(n) : 0.0;
-        ev.loss = n > 0 ? lossSum / double(n) : 0.0;
-        ev.classes = int(classes);
-        ev.top5Accuracy = classes > 5 && n > 0 ? double(top5) / double(n) : -1.0;
-        if (confusion.defined()) {
-            const torch::Tensor cpu = confusion.to(torch::kCPU, torch::kInt64).contiguous();
-            ev.confusion.assign(cpu.data_ptr<std::int64_t>(), cpu.data_ptr<std::int64_t>() + cpu.numel());
-        }
+        return metrics.finish(n);
     } catch (const std::exception &e) {
         return fail(QStringLiteral("evaluation failed: %1").arg(torchErrorSummary(e)));
     }
-    return ev;
 }
 
 } // namespace flotilla

@@ -7,6 +7,7 @@
 #include "common/Result.h"
 #include "engine/Dataset.h"
 #include "engine/Model.h"
+#include "engine/Task.h"
 #include "job/JobSpec.h"
 
 #include <atomic>
@@ -72,6 +73,8 @@ struct TrainConfig
     double eps = 1e-8;
     double clipGradNorm = 0.0;  // > 0: the gradients' global norm is clipped to this
     double labelSmoothing = 0.0;
+    QString task = QStringLiteral("classification"); // job/Tasks.h
+    QString regressionLoss = QStringLiteral("mse");  // mse | l1
     QString precision = QStringLiteral("fp32"); // fp32 | bf16 | fp16 (Precision.h)
     int batchSize = 32;
     int localEpochs = 1;
@@ -128,20 +131,16 @@ Result<TrainOutcome> trainSubtask(Model &model, const torch::Tensor &startWeight
                                   const std::atomic<bool> *cancel = nullptr, const TrainProgress &progress = {},
                                   OptimizerSlot *slot = nullptr);
 
-// Accuracy and mean loss of flat weights on a data set, in batches made by the same
-// InputPipeline as training's (never augmented), under NoGradGuard. batchSize 0: a size that
-// suits the device (see evaluationBatchSize).
-struct Evaluation
-{
-    double accuracy = 0.0;
-    double loss = 0.0;
-    std::int64_t samples = 0;
-    double top5Accuracy = -1.0; // the true class among the five highest outputs; -1: five classes or fewer
-    int classes = 0;
-    std::vector<std::int64_t> confusion; // [true × classes + predicted]: counts
-};
+// The task's loss of a configuration (its task, regression loss and label smoothing).
+Result<TaskLoss> taskLoss(const TrainConfig &config);
+// A validated job's (classification where its task is unknown).
+TaskLoss taskLoss(const TrainingSpec &training);
+
+// The score, loss and metrics of the task (Task.h) for flat weights on a data set, in batches
+// made by the same InputPipeline as training's (never augmented), under NoGradGuard.
+// batchSize 0: a size that suits the device (see evaluationBatchSize).
 Result<Evaluation> evaluate(Model &model, const torch::Tensor &weights, const Dataset &data, torch::Device device,
-                            int batchSize = 0);
+                            const TaskLoss &task, int batchSize = 0);
 // On a CPU, small batches: the activations and the convolutions' unfolded inputs of a batch of
 // 1,000 images run to hundreds of MB, freshly mapped (and page-faulted) for every batch, and
 // evaluating the default job's test set took several times longer than in batches of 64.

@@ -86,29 +86,61 @@ Result<torch::Tensor> weightsFromBytes(const QByteArray &bytes, const WeightLayo
     return t;
 }
 
+namespace {
+
+QString featureType(const torch::Tensor &features)
+{
+    switch (features.scalar_type()) {
+    case torch::kUInt8:
+        return QStringLiteral("uint8");
+    case torch::kInt64:
+        return QStringLiteral("int64");
+    default:
+        return QStringLiteral("float32");
+    }
+}
+
+// Class indices [N] need no description: a manifest without one (an older coordinator's)
+// means them.
+bool plainClassLabels(const torch::Tensor &labels)
+{
+    return labels.dim() == 1 && labels.scalar_type() == torch::kInt64;
+}
+
+} // namespace
+
 QCborMap shardManifest(const Dataset &shard)
 {
-    return QCborMap{{QStringLiteral("samples"), static_cast<qint64>(shard.size())},
-                    {QStringLiteral("sample_shape"), shapeArray(shard.sampleShape())},
-                    {QStringLiteral("classes"), shard.numClasses},
-                    {QStringLiteral("dtype"), shard.features.scalar_type() == torch::kUInt8 ? QStringLiteral("uint8")
-                                                                                             : QStringLiteral("float32")},
-                    {QStringLiteral("normalization"), static_cast<qint64>(shard.normalization.mean.size())},
-                    {QStringLiteral("crop_padding"), shard.augmentation.cropPadding},
-                    {QStringLiteral("horizontal_flip"), shard.augmentation.horizontalFlip}};
+    QCborMap m{{QStringLiteral("samples"), static_cast<qint64>(shard.size())},
+               {QStringLiteral("sample_shape"), shapeArray(shard.sampleShape())},
+               {QStringLiteral("classes"), shard.numClasses},
+               {QStringLiteral("dtype"), featureType(shard.features)},
+               {QStringLiteral("normalization"), static_cast<qint64>(shard.normalization.mean.size())},
+               {QStringLiteral("crop_padding"), shard.augmentation.cropPadding},
+               {QStringLiteral("horizontal_flip"), shard.augmentation.horizontalFlip}};
+    if (!plainClassLabels(shard.labels)) {
+        const auto sizes = shard.labels.sizes();
+        m.insert(QStringLiteral("label_dtype"),
+                 shard.labels.scalar_type() == torch::kInt64 ? QStringLiteral("int64") : QStringLiteral("float32"));
+        m.insert(QStringLiteral("label_shape"), shapeArray({sizes.begin() + 1, sizes.end()}));
+    }
+    return m;
 }
 
 QByteArray shardToBytes(const Dataset &shard)
 {
-    const bool bytes = shard.features.scalar_type() == torch::kUInt8;
-    const torch::Tensor x = bytes ? shard.features.contiguous() : shard.features.to(torch::kFloat32).contiguous();
-    const torch::Tensor y = shard.labels.to(torch::kInt64).contiguous();
-    const auto featureBytes = static_cast<qsizetype>(x.numel() * (bytes ? 1 : 4));
+    const auto type = shard.features.scalar_type();
+    const torch::Tensor x = type == torch::kUInt8 || type == torch::kInt64 ? shard.features.contiguous()
+                                                                           : shard.features.to(torch::kFloat32).contiguous();
+    const torch::Tensor y = shard.labels.scalar_type() == torch::kInt64 ? shard.labels.contiguous()
+                                                                        : shard.labels.to(torch::kFloat32).contiguous();
+    const auto featureBytes = static_cast<qsizetype>(x.numel() * x.element_size());
+    const auto labelBytes = static_cast<qsizetype>(y.numel() * y.element_size());
     const auto &norm = shard.normalization;
     QByteArray out;
-    out.reserve(featureBytes + static_cast<qsizetype>(y.numel() * 8 + norm.mean.size() * 8));
+    out.reserve(featureBytes + labelBytes + static_cast<qsizetype>(norm.mean.size() * 8));
     out.append(static_cast<const char *>(x.data_ptr()), featureBytes);
-    out.append(reinterpret_cast<const char *>(y.data_ptr<std::int64_t>()), static_cast<qsizetype>(y.numel() * 8));
+    out.append(static_cast<const char *>(y.data_ptr()), labelBytes);
     out.append(reinterpret_cast<const char *>(norm.mean.data()), static_cast<qsizetype>(norm.mean.size() * 4));
     out.append(reinterpret_cast<const char *>(norm.stddev.data()), static_cast<qsizetype>(norm.stddev.size() * 4));
     return out;
@@ -120,6 +152,11 @@ QByteArray shardDigest(const QCborMap &manifest, QByteArrayView bytes)
     for (const char *key : {"dtype", "samples", "sample_shape", "classes", "normalization", "crop_padding",
                             "horizontal_flip"})
         own.insert(QLatin1String(key), manifest.value(QLatin1String(key)));
+    // Present only where the labels are more than class indices (an older coordinator's
+    // digest of class labels stays what it was).
+    for (const char *key : {"label_dtype", "label_shape"})
+        if (manifest.contains(QLatin1String(key)))
+            own.insert(QLatin1String(key), manifest.value(QLatin1String(key)));
     Sha256 hash;
     hash.addData(own.toCborValue().toCbor());
     hash.addData(bytes);
@@ -131,13 +168,34 @@ Result<Dataset> shardFromBytes(const QByteArray &bytes, const QCborMap &manifest
     const qint64 samples = cborInteger(manifest.value(QStringLiteral("samples")), -1);
     const qint64 classes = cborInteger(manifest.value(QStringLiteral("classes")), -1);
     const QCborArray shapeValues = manifest.value(QStringLiteral("sample_shape")).toArray();
-    if (samples <= 0 || classes < 2 || shapeValues.isEmpty() || shapeValues.size() > 4)
-        return fail(QStringLiteral("the shard's manifest is malformed (samples %1, classes %2, shape %3)")
-                        .arg(samples).arg(classes).arg(shapeText(shapeValues)));
+    const bool describedLabels = manifest.contains(QStringLiteral("label_dtype"));
+    const QString labelType = describedLabels ? manifest.value(QStringLiteral("label_dtype")).toString()
+                                              : QStringLiteral("int64");
+    const QCborArray labelShapeValues = manifest.value(QStringLiteral("label_shape")).toArray();
+    if (samples <= 0 || classes < (describedLabels ? 1 : 2) || classes > (qint64(1) << 24) || shapeValues.isEmpty()
+        || shapeValues.size() > 4 || labelShapeValues.size() > 2)
+        return fail(QStringLiteral("the shard's manifest is malformed (samples %1, classes %2, shape %3, label shape %4)")
+                        .arg(samples).arg(classes).arg(shapeText(shapeValues), shapeText(labelShapeValues)));
+    if (labelType != QLatin1String("int64") && labelType != QLatin1String("float32"))
+        return fail(QStringLiteral("the shard's labels are of type '%1'; int64 (classes, tokens) or float32 (targets) "
+                                   "is expected")
+                        .arg(labelType.left(40)));
+    const bool floatLabels = labelType == QLatin1String("float32");
+    std::vector<std::int64_t> labelShape{samples};
+    qint64 labelsPerSample = 1;
+    for (const auto &d : labelShapeValues) {
+        const qint64 v = cborInteger(d, -1);
+        if (v <= 0 || v > (1 << 20))
+            return fail(QStringLiteral("the shard's label shape %1 is malformed").arg(shapeText(labelShapeValues)));
+        labelsPerSample *= v;
+        labelShape.push_back(v);
+    }
     const QString dtype = manifest.value(QStringLiteral("dtype")).toString();
     const bool isBytes = dtype == QLatin1String("uint8");
-    if (!isBytes && dtype != QLatin1String("float32"))
-        return fail(QStringLiteral("the shard's features are of type '%1'; uint8 (images) or float32 (tables) is expected")
+    const bool isTokens = dtype == QLatin1String("int64");
+    if (!isBytes && !isTokens && dtype != QLatin1String("float32"))
+        return fail(QStringLiteral("the shard's features are of type '%1'; uint8 (images), float32 (tables) or int64 "
+                                   "(tokens) is expected")
                         .arg(dtype));
     if (isBytes && shapeValues.size() != 3)
         return fail(QStringLiteral("the shard holds uint8 samples of shape %1; byte samples must be images "
@@ -156,13 +214,18 @@ Result<Dataset> shardFromBytes(const QByteArray &bytes, const QCborMap &manifest
     if (normCount != 0 && normCount != shape[1])
         return fail(QStringLiteral("the shard announces %1 normalization values; its samples of shape %2 need %3 (or 0)")
                         .arg(normCount).arg(shapeText(shapeValues)).arg(shape[1]));
-    const qint64 elementSize = isBytes ? 1 : 4;
-    if (samples > (qint64(1) << 40) / (perSample * elementSize + 8)
-        || bytes.size() != samples * perSample * elementSize + samples * 8 + normCount * 8)
+    if (isTokens && (shapeValues.size() != 1 || normCount != 0))
+        return fail(QStringLiteral("the shard holds int64 samples of shape %1 with %2 normalization values; token "
+                                   "samples are one context each, never normalized")
+                        .arg(shapeText(shapeValues)).arg(normCount));
+    const qint64 elementSize = isBytes ? 1 : isTokens ? 8 : 4;
+    const qint64 labelBytes = labelsPerSample * (floatLabels ? 4 : 8);
+    if (samples > (qint64(1) << 40) / (perSample * elementSize + labelBytes)
+        || bytes.size() != samples * perSample * elementSize + samples * labelBytes + normCount * 8)
         return fail(QStringLiteral("the shard is %1 bytes; %2 %3 samples of %4 with their labels and %5 normalization "
                                    "values need %6")
                         .arg(bytes.size()).arg(samples).arg(dtype, shapeText(shapeValues)).arg(normCount)
-                        .arg(samples * perSample * elementSize + samples * 8 + normCount * 8));
+                        .arg(samples * perSample * elementSize + samples * labelBytes + normCount * 8));
     const QCborValue padding = manifest.value(QStringLiteral("crop_padding"));
     const QCborValue flip = manifest.value(QStringLiteral("horizontal_flip"));
     if (!padding.isInteger() || padding.toInteger() < 0 || !flip.isBool())
@@ -176,25 +239,31 @@ Result<Dataset> shardFromBytes(const QByteArray &bytes, const QCborMap &manifest
 
     Dataset d;
     const char *p = bytes.constData();
-    d.features = torch::empty(shape, isBytes ? torch::kUInt8 : torch::kFloat32);
+    d.features = torch::empty(shape, isBytes ? torch::kUInt8 : isTokens ? torch::kInt64 : torch::kFloat32);
     std::memcpy(d.features.data_ptr(), p, static_cast<std::size_t>(samples * perSample * elementSize));
     p += samples * perSample * elementSize;
-    d.labels = torch::empty({samples}, torch::kInt64);
-    std::memcpy(d.labels.data_ptr<std::int64_t>(), p, static_cast<std::size_t>(samples * 8));
-    p += samples * 8;
+    d.labels = torch::empty(labelShape, floatLabels ? torch::kFloat32 : torch::kInt64);
+    std::memcpy(d.labels.data_ptr(), p, static_cast<std::size_t>(samples * labelBytes));
+    p += samples * labelBytes;
     d.normalization.mean.resize(static_cast<std::size_t>(normCount));
     d.normalization.stddev.resize(static_cast<std::size_t>(normCount));
     std::memcpy(d.normalization.mean.data(), p, static_cast<std::size_t>(normCount * 4));
     std::memcpy(d.normalization.stddev.data(), p + normCount * 4, static_cast<std::size_t>(normCount * 4));
-    if (!isBytes && !torch::isfinite(d.features).all().item<bool>())
+    if (!isBytes && !isTokens && !torch::isfinite(d.features).all().item<bool>())
         return fail(QStringLiteral("the shard's features contain NaN or infinite values"));
+    if (isTokens && (d.features.min().item<std::int64_t>() < 0 || d.features.max().item<std::int64_t>() >= classes))
+        return fail(QStringLiteral("the shard's token ids are outside the vocabulary [0, %1)").arg(classes));
     for (std::size_t i = 0; i < d.normalization.mean.size(); ++i)
         if (!std::isfinite(d.normalization.mean[i]) || !std::isfinite(d.normalization.stddev[i])
             || !(d.normalization.stddev[i] > 0.0f))
             return fail(QStringLiteral("the shard's normalization %1 is unusable (mean %2, standard deviation %3)")
                             .arg(i).arg(double(d.normalization.mean[i])).arg(double(d.normalization.stddev[i])));
-    if (d.labels.min().item<std::int64_t>() < 0 || d.labels.max().item<std::int64_t>() >= classes)
+    if (floatLabels) {
+        if (!torch::isfinite(d.labels).all().item<bool>())
+            return fail(QStringLiteral("the shard's targets contain NaN or infinite values"));
+    } else if (d.labels.min().item<std::int64_t>() < 0 || d.labels.max().item<std::int64_t>() >= classes) {
         return fail(QStringLiteral("the shard's labels are outside [0, %1)").arg(classes));
+    }
     d.numClasses = static_cast<int>(classes);
     d.augmentation = augmentation;
     return d;

@@ -61,15 +61,27 @@ Result<TrainOutcome> WorkerJob::train(const Dataset &shard, const SubtaskWork &w
     return trainSubtask(*m_model, weights, visit, work.config, m_device, cancel, slowed, &m_optimizer);
 }
 
-double WorkerJob::measureThroughput(int batchSize, int threads, double seconds, const QString &precision)
+double WorkerJob::measureThroughput(int batchSize, int threads, double seconds, const QString &precision,
+                                   const QString &task)
 {
     batchSize = std::clamp(batchSize, 1, 4096);
     std::vector<std::int64_t> shape{batchSize};
     shape.insert(shape.end(), m_inputShape.begin(), m_inputShape.end());
+    const auto named = taskFromName(task);
+    const Task kind = named ? *named : Task::Classification;
     Dataset probe;
-    probe.features = torch::randn(shape);
-    probe.labels = torch::randint(0, std::max(1, m_numClasses), {batchSize}, torch::kInt64);
+    std::vector<std::int64_t> targetShape;
+    if (kind == Task::NextToken) {
+        probe.features = torch::randint(0, std::max(1, m_numClasses), shape, torch::kInt64);
+        targetShape = m_inputShape;
+    } else {
+        probe.features = torch::randn(shape);
+        if (kind != Task::Classification)
+            targetShape = {m_numClasses};
+    }
+    probe.labels = randomTargets(kind, batchSize, targetShape, m_numClasses);
     TrainConfig config;
+    config.task = taskName(kind);
     config.batchSize = batchSize;
     config.threads = threads;
     config.localSteps = 4; // four batches a round: the weights' round trip is not all it times

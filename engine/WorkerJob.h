@@ -48,7 +48,9 @@ public:
     // Samples per second this machine trains the model at, in the job's batch size and
     // precision on the session's device, measured on random inputs for about `seconds` (at
     // least three rounds of four batches) after two untimed rounds of warm-up.
-    double measureThroughput(int batchSize, int threads, double seconds, const QString &precision = QStringLiteral("fp32"));
+    // The task (job/Tasks.h) decides the probe's inputs and targets.
+    double measureThroughput(int batchSize, int threads, double seconds, const QString &precision = QStringLiteral("fp32"),
+                             const QString &task = QStringLiteral("classification"));
 
     // Benchmarks: the machine made `factor` times slower (1: as it is), by pausing after each
     // batch for factor − 1 times what the batch took; a cancel ends the pause at once.

@@ -1,5 +1,7 @@
 #include "job/JobSpec.h"
 
+#include "job/Tasks.h"
+
 #include "common/AtomicFile.h"
 
 #include <QDateTime>
@@ -27,6 +29,8 @@ void forEachField(Job &job, Visit &&visit)
     visit("dataset.kind", job.dataset.kind);
     visit("dataset.path", job.dataset.path);
     visit("dataset.label_column", job.dataset.labelColumn);
+    visit("dataset.token_type", job.dataset.tokenType);
+    visit("dataset.context", job.dataset.context);
     visit("dataset.test_fraction", job.dataset.testFraction);
     visit("dataset.train_limit", job.dataset.trainLimit);
     visit("dataset.test_limit", job.dataset.testLimit);
@@ -44,6 +48,8 @@ void forEachField(Job &job, Visit &&visit)
     visit("training.local_epochs", job.training.localEpochs);
     visit("training.local_steps", job.training.localSteps);
     visit("training.batch_size", job.training.batchSize);
+    visit("training.task", job.training.task);
+    visit("training.regression_loss", job.training.regressionLoss);
     visit("training.optimizer", job.training.optimizer);
     visit("training.learning_rate", job.training.learningRate);
     visit("training.momentum", job.training.momentum);
@@ -250,6 +256,46 @@ Result<void> imagesOnly(const DatasetSpec &dataset, const QString &key, bool set
                     .arg(key, value, dataset.kind));
 }
 
+// Which data and models each task can have: a problem named, never a job that trains on
+// labels it reads as something else.
+Result<void> taskFitsData(const DatasetSpec &dataset, const ModelSpec &model, const TrainingSpec &training)
+{
+    const QString &task = training.task;
+    const bool tokens = dataset.kind == QLatin1String("tokens");
+    if (tokens != (task == QLatin1String("next-token")))
+        return fail(tokens ? QStringLiteral("'training.task' is '%1', but a data set of kind 'tokens' is for the "
+                                            "next-token task")
+                                 .arg(task)
+                           : QStringLiteral("'training.task' next-token needs a data set of kind 'tokens' (a "
+                                            "file of token ids); this one is '%1'")
+                                 .arg(dataset.kind));
+    if (tokens && model.kind != QLatin1String("torchscript"))
+        return fail(QStringLiteral("'model.kind' is '%1', but the next-token task needs a TorchScript model that maps "
+                                   "[batch, context] token ids to [batch, context, vocabulary] logits")
+                        .arg(model.kind));
+    if (tokens && (dataset.cropPadding > 0 || dataset.horizontalFlip))
+        return fail(QStringLiteral("'dataset.crop_padding' and 'dataset.horizontal_flip' augment images; a token file "
+                                   "has none"));
+    const bool numericTargets = task == QLatin1String("regression") || task == QLatin1String("multi-label");
+    if (numericTargets && dataset.kind != QLatin1String("csv") && dataset.kind != QLatin1String("npy"))
+        return fail(QStringLiteral("'training.task' %1 needs targets a '%2' data set does not have; use a csv (target "
+                                   "columns) or npy (y.npy) data set")
+                        .arg(task, dataset.kind));
+    if (training.labelSmoothing > 0 && numericTargets)
+        return fail(QStringLiteral("'training.label_smoothing' is %1, but it smooths class targets and the task is %2; "
+                                   "set it to 0")
+                        .arg(training.labelSmoothing)
+                        .arg(task));
+    if (training.regressionLoss != QLatin1String("mse") && task != QLatin1String("regression"))
+        return fail(QStringLiteral("'training.regression_loss' is '%1', but the task is %2; it applies to regression")
+                        .arg(training.regressionLoss, task));
+    if (dataset.labelColumn.contains(u',') && !numericTargets)
+        return fail(QStringLiteral("'dataset.label_column' names several columns ('%1'); only regression and "
+                                   "multi-label jobs have several targets")
+                        .arg(dataset.labelColumn));
+    return {};
+}
+
 } // namespace
 
 JobSpec JobSpec::defaultJob()
@@ -341,7 +387,7 @@ QStringList JobSpec::problems() const
         name.trimmed().isEmpty() ? Result<void>(fail(QStringLiteral("'name' must not be empty"))) : Result<void>(),
         oneOf(QStringLiteral("dataset.kind"), dataset.kind,
               {QStringLiteral("fashion-mnist"), QStringLiteral("idx"), QStringLiteral("csv"), QStringLiteral("images"),
-               QStringLiteral("npy")}),
+               QStringLiteral("npy"), QStringLiteral("tokens")}),
         (dataset.kind != QLatin1String("fashion-mnist") && dataset.path.isEmpty())
             ? Result<void>(fail(QStringLiteral("'dataset.path' is required for a dataset of kind '%1'").arg(dataset.kind)))
             : Result<void>(),
@@ -363,6 +409,12 @@ QStringList JobSpec::problems() const
                                     .arg(dataset.cropPadding > 0 ? QStringLiteral("crop_padding")
                                                                  : QStringLiteral("horizontal_flip"))))
             : Result<void>(),
+        oneOf(QStringLiteral("dataset.token_type"), dataset.tokenType, {QStringLiteral("uint16"), QStringLiteral("uint32")}),
+        inRange(QStringLiteral("dataset.context"), dataset.context, 1, 65536),
+        oneOf(QStringLiteral("training.task"), training.task, taskNames()),
+        oneOf(QStringLiteral("training.regression_loss"), training.regressionLoss,
+              {QStringLiteral("mse"), QStringLiteral("l1")}),
+        taskFitsData(dataset, model, training),
         oneOf(QStringLiteral("model.kind"), model.kind,
               {QStringLiteral("mlp"), QStringLiteral("cnn"), QStringLiteral("resnet"), QStringLiteral("torchscript")}),
         (model.kind == QLatin1String("torchscript") && model.path.isEmpty())
@@ -416,7 +468,7 @@ QStringList JobSpec::problems() const
         inRange(QStringLiteral("training.lr_floor"), training.lrFloor, 0.0, 1.0),
         inRange(QStringLiteral("training.threads"), training.threads, 1, 1024),
         oneOf(QStringLiteral("training.best_metric"), training.bestMetric,
-              {QStringLiteral("accuracy"), QStringLiteral("loss")}),
+              {QStringLiteral("accuracy"), QStringLiteral("score"), QStringLiteral("loss")}),
         inRange(QStringLiteral("training.early_stop_after"), training.earlyStopAfter, 0, 100000),
         inRange<quint64>(QStringLiteral("training.seed"), training.seed, 0, (quint64(1) << 53) - 1),
         [&]() -> Result<void> {

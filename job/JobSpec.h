@@ -16,11 +16,18 @@ namespace flotilla {
 
 struct DatasetSpec
 {
-    QString kind = QStringLiteral("fashion-mnist"); // fashion-mnist | idx | csv | images | npy
-    // folder of IDX files, CSV file, image folder, or NumPy data (a folder with x.npy and
-    // y.npy, or a .npz); fashion-mnist: optional folder
+    QString kind = QStringLiteral("fashion-mnist"); // fashion-mnist | idx | csv | images | npy | tokens
+    // folder of IDX files, CSV file, image folder, NumPy data (a folder with x.npy and
+    // y.npy, or a .npz), or a token file (a flat array of token ids, as nanoGPT's
+    // prepare.py writes train.bin); fashion-mnist: optional folder
     QString path;
-    QString labelColumn;     // csv: name or 1-based number; empty = last column
+    // csv: the label column, by name or 1-based number; empty = the last column. Regression
+    // and multi-label jobs may name several, separated by commas (one target each).
+    QString labelColumn;
+    // tokens: the ids' type (uint16 | uint32) and the length of the contexts the file is cut
+    // into (each sample: `context` tokens and the `context` that follow them by one).
+    QString tokenType = QStringLiteral("uint16");
+    int context = 64;
     double testFraction = 0.1; // held out when the source has no test split of its own
     qint64 trainLimit = 0;   // use only the first N training samples (0 = all)
     qint64 testLimit = 0;    // evaluate on only the first N test samples (0 = all)
@@ -50,6 +57,11 @@ struct TrainingSpec
     int localEpochs = 1;   // per subtask
     int localSteps = 0;    // if > 0: a subtask trains this many steps instead of localEpochs
     int batchSize = 32;
+    // What the model learns (job/Tasks.h): classification (a class per sample; cross-entropy),
+    // regression (numbers; regressionLoss), multi-label (a 0/1 per label; binary
+    // cross-entropy on logits) or next-token (a token file; cross-entropy per position).
+    QString task = QStringLiteral("classification");
+    QString regressionLoss = QStringLiteral("mse"); // mse | l1
     QString optimizer = QStringLiteral("sgd"); // sgd | adam | adamw
     double learningRate = 0.03;
     double momentum = 0.9;
@@ -61,7 +73,7 @@ struct TrainingSpec
     double beta2 = 0.999;
     double eps = 1e-8;
     double clipGradNorm = 0.0;   // > 0: the gradients' global norm is clipped to this
-    double labelSmoothing = 0.0; // classification: the target's share spread over all classes
+    double labelSmoothing = 0.0; // classification, next-token: the target's share spread over all classes
     // fp32 | bf16 | fp16: the forward pass under autocast in that type (fp16 with a loss
     // scale); the weights, the optimizer's state and everything sent stay float32.
     QString precision = QStringLiteral("fp32");
@@ -76,10 +88,10 @@ struct TrainingSpec
     // Workers keep their optimizer's state (momentum buffers, Adam's moments) from one subtask
     // of the job to the next, as one process would; false: every subtask starts afresh.
     bool carryOptimizer = true;
-    // The model with the best test accuracy (or the lowest test loss) is kept beside the last
-    // as model-best.pt; with earlyStopAfter > 0, the job ends after that many evaluations in a
-    // row without a better one.
-    QString bestMetric = QStringLiteral("accuracy"); // accuracy | loss
+    // The model with the best test score (accuracy; for other tasks their score, job/Tasks.h)
+    // or the lowest test loss is kept beside the last as model-best.pt; with earlyStopAfter >
+    // 0, the job ends after that many evaluations in a row without a better one.
+    QString bestMetric = QStringLiteral("accuracy"); // accuracy (= score) | score | loss
     int earlyStopAfter = 0;
     quint64 seed = 1;
     int threads = 1;        // torch intra-op threads per worker

@@ -168,7 +168,7 @@ QCborMap WelcomeMsg::encode() const
         { key("layout"), layout }, { key("weights"), weights }, { key("seed"), qint64(seed) },
         { key("heartbeat_ms"), heartbeatMs }, { key("heartbeat_timeout_ms"), heartbeatTimeoutMs },
         { key("compression"), compression }, { key("job_key"), jobKey }, { key("waiting"), waiting },
-        { key("batch_size"), batchSize }, { key("precision"), precision } };
+        { key("batch_size"), batchSize }, { key("precision"), precision }, { key("task"), task } };
 }
 
 Result<WelcomeMsg> WelcomeMsg::decode(const QCborMap &header)
@@ -191,6 +191,7 @@ Result<WelcomeMsg> WelcomeMsg::decode(const QCborMap &header)
     r.text("waiting", m.waiting);
     r.integer("batch_size", m.batchSize);
     r.text("precision", m.precision);
+    r.text("task", m.task);
     return r.finish(std::move(m));
 }
 
@@ -264,6 +265,10 @@ QCborMap AssignMsg::encode() const
         m.insert(key("lr_gamma"), lrGamma);
         m.insert(key("first_step"), firstStep);
     }
+    if (task != QLatin1String("classification"))
+        m.insert(key("task"), task);
+    if (regressionLoss != QLatin1String("mse"))
+        m.insert(key("regression_loss"), regressionLoss);
     if (freshOptimizer)
         m.insert(key("fresh_optimizer"), true);
     if (change != QLatin1String("none"))
@@ -304,6 +309,8 @@ Result<AssignMsg> AssignMsg::decode(const QCborMap &header)
     r.number("clip_grad_norm", m.clipGradNorm);
     r.number("label_smoothing", m.labelSmoothing);
     r.text("precision", m.precision);
+    r.text("task", m.task);
+    r.text("regression_loss", m.regressionLoss);
     r.nonNegative("lr_total_steps", m.lrTotalSteps);
     if (m.lrTotalSteps > 0) {
         r.text("lr_schedule", m.lrSchedule, Need::Required);

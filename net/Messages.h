@@ -64,9 +64,10 @@ struct WelcomeMsg
     // With no job: why this worker waits, when it is not for want of a job (quarantined by
     // the fleet, say).
     QString waiting = {};
-    // The job's batch size and precision, for the worker's speed probe.
+    // The job's batch size, precision and task, for the worker's speed probe.
     qint64 batchSize = 32;
     QString precision = QStringLiteral("fp32");
+    QString task = QStringLiteral("classification");
 
     QCborMap encode() const;
     static Result<WelcomeMsg> decode(const QCborMap &header);
@@ -140,6 +141,9 @@ struct AssignMsg
     double clipGradNorm = 0;
     double labelSmoothing = 0;
     QString precision = QStringLiteral("fp32");
+    // What the worker trains for (sent only when not classification with MSE's default).
+    QString task = QStringLiteral("classification");
+    QString regressionLoss = QStringLiteral("mse");
     // The job's learning-rate schedule per optimizer step (absent when lrTotalSteps is 0:
     // learningRate throughout) and the subtask's first step in it.
     QString lrSchedule = QStringLiteral("constant");

@@ -155,7 +155,7 @@ private Q_SLOTS:
         QCOMPARE(p.evaluatedEpoch, 1);
         auto model = createModel(f.spec.model, f.data->inputShape, f.data->numClasses);
         QVERIFY(model);
-        auto again = evaluate(**model, c->globalWeights(), f.data->test, torch::Device(torch::kCPU));
+        auto again = evaluate(**model, c->globalWeights(), f.data->test, torch::Device(torch::kCPU), TaskLoss{});
         QVERIFY(again);
         QCOMPARE(p.testAccuracy, again->accuracy);
         QVERIFY(p.testAccuracy > 0.0 && p.testAccuracy <= 1.0);

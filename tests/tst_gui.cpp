@@ -178,6 +178,8 @@ private Q_SLOTS:
         job.dataset.kind = QStringLiteral("npy");
         job.dataset.path = m_dir.filePath(QStringLiteral("arrays"));
         job.training.bestMetric = QStringLiteral("loss");
+        job.dataset.context = 32;
+        job.dataset.tokenType = QStringLiteral("uint32");
         job.training.precision = QStringLiteral("bf16");
         job.training.optimizer = QStringLiteral("adamw");
         job.training.labelSmoothing = 0.05;
@@ -201,7 +203,15 @@ private Q_SLOTS:
         qobject_cast<QComboBox *>(wizard.field(QStringLiteral("training.optimizer")))->setCurrentText(QStringLiteral("sgd"));
         qobject_cast<QCheckBox *>(wizard.field(QStringLiteral("training.nesterov")))->setChecked(true);
         qobject_cast<QComboBox *>(wizard.field(QStringLiteral("training.precision")))->setCurrentText(QStringLiteral("fp16"));
+        qobject_cast<QComboBox *>(wizard.field(QStringLiteral("training.task")))->setCurrentText(QStringLiteral("regression"));
+        qobject_cast<QComboBox *>(wizard.field(QStringLiteral("training.regression_loss")))->setCurrentText(QStringLiteral("l1"));
+        // Smoothing class targets means nothing for numbers: the job would be refused with it.
+        qobject_cast<QDoubleSpinBox *>(wizard.field(QStringLiteral("training.label_smoothing")))->setValue(0);
         const JobSpec changed = wizard.job();
+        QCOMPARE(changed.training.task, QStringLiteral("regression"));
+        QCOMPARE(changed.training.regressionLoss, QStringLiteral("l1"));
+        ui::JobWizard again(changed, 1);
+        QCOMPARE(again.job().toJson(), changed.toJson());
         QCOMPARE(changed.training.optimizer, QStringLiteral("sgd"));
         QVERIFY(changed.training.nesterov);
         QCOMPARE(changed.training.precision, QStringLiteral("fp16"));

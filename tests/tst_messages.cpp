@@ -120,7 +120,7 @@ private Q_SLOTS:
         QCOMPARE(roundTrip(waiting).waiting, QStringLiteral("quarantined by the fleet"));
         QCOMPARE(keysOf(welcome().encode()),
             sorted({ "worker_id", "job", "model", "model_sha256", "input_shape", "classes", "layout", "weights", "seed",
-                "heartbeat_ms", "heartbeat_timeout_ms", "compression", "job_key", "waiting", "batch_size", "precision" }));
+                "heartbeat_ms", "heartbeat_timeout_ms", "compression", "job_key", "waiting", "batch_size", "precision", "task" }));
     }
 
     void redeemAndEnrolledRoundTrip()

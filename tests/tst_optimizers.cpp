@@ -214,7 +214,7 @@ private Q_SLOTS:
         auto out = trainSubtask(*s.model, s.start, s.data->train, c, torch::kCPU);
         QVERIFY2(out, qPrintable(out ? QString() : out.error()));
         QCOMPARE(out->weights.scalar_type(), torch::kFloat);
-        auto ev = evaluate(*s.model, out->weights, s.data->test, torch::kCPU);
+        auto ev = evaluate(*s.model, out->weights, s.data->test, torch::kCPU, TaskLoss{});
         QVERIFY2(ev->accuracy > 0.9, qPrintable(QString::number(ev->accuracy)));
         // Inside the scope, a matmul runs in bfloat16; outside, in float32 again.
         const torch::Tensor a = torch::ones({2, 2});

@@ -206,7 +206,7 @@ private Q_SLOTS:
         const QStringList tables =
             queryFile(db, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
         const QStringList expected{QStringLiteral("assimilations"), QStringLiteral("evaluation_details"),
-                                   QStringLiteral("evaluations"),
+                                   QStringLiteral("evaluation_metrics"), QStringLiteral("evaluations"),
                                    QStringLiteral("events"),        QStringLiteral("jobs"),
                                    QStringLiteral("leases"),        QStringLiteral("ledger"),
                                    QStringLiteral("meta"),          QStringLiteral("operator_requests"),

@@ -52,7 +52,7 @@ private Q_SLOTS:
     {
         Setup s;
         const torch::Tensor start = s.model->flatWeights();
-        auto before = evaluate(*s.model, start, s.data->test, torch::kCPU);
+        auto before = evaluate(*s.model, start, s.data->test, torch::kCPU, TaskLoss{});
         s.config.localEpochs = 3;
         auto out = trainSubtask(*s.model, start, s.data->train, s.config, torch::kCPU);
         QVERIFY2(out, qPrintable(out.error()));
@@ -63,7 +63,7 @@ private Q_SLOTS:
         QVERIFY(out->seconds > 0);
         QVERIFY(out->meanLoss > 0 && std::isfinite(out->meanLoss));
         QCOMPARE(out->weights.numel(), start.numel());
-        auto after = evaluate(*s.model, out->weights, s.data->test, torch::kCPU);
+        auto after = evaluate(*s.model, out->weights, s.data->test, torch::kCPU, TaskLoss{});
         QVERIFY(after->accuracy > 0.95);
         QVERIFY(after->loss < before->loss);
         QVERIFY(torch::equal(start, s.model->flatWeights()) == false);
@@ -77,11 +77,11 @@ private Q_SLOTS:
         s.config.localEpochs = 1;
         auto out = trainSubtask(*s.model, s.model->flatWeights(), s.data->train, s.config, torch::kCPU);
         QVERIFY(out);
-        auto whole = evaluate(*s.model, out->weights, s.data->test, torch::kCPU, 100000);
+        auto whole = evaluate(*s.model, out->weights, s.data->test, torch::kCPU, TaskLoss{}, 100000);
         QVERIFY(whole);
         QCOMPARE(whole->samples, s.data->test.size());
         for (const int batch : {0, 1, 7, 64}) {
-            auto ev = evaluate(*s.model, out->weights, s.data->test, torch::kCPU, batch);
+            auto ev = evaluate(*s.model, out->weights, s.data->test, torch::kCPU, TaskLoss{}, batch);
             QVERIFY(ev);
             QCOMPARE(ev->samples, whole->samples);
             QCOMPARE(ev->accuracy, whole->accuracy);
@@ -211,7 +211,7 @@ private Q_SLOTS:
         spec.hidden = {16};
         auto model = createModel(spec, {4}, 8).value();
         const torch::Tensor weights = model->flatWeights();
-        auto ev = evaluate(*model, weights, d, torch::kCPU, 64);
+        auto ev = evaluate(*model, weights, d, torch::kCPU, TaskLoss{}, 64);
         QVERIFY(ev);
         QCOMPARE(ev->classes, 8);
         QCOMPARE(int(ev->confusion.size()), 64);
@@ -240,7 +240,7 @@ private Q_SLOTS:
         QCOMPARE(ev->accuracy, double(diagonal) / 300.0);
         // Two classes: no top-5.
         Setup s;
-        auto two = evaluate(*s.model, s.model->flatWeights(), s.data->test, torch::kCPU);
+        auto two = evaluate(*s.model, s.model->flatWeights(), s.data->test, torch::kCPU, TaskLoss{});
         QCOMPARE(two->top5Accuracy, -1.0);
         QCOMPARE(int(two->confusion.size()), 4);
     }
@@ -254,7 +254,7 @@ private Q_SLOTS:
         auto out = trainSubtask(*s.model, s.model->flatWeights(), s.data->train,
                                 s.config, torch::kCPU);
         QVERIFY(out);
-        auto ev = evaluate(*s.model, out->weights, s.data->test, torch::kCPU);
+        auto ev = evaluate(*s.model, out->weights, s.data->test, torch::kCPU, TaskLoss{});
         QVERIFY(ev->accuracy > 0.9);
     }
 

@@ -1,5 +1,7 @@
 #include "ui/Dashboard.h"
 
+#include "job/Tasks.h"
+
 #include <QBarCategoryAxis>
 #include <QBarSeries>
 #include <QBarSet>
@@ -116,6 +118,7 @@ Dashboard::Dashboard(QWidget *parent) : QWidget(parent)
 
     // Loss and test accuracy.
     QChart *loss = chart(tr("Training loss and test accuracy"));
+    m_lossChart = loss;
     m_lossX = axis(loss, Qt::AlignBottom, timeTitle());
     m_lossY = axis(loss, Qt::AlignLeft, tr("training loss"));
     m_accuracyY = axis(loss, Qt::AlignRight, tr("test accuracy (%)"));
@@ -505,6 +508,15 @@ void Dashboard::addEvaluation(const EvaluationPoint &p)
     const double x = byTime ? timeX(p.atMs) : double(p.version);
     plot(m_accuracy, x, 100.0 * p.accuracy);
     extend(m_lossX, x, !byTime);
+}
+
+void Dashboard::setScore(const QString &task)
+{
+    const TaskInfo &info = taskInfo(task);
+    const bool percent = info.scoreKey.endsWith(QLatin1String("accuracy"));
+    m_lossChart->setTitle(tr("Training loss and test %1").arg(info.score));
+    m_accuracyY->setTitleText(percent ? tr("test %1 (%)").arg(info.score) : tr("test %1 (× 100)").arg(info.score));
+    m_accuracy->setName(tr("test %1").arg(info.score));
 }
 
 void Dashboard::addCost(const CostPoint &p)

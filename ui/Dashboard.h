@@ -37,6 +37,9 @@ public:
     void loadHistory(const History &history);
     void addAssimilation(const AssimilationPoint &p);
     void addEvaluation(const EvaluationPoint &p);
+    // The job's score as its task names it (job/Tasks.h): "accuracy" is drawn in percent,
+    // any other (R², mean F1) × 100 on the same axis.
+    void setScore(const QString &task);
     void addCost(const CostPoint &p);
     void addEvent(const EventRow &e);
     void addSnapshot(const Snapshot &s);
@@ -85,6 +88,7 @@ private:
     QValueAxis *m_lossX = nullptr;
     QValueAxis *m_lossY = nullptr;
     QValueAxis *m_accuracyY = nullptr;
+    QChart *m_lossChart = nullptr;
     double m_lossEma = -1.0;
 
     QScatterSeries *m_staleness = nullptr;

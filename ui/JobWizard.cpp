@@ -1,6 +1,7 @@
 #include "ui/JobWizard.h"
 
 #include "job/PriceTable.h"
+#include "job/Tasks.h"
 
 #include <QCheckBox>
 #include <QComboBox>
@@ -112,10 +113,11 @@ void JobWizard::build()
     m_name = new QLineEdit;
     add(data, QStringLiteral("name"), tr("Job name"), m_name);
     m_datasetKind = combo({QStringLiteral("fashion-mnist"), QStringLiteral("idx"), QStringLiteral("csv"),
-                           QStringLiteral("images"), QStringLiteral("npy")});
+                           QStringLiteral("images"), QStringLiteral("npy"), QStringLiteral("tokens")});
     add(data, QStringLiteral("dataset.kind"), tr("Data set"), m_datasetKind,
         tr("fashion-mnist: Debian's dataset-fashion-mnist; idx: a folder of IDX files; csv: a table; images: a folder "
-           "of class folders (train/<class>/ and test/<class>/, or <class>/ alone); npy: a folder with x.npy and y.npy, or a .npz"));
+           "of class folders (train/<class>/ and test/<class>/, or <class>/ alone); npy: a folder with x.npy and y.npy, or a .npz; "
+           "tokens: a file of token ids (train.bin), or a folder with train.bin and val.bin"));
     m_datasetPath = new QLineEdit;
     m_datasetPath->setPlaceholderText(tr("folder of IDX files, the CSV file, or the image folder"));
     add(data, QStringLiteral("dataset.path"), tr("Location"),
@@ -123,8 +125,16 @@ void JobWizard::build()
                    tr("All files (*)")));
     m_fields.insert(QStringLiteral("dataset.path"), m_datasetPath);
     m_labelColumn = new QLineEdit;
-    m_labelColumn->setPlaceholderText(tr("CSV: name or number of the label column (default: last)"));
+    m_labelColumn->setPlaceholderText(tr("CSV: name or number of the label column (default: last); several for "
+                                         "regression or multi-label: a,b,c"));
     add(data, QStringLiteral("dataset.label_column"), tr("Label column"), m_labelColumn);
+    m_tokenType = combo({QStringLiteral("uint16"), QStringLiteral("uint32")});
+    add(data, QStringLiteral("dataset.token_type"), tr("Token ids"), m_tokenType,
+        tr("Tokens: the type of the ids in the file (nanoGPT writes uint16)"));
+    m_context = spin(1, 65536);
+    m_context->setSuffix(tr(" tokens"));
+    add(data, QStringLiteral("dataset.context"), tr("Context"), m_context,
+        tr("Tokens: each sample is this many tokens and the same shifted by one"));
     m_testFraction = dspin(0.01, 0.9, 2, 0.05);
     add(data, QStringLiteral("dataset.test_fraction"), tr("Held-out test share"), m_testFraction,
         tr("Used when the data has no test split of its own"));
@@ -168,6 +178,12 @@ void JobWizard::build()
     add(model, QStringLiteral("model.hidden"), tr("MLP hidden layers"), m_hidden);
 
     QFormLayout *training = page(tr("Training"));
+    m_task = combo(taskNames());
+    add(training, QStringLiteral("training.task"), tr("Task"), m_task,
+        tr("classification: a class per sample; regression: numbers (CSV target columns or y.npy); multi-label: a 0 "
+           "or 1 per label; next-token: a token file and a TorchScript language model"));
+    m_regressionLoss = combo({QStringLiteral("mse"), QStringLiteral("l1")});
+    add(training, QStringLiteral("training.regression_loss"), tr("Regression loss"), m_regressionLoss);
     m_epochs = spin(0, 100000);
     add(training, QStringLiteral("training.epochs"), tr("Epochs"), m_epochs);
     m_shards = spin(0, 1000000);
@@ -223,9 +239,10 @@ void JobWizard::build()
     m_carryOptimizer = new QCheckBox(tr("Workers keep their optimizer's state between subtasks"));
     add(training, QStringLiteral("training.carry_optimizer"), QString(), m_carryOptimizer,
         tr("Momentum buffers and Adam's moments go on from one subtask to the next, as in one process's loop"));
-    m_bestMetric = combo({QStringLiteral("accuracy"), QStringLiteral("loss")});
+    m_bestMetric = combo({QStringLiteral("accuracy"), QStringLiteral("score"), QStringLiteral("loss")});
     add(training, QStringLiteral("training.best_metric"), tr("Best model by"), m_bestMetric,
-        tr("The model with the best test accuracy (or lowest test loss) is kept as model-best.pt"));
+        tr("The model with the best test score (accuracy, R², mean F1 or token accuracy, by task) or the lowest test "
+           "loss is kept as model-best.pt"));
     m_earlyStop = spin(0, 100000);
     m_earlyStop->setSpecialValueText(tr("off"));
     m_earlyStop->setSuffix(tr(" evaluations"));
@@ -400,6 +417,10 @@ void JobWizard::setJob(const JobSpec &j)
     m_eps->setText(QString::number(j.training.eps));
     m_clipGradNorm->setValue(j.training.clipGradNorm);
     m_labelSmoothing->setValue(j.training.labelSmoothing);
+    m_task->setCurrentText(j.training.task);
+    m_regressionLoss->setCurrentText(j.training.regressionLoss);
+    m_tokenType->setCurrentText(j.dataset.tokenType);
+    m_context->setValue(j.dataset.context);
     m_precision->setCurrentText(j.training.precision);
     m_schedule->setCurrentText(j.training.lrSchedule);
     m_warmup->setValue(j.training.lrWarmupSteps);
@@ -481,6 +502,10 @@ JobSpec JobWizard::job() const
     j.training.eps = ok ? eps : -1.0;
     j.training.clipGradNorm = m_clipGradNorm->value();
     j.training.labelSmoothing = m_labelSmoothing->value();
+    j.training.task = m_task->currentText();
+    j.training.regressionLoss = m_regressionLoss->currentText();
+    j.dataset.tokenType = m_tokenType->currentText();
+    j.dataset.context = m_context->value();
     j.training.precision = m_precision->currentText();
     j.training.lrSchedule = m_schedule->currentText();
     j.training.lrWarmupSteps = m_warmup->value();
@@ -539,7 +564,11 @@ void JobWizard::check()
             m_problems.insert(f, tr("'%1': %2 '%3' does not exist").arg(f, what, path));
     };
     const bool folderKind = j.dataset.kind == QLatin1String("idx") || j.dataset.kind == QLatin1String("images");
-    if (j.dataset.kind != QLatin1String("fashion-mnist"))
+    const bool eitherKind = j.dataset.kind == QLatin1String("npy") || j.dataset.kind == QLatin1String("tokens");
+    if (eitherKind && !j.dataset.path.isEmpty() && !QFileInfo::exists(j.dataset.path))
+        m_problems.insert(QStringLiteral("dataset.path"),
+                          tr("'dataset.path': '%1' does not exist").arg(j.dataset.path));
+    else if (j.dataset.kind != QLatin1String("fashion-mnist") && !eitherKind)
         missing(QStringLiteral("dataset.path"), j.dataset.path, folderKind, folderKind ? tr("the folder") : tr("the file"));
     else if (!j.dataset.path.isEmpty())
         missing(QStringLiteral("dataset.path"), j.dataset.path, true, tr("the folder"));
@@ -560,8 +589,14 @@ void JobWizard::check()
     const bool table = j.dataset.kind == QLatin1String("csv");
     for (const char *f : {"dataset.image_size", "dataset.color", "dataset.bad_images"})
         m_fields.value(QString::fromLatin1(f))->setEnabled(images || m_problems.contains(QString::fromLatin1(f)));
+    const bool tokens = j.dataset.kind == QLatin1String("tokens");
     for (const char *f : {"dataset.crop_padding", "dataset.horizontal_flip"})
-        m_fields.value(QString::fromLatin1(f))->setEnabled(!table || m_problems.contains(QString::fromLatin1(f)));
+        m_fields.value(QString::fromLatin1(f))->setEnabled((!table && !tokens) || m_problems.contains(QString::fromLatin1(f)));
+    for (const char *f : {"dataset.token_type", "dataset.context"})
+        m_fields.value(QString::fromLatin1(f))->setEnabled(tokens || m_problems.contains(QString::fromLatin1(f)));
+    m_fields.value(QStringLiteral("training.regression_loss"))
+        ->setEnabled(j.training.task == QLatin1String("regression")
+                     || m_problems.contains(QStringLiteral("training.regression_loss")));
 
     for (auto it = m_errors.begin(); it != m_errors.end(); ++it) {
         const QString text = m_problems.value(it.key());

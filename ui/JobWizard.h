@@ -90,6 +90,10 @@ private:
     QDoubleSpinBox *m_clipGradNorm = nullptr;
     QDoubleSpinBox *m_labelSmoothing = nullptr;
     QComboBox *m_precision = nullptr;
+    QComboBox *m_task = nullptr;
+    QComboBox *m_regressionLoss = nullptr;
+    QComboBox *m_tokenType = nullptr;
+    QSpinBox *m_context = nullptr;
     QComboBox *m_schedule = nullptr;
     QSpinBox *m_warmup = nullptr;
     QDoubleSpinBox *m_floor = nullptr;

@@ -1,5 +1,7 @@
 #include "ui/MainWindow.h"
 
+#include "job/Tasks.h"
+
 #include "ui/AppIcon.h"
 #include "ui/Dashboard.h"
 #include "ui/JobWizard.h"
@@ -81,6 +83,19 @@ std::optional<bool> onBattery()
     return sawBattery ? std::optional<bool>(false) : std::nullopt;
 }
 
+namespace {
+
+// "accuracy 91.20%", "R² 0.9312": a score as the job's task names it.
+QString scoreText(const QString &task, double score)
+{
+    const TaskInfo &info = taskInfo(task);
+    if (info.scoreKey.endsWith(QLatin1String("accuracy")))
+        return QStringLiteral("%1 %2%").arg(info.score).arg(100.0 * score, 0, 'f', 2);
+    return QStringLiteral("%1 %2").arg(info.score).arg(score, 0, 'f', 4);
+}
+
+} // namespace
+
 MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QString &runDir, RunCatalog *runs,
                        QWidget *parent)
     : QMainWindow(parent), m_session(session), m_job(job), m_runDir(runDir), m_catalog(runs)
@@ -96,6 +111,7 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
     buildTray();
 
     m_dashboard = new Dashboard;
+    m_dashboard->setScore(m_job.training.task);
     m_welcome = new WelcomePanel({m_start, m_edit, m_connect});
     m_dashboardPages = new QStackedWidget;
     m_dashboardPages->addWidget(m_welcome);
@@ -477,6 +493,7 @@ void MainWindow::startJob()
     m_dashboard->reset();
     m_events->clear();
     m_lastAccuracy = -1;
+    m_dashboard->setScore(m_job.training.task);
     m_session->start(m_job, m_runDir);
     m_session->setContributing(m_contribute->isChecked() && !m_pausedForBattery, m_threads->value());
     m_runDir = m_session->runDir();
@@ -596,8 +613,10 @@ void MainWindow::onState(JobState state, const QString &message)
         const QString name = m_session->job().name;
         if (state == JobState::Finished)
             notify(tr("Job finished"),
-                   m_lastAccuracy >= 0 ? tr("%1 finished with %2% test accuracy.").arg(name).arg(100 * m_lastAccuracy, 0, 'f', 2)
-                                       : tr("%1 finished.").arg(name),
+                   m_lastAccuracy < 0 ? tr("%1 finished.").arg(name)
+                   : m_session->job().training.task == QLatin1String("classification")
+                       ? tr("%1 finished with %2% test accuracy.").arg(name).arg(100 * m_lastAccuracy, 0, 'f', 2)
+                       : tr("%1 finished with test %2.").arg(name, scoreText(m_session->job().training.task, m_lastAccuracy)),
                    false);
         else if (state == JobState::Failed)
             notify(tr("Job failed"), message.isEmpty() ? tr("%1 failed.").arg(name) : tr("%1 failed: %2").arg(name, message),
@@ -618,18 +637,19 @@ void MainWindow::onSnapshot(const Snapshot &s)
 {
     m_dashboard->addSnapshot(s);
     m_workers->setWorkers(s.workers);
-    m_lastLine = tr("epoch %1/%2 · version %3 · loss %4 · test accuracy %5 · %6 worker(s) online · staleness %7 · "
+    const QString task = m_session->job().training.task;
+    const QString score = s.testAccuracy < 0 && s.epochsDone == 0
+                              ? taskInfo(task).score + QStringLiteral(" –")
+                              : scoreText(task, s.testAccuracy);
+    m_lastLine = tr("epoch %1/%2 · version %3 · loss %4 · test %5 · %6 worker(s) online · staleness %7 · "
                     "savings %8%")
                      .arg(s.epochsDone).arg(s.epochs).arg(s.version)
                      .arg(s.lossEma < 0 ? QStringLiteral("–") : QString::number(s.lossEma, 'f', 3))
-                     .arg(s.testAccuracy < 0 ? QStringLiteral("–") : QStringLiteral("%1%").arg(100 * s.testAccuracy, 0, 'f', 2))
+                     .arg(score)
                      .arg(s.workersOnline).arg(s.staleness, 0, 'f', 1).arg(s.savingsPercent, 0, 'f', 0);
     // A job no worker can train says so where the user looks first, for as long as it lasts.
     if (!s.stalled.isEmpty())
-        m_lastLine = tr("stalled: %1 · epoch %2/%3 · test accuracy %4")
-                         .arg(s.stalled)
-                         .arg(s.epochsDone).arg(s.epochs)
-                         .arg(s.testAccuracy < 0 ? QStringLiteral("–") : QStringLiteral("%1%").arg(100 * s.testAccuracy, 0, 'f', 2));
+        m_lastLine = tr("stalled: %1 · epoch %2/%3 · test %4").arg(s.stalled).arg(s.epochsDone).arg(s.epochs).arg(score);
     m_status->setText(describe(m_session->state()) + QStringLiteral(" — ") + s.job + QStringLiteral(" · ") + m_lastLine);
     m_status->setToolTip(m_status->text());
     if (s.testAccuracy >= 0)

@@ -51,7 +51,7 @@ coverage_report() {
     llvm-profdata-14 merge -sparse "$dir"/*.profraw -o "$dir/$target.profdata"
     llvm-cov-14 report "$dir/fuzz_$target" -instr-profile="$dir/$target.profdata" \
         $(cd "$here/../.." && for f in common/Sha256.cpp net/Protocol.cpp net/Frame.cpp net/TrustStore.cpp net/Pki.cpp \
-                                       job/JobSpec.cpp job/PriceTable.cpp; do echo "$PWD/$f"; done)
+                                       job/JobSpec.cpp job/Tasks.cpp job/PriceTable.cpp; do echo "$PWD/$f"; done)
 }
 
 [ $# -ge 2 ] || usage

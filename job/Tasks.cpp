@@ -1,0 +1,39 @@
+#include "job/Tasks.h"
+
+namespace flotilla {
+
+const QList<TaskInfo> &taskTable()
+{
+    // Every evaluation has a loss and a score (higher is better): the score is what the
+    // windows chart as the job's "accuracy", what best_metric "accuracy" keeps the best
+    // model by, and what the summary names.
+    static const QList<TaskInfo> table{
+        {QStringLiteral("classification"), QStringLiteral("accuracy"), QStringLiteral("accuracy"),
+         {QStringLiteral("top5_accuracy")}},
+        {QStringLiteral("regression"), QStringLiteral("R²"), QStringLiteral("r2"),
+         {QStringLiteral("rmse"), QStringLiteral("mae")}},
+        {QStringLiteral("multi-label"), QStringLiteral("mean F1"), QStringLiteral("f1_macro"),
+         {QStringLiteral("f1_micro"), QStringLiteral("exact_match")}},
+        {QStringLiteral("next-token"), QStringLiteral("token accuracy"), QStringLiteral("token_accuracy"),
+         {QStringLiteral("perplexity")}},
+    };
+    return table;
+}
+
+QStringList taskNames()
+{
+    QStringList names;
+    for (const TaskInfo &t : taskTable())
+        names << t.name;
+    return names;
+}
+
+const TaskInfo &taskInfo(const QString &task)
+{
+    for (const TaskInfo &t : taskTable())
+        if (t.name == task)
+            return t;
+    return taskTable().first();
+}
+
+} // namespace flotilla

@@ -1,0 +1,25 @@
+#pragma once
+// The tasks a job can train (training.task), each with the score it is judged by: the one
+// table the job file's check, the engine, the store's exports, the command line and the
+// windows take task names and score names from. Free of LibTorch.
+
+#include <QString>
+#include <QStringList>
+
+namespace flotilla {
+
+struct TaskInfo
+{
+    QString name;     // as in the job file: classification, regression, multi-label, next-token
+    QString score;    // what the score of an evaluation is, in words: "accuracy", "R²", …
+    QString scoreKey; // the score's column in metrics.csv and tag in TensorBoard: accuracy, r2, …
+    // The task's further metrics, by key, in the order they are exported.
+    QStringList metrics;
+};
+
+const QList<TaskInfo> &taskTable();
+QStringList taskNames();
+// The task's entry; classification's for a name the table does not hold.
+const TaskInfo &taskInfo(const QString &task);
+
+} // namespace flotilla
