@@ -1,7 +1,8 @@
 // `flotilla demo`: a whole fleet on this machine — a coordinator process and worker
 // processes on loopback with real TLS — with workers SIGKILLed at random like spot
 // instances, and replacements started, until the job is done.
-#include "app/AppLog.h"
+#include "common/LogCategories.h"
+#include "common/LogSink.h"
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
 #include "app/NetworkCommands.h"

@@ -4,7 +4,8 @@
 // ask the service over the network with a person's certificate (--coordinator). Either way
 // bridge/FleetRequests decides; the models and data of submitted jobs are kept in the fleet's
 // folder, named by their SHA-256, so that a job does not depend on the files it came from.
-#include "app/AppLog.h"
+#include "common/LogCategories.h"
+#include "common/LogSink.h"
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
 #include "app/NetworkCommands.h"

@@ -1,5 +1,6 @@
 // `flotilla serve`: a coordinator that trains a job with remote workers over TLS.
-#include "app/AppLog.h"
+#include "common/LogCategories.h"
+#include "common/LogSink.h"
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
 #include "app/NetworkCommands.h"

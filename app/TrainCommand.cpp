@@ -1,6 +1,7 @@
 #include "app/TrainCommand.h"
 
-#include "app/AppLog.h"
+#include "common/LogCategories.h"
+#include "common/LogSink.h"
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
 

@@ -1,5 +1,6 @@
 // `flotilla worker`: contribute this machine to a coordinator's job.
-#include "app/AppLog.h"
+#include "common/LogCategories.h"
+#include "common/LogSink.h"
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
 #include "app/NetworkCommands.h"

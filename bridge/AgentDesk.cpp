@@ -1,6 +1,6 @@
 #include "bridge/AgentDesk.h"
 
-#include "bridge/BridgeLog.h"
+#include "common/LogCategories.h"
 #include "engine/JobData.h"
 
 #include <QCoreApplication>

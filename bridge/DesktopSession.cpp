@@ -1,6 +1,6 @@
 #include "bridge/DesktopSession.h"
 
-#include "bridge/BridgeLog.h"
+#include "common/LogCategories.h"
 #include "bridge/RunLibrary.h"
 #include "bridge/WatchStream.h"
 #include "common/AtomicFile.h"

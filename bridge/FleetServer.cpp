@@ -1,6 +1,6 @@
 #include "bridge/FleetServer.h"
 
-#include "bridge/BridgeLog.h"
+#include "common/LogCategories.h"
 #include "bridge/FleetRequests.h"
 #include "bridge/WatchStream.h"
 #include "common/Sha256.h"
@@ -10,6 +10,7 @@
 #include <QDateTime>
 #include <QFile>
 #include <QJsonDocument>
+#include <QRegularExpression>
 #include <QRandomGenerator>
 #include <QTimer>
 
@@ -207,7 +208,7 @@ Result<void> FleetServer::addJob(const QString &key, CoordinatorThread *coordina
                                             onJobEnded(*job, done);
                                     }));
     m_jobs.emplace(key, std::move(job));
-    qCInfo(lcBridge).noquote() << "serving job" << key << "with weight" << j.weight;
+    qCInfo(lcScheduling).noquote() << "serving job" << key << "with weight" << j.weight;
     // People who waited for a job watch this one.
     for (const auto &[connection, person] : std::map<qint64, Person>(m_people))
         if (person.job.isEmpty())
@@ -245,7 +246,7 @@ void FleetServer::removeJob(const QString &key)
     for (const auto &[connection, person] : std::map<qint64, Person>(m_people))
         if (person.job.isEmpty())
             attachPerson(connection);
-    qCInfo(lcBridge).noquote() << "no longer serving job" << key;
+    qCInfo(lcScheduling).noquote() << "no longer serving job" << key;
     for (auto &[connection, worker] : m_connected) {
         if (worker.job == key || worker.joining == key) {
             worker.job.clear();
@@ -313,6 +314,14 @@ QString FleetServer::lacks(const ConnectedWorker &worker, const Job &job)
         missing << QStringLiteral("a %1 device (it has %2)").arg(device, worker.info.device.isEmpty()
                                                                             ? QStringLiteral("none said")
                                                                             : worker.info.device.left(40));
+    // bf16 autocast on a GPU needs compute capability 8.0 (Ampere) or newer; the worker says
+    // its GPU's ("cuda:0 (NVIDIA T4, 15 GiB, compute 7.5)").
+    static const QRegularExpression compute(QStringLiteral("compute (\\d+)\\.(\\d+)"));
+    if (const auto m = compute.match(worker.info.device);
+        cuda && m.hasMatch() && job.spec.training.precision == QLatin1String("bf16") && m.captured(1).toInt() < 8)
+        missing << QStringLiteral("a GPU of compute capability 8.0 or newer for bf16 (it has %1.%2); use fp16 or fp32 "
+                                  "for this job, or other workers")
+                       .arg(m.captured(1), m.captured(2));
     const qint64 memory = job.spec.fleet.requireMemoryMb;
     if (memory > 0 && worker.memoryMb < memory)
         missing << QStringLiteral("%1 MiB of memory (it has %2)")
@@ -783,12 +792,12 @@ void FleetServer::onJoined(Job &job, qint64 ticket, qint64 workerId, const QStri
             return;
         }
         // Another job of the fleet may take it (this one quarantined it, say).
-        qCInfo(lcBridge).noquote() << worker.name << "cannot join job" << job.key << "-" << error;
+        qCInfo(lcScheduling).noquote() << worker.name << "cannot join job" << job.key << "-" << error;
         sendWelcome(pending.connectionId, worker, nullptr);
         return;
     }
     if (workerId != worker.workerId)
-        qCWarning(lcBridge).noquote() << "job" << job.key << "knows" << worker.name << "as worker" << workerId
+        qCWarning(lcScheduling).noquote() << "job" << job.key << "knows" << worker.name << "as worker" << workerId
                                       << "- the fleet as" << worker.workerId;
     worker.workerId = workerId;
     worker.job = job.key;
@@ -885,7 +894,7 @@ void FleetServer::onRequest(qint64 connectionId, ConnectedWorker &worker, const 
     }
     // Between two subtasks is when a worker may go where the shares want it.
     if (const QString to = moveTarget(worker, job->key); !to.isEmpty()) {
-        qCInfo(lcBridge).noquote() << worker.name << "moves from job" << job->key << "to" << to;
+        qCInfo(lcScheduling).noquote() << worker.name << "moves from job" << job->key << "to" << to;
         leaveJob(worker, QStringLiteral("moved to job %1 of the fleet").arg(to));
         Job &next = *m_jobs.at(to);
         worker.joining = to;

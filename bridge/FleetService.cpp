@@ -1,6 +1,6 @@
 #include "bridge/FleetService.h"
 
-#include "bridge/BridgeLog.h"
+#include "common/LogCategories.h"
 #include "bridge/FleetRequests.h"
 
 #include <QDateTime>
@@ -165,7 +165,7 @@ void FleetService::stop()
 
 void FleetService::record(qint64 id, const QString &name, const QString &state, const QString &message)
 {
-    qCInfo(lcBridge).noquote() << "job" << id << name << state << (message.isEmpty() ? QString() : u"- " + message);
+    qCInfo(lcScheduling).noquote() << "job" << id << name << state << (message.isEmpty() ? QString() : u"- " + message);
     Q_EMIT jobChanged(id, name, state, message);
 }
 
@@ -182,7 +182,7 @@ void FleetService::tick()
 
     auto jobs = m_queue->jobs();
     if (!jobs) {
-        qCWarning(lcBridge).noquote() << "cannot read the fleet queue:" << jobs.error();
+        qCWarning(lcStore).noquote() << "cannot read the fleet queue:" << jobs.error();
         return;
     }
     for (const QueuedJob &row : *jobs) {
@@ -216,7 +216,7 @@ void FleetService::tick()
         return;
     auto order = m_queue->startOrder(now(), m_options.fairShareHalfLifeMs);
     if (!order) {
-        qCWarning(lcBridge).noquote() << "cannot read the fleet queue:" << order.error();
+        qCWarning(lcStore).noquote() << "cannot read the fleet queue:" << order.error();
         return;
     }
     for (const QueuedJob &job : *order) {

@@ -1,6 +1,6 @@
 #include "bridge/OperatorService.h"
 
-#include "bridge/BridgeLog.h"
+#include "common/LogCategories.h"
 #include "bridge/WatchStream.h"
 #include "engine/Store.h"
 

@@ -1,6 +1,6 @@
 #include "bridge/RemoteSession.h"
 
-#include "bridge/BridgeLog.h"
+#include "common/LogCategories.h"
 #include "bridge/FleetRequests.h"
 #include "bridge/WatchStream.h"
 #include "common/AtomicFile.h"

@@ -1,6 +1,6 @@
 #include "bridge/RunLibrary.h"
 
-#include "bridge/BridgeLog.h"
+#include "common/LogCategories.h"
 #include "engine/Store.h"
 
 #include <QDateTime>
@@ -90,8 +90,22 @@ Result<ui::History> readRunHistory(const QString &dbPath)
             return fail(QStringLiteral("cannot read '%1': %2").arg(dbPath, error));
     for (const auto &a : *assimilations)
         h.assimilations << toPoint(a);
-    for (const auto &e : *evaluations)
+    // Each evaluation's named metrics, by the seq of the model it evaluated (a store from
+    // before they were kept has only the top-5 accuracy, in the details).
+    std::map<qint64, QList<QPair<QString, double>>> named;
+    if (auto details = (*store)->evaluationDetails(id))
+        for (const auto &d : *details)
+            if (d.top5Accuracy >= 0)
+                named[d.seq] << qMakePair(QStringLiteral("top5_accuracy"), d.top5Accuracy);
+    if (auto metrics = (*store)->evaluationMetrics(id))
+        for (const auto &m : *metrics)
+            if (!named[m.seq].contains(qMakePair(m.name, m.value)) && m.name != QLatin1String("top5_accuracy"))
+                named[m.seq] << qMakePair(m.name, m.value);
+    for (const auto &e : *evaluations) {
         h.evaluations << toPoint(e);
+        if (const auto it = named.find(e.seq); it != named.end())
+            h.evaluations.last().metrics = it->second;
+    }
     for (const auto &e : *events)
         h.events << toRow(e);
     ui::CostPoint sum;
@@ -246,7 +260,7 @@ Result<void> RunLibrary::addFolder(const QString &dir)
         opened << c;
         setOpenedFolders(opened);
     }
-    qCInfo(lcBridge).noquote() << "run folder added to the runs view:" << c;
+    qCInfo(lcStore).noquote() << "run folder added to the runs view:" << c;
     return {};
 }
 
@@ -284,7 +298,7 @@ Result<QString> RunLibrary::rename(const QString &dir, const QString &newName)
     QSettings settings;
     if (canonical(settings.value(QStringLiteral("job/runDir")).toString()) == from)
         settings.setValue(QStringLiteral("job/runDir"), to);
-    qCInfo(lcBridge).noquote() << "run renamed:" << from << "->" << to;
+    qCInfo(lcStore).noquote() << "run renamed:" << from << "->" << to;
     return to;
 }
 
@@ -300,7 +314,7 @@ Result<void> RunLibrary::remove(const QString &dir)
     QStringList opened = openedFolders();
     if (opened.removeAll(c) > 0)
         setOpenedFolders(opened);
-    qCInfo(lcBridge).noquote() << "run deleted:" << c;
+    qCInfo(lcStore).noquote() << "run deleted:" << c;
     return {};
 }
 

@@ -1,6 +1,6 @@
 #include "bridge/WorkerAgent.h"
 
-#include "bridge/BridgeLog.h"
+#include "common/LogCategories.h"
 #include "common/AtomicFile.h"
 #include "common/ProcessSetup.h"
 #include "engine/JobData.h"
@@ -509,20 +509,22 @@ void WorkerAgent::onAssign(const net::Message &message)
     }
     if (!problem.isEmpty()) {
         qCWarning(lcBridge).noquote() << "handing back lease" << a.lease << "-" << problem;
-        m_client->send(net::HandBackMsg{a.lease, problem});
+        // As a failure: a worker that can never train these settings counts against the job,
+        // which then says that no connected worker can train it instead of waiting unseen.
+        m_client->send(net::HandBackMsg{a.lease, problem, true});
         m_retry.start(1000);
         return;
     }
     c.weights = *weights;
     if (auto cached = m_shards.find(c.shardSha)) {
-        qCInfo(lcBridge).noquote() << "shard" << c.shard << "read from the cache";
+        qCInfo(lcData).noquote() << "shard" << c.shard << "read from the cache";
         c.samples = *cached;
         m_current = c;
         train();
         return;
     }
     m_current = c;
-    qCInfo(lcBridge).noquote() << "downloading shard" << c.shard;
+    qCInfo(lcData).noquote() << "downloading shard" << c.shard;
     m_client->send(net::ShardRequestMsg{c.shard});
 }
 

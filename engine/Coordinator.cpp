@@ -3,7 +3,7 @@
 #include "job/Tasks.h"
 
 #include "common/AtomicFile.h"
-#include "engine/EngineLog.h"
+#include "common/LogCategories.h"
 #include "engine/Random.h"
 #include "engine/RunBoard.h"
 
@@ -30,6 +30,9 @@ constexpr qint64 kEvaluationRetryMs = 2000; // times the attempt number
 constexpr qint64 kScreenedBases = 256;      // recent versions whose samples are kept
 constexpr std::ptrdiff_t kOldBaseSampleSlack = 64; // older ones kept until this many gather
 constexpr int kVerdictWindow = 10;          // a worker's recent results that quarantine looks at
+// Per-class accuracies and per-label F1 of at most this many classes or labels are kept as
+// named metrics of each evaluation (the confusion matrix keeps every class's).
+constexpr std::size_t kNamedClasses = 100;
 constexpr int kFailuresToStall = 3;         // subtasks in a row a worker failed: it cannot train this job
 constexpr qint64 kNoWorkerGraceMs = 10'000; // no worker online for this long: the job says it waits
 constexpr int kCosineWindow = 10; // a worker's recent accepted updates the direction test averages
@@ -315,9 +318,9 @@ void Coordinator::event(EventKind kind, qint64 workerId, qint64 subtaskId, qint6
     }
     e.id = *id;
     if (info.level == EventLevel::Routine)
-        qCDebug(lcEngine).noquote() << info.name << "worker" << workerId << "subtask" << subtaskId << "lease" << leaseId << detail;
+        qCDebug(lcEvents).noquote() << info.name << "worker" << workerId << "subtask" << subtaskId << "lease" << leaseId << detail;
     else
-        qCInfo(lcEngine).noquote() << info.name << (workerId ? QStringLiteral("worker %1").arg(workerId) : QString())
+        qCInfo(lcEvents).noquote() << info.name << (workerId ? QStringLiteral("worker %1").arg(workerId) : QString())
                                    << detail;
     if (m_hooks.event)
         m_hooks.event(e);
@@ -1848,7 +1851,14 @@ void Coordinator::recordEvaluation(const EvaluationRequest &request, const Evalu
         return;
     }
     std::vector<std::pair<QString, double>> metrics = evaluation.metrics;
-    for (std::size_t l = 0; l < evaluation.labelF1.size(); ++l)
+    const std::vector<double> perClass = detail.classAccuracy();
+    for (std::size_t c = 0; c < perClass.size() && c < kNamedClasses; ++c)
+        if (perClass[c] >= 0)
+            metrics.emplace_back(QStringLiteral("class_accuracy/%1").arg(c < std::size_t(m_data->test.classNames.size())
+                                                                          ? m_data->test.classNames[qsizetype(c)]
+                                                                          : QString::number(c)),
+                                 perClass[c]);
+    for (std::size_t l = 0; l < evaluation.labelF1.size() && l < kNamedClasses; ++l)
         metrics.emplace_back(QStringLiteral("f1/%1").arg(l < std::size_t(m_data->test.classNames.size())
                                                             ? m_data->test.classNames[qsizetype(l)]
                                                             : QString::number(l)),
@@ -1873,7 +1883,7 @@ void Coordinator::recordEvaluation(const EvaluationRequest &request, const Evalu
               .arg(evaluation.loss, 0, 'f', 4)
               .arg(further));
     if (m_board)
-        m_board->evaluation(record, detail, metrics, m_data->test.classNames, double(m_clock->nowMs()) / 1000.0);
+        m_board->evaluation(record, metrics, double(m_clock->nowMs()) / 1000.0);
     if (m_hooks.evaluated)
         m_hooks.evaluated(record);
     if (m_finished)

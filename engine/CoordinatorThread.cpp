@@ -1,7 +1,7 @@
 #include "engine/CoordinatorThread.h"
 
 #include "common/ProcessSetup.h"
-#include "engine/EngineLog.h"
+#include "common/LogCategories.h"
 
 #include <QDateTime>
 #include <QMetaObject>

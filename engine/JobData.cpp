@@ -3,7 +3,7 @@
 #include "engine/GpuInfo.h"
 
 #include "engine/CsvReader.h"
-#include "engine/EngineLog.h"
+#include "common/LogCategories.h"
 #include "engine/IdxReader.h"
 #include "engine/ImageFolder.h"
 #include "engine/NpyReader.h"
@@ -65,16 +65,16 @@ Result<std::pair<Dataset, Dataset>> loadImages(const DatasetSpec &spec, quint64 
     auto loaded = loadImageFolder(spec.path, options);
     if (!loaded)
         return loaded.takeError();
-    qCInfo(lcEngine).noquote() << "read" << loaded->layout;
+    qCInfo(lcData).noquote() << "read" << loaded->layout;
     if (loaded->skipped > 0)
-        qCWarning(lcEngine).noquote() << "skipped" << loaded->skipped << "unreadable or truncated images; the first:"
+        qCWarning(lcData).noquote() << "skipped" << loaded->skipped << "unreadable or truncated images; the first:"
                                       << loaded->skippedExamples.join(QStringLiteral("; "));
     if (loaded->hasTestSplit)
         return std::make_pair(std::move(loaded->train), std::move(loaded->test));
     if (loaded->train.size() < 4)
         return fail(QStringLiteral("image folder '%1' has only %2 images; it needs enough for a training and a test split")
                         .arg(spec.path).arg(loaded->train.size()));
-    qCInfo(lcEngine).noquote() << "no test folder: holding out" << spec.testFraction << "of the images for testing";
+    qCInfo(lcData).noquote() << "no test folder: holding out" << spec.testFraction << "of the images for testing";
     return holdOut(loaded->train, spec.testFraction, seed);
 }
 
@@ -132,24 +132,37 @@ Result<std::shared_ptr<const JobData>> loadJobData(const JobSpec &spec)
     else if (ds.kind == QLatin1String("idx"))
         splits = loadIdxFolder(ds.path, QFileInfo(ds.path).fileName(), ds, spec.training.seed);
     else if (ds.kind == QLatin1String("csv") || ds.kind == QLatin1String("npy")) {
-        // One set of samples, with the test share held out.
+        // One set of samples with the test share held out, unless NumPy arrays bring their own
+        // test split.
         CsvOptions options;
         options.labelColumn = ds.labelColumn;
         options.task = *task;
-        auto all = ds.kind == QLatin1String("csv") ? readCsvDataset(ds.path, options) : readNpyDataset(ds.path, *task);
+        Result<NpySplits> all = fail(QString());
+        if (ds.kind == QLatin1String("csv")) {
+            auto table = readCsvDataset(ds.path, options);
+            all = table ? Result<NpySplits>(NpySplits{std::move(table).value(), std::nullopt})
+                        : Result<NpySplits>(table.takeError());
+        } else {
+            all = readNpySplits(ds.path, *task);
+        }
         if (!all)
             return all.takeError();
-        if (all->size() < 4)
-            return fail(QStringLiteral("'%1' has only %2 samples; it needs enough for a training and a test split")
-                            .arg(ds.path).arg(all->size()));
-        splits = holdOut(*all, ds.testFraction, spec.training.seed);
+        if (all->test) {
+            qCInfo(lcData).noquote() << "the NumPy data set's own test split:" << all->test->size() << "samples";
+            splits = std::make_pair(std::move(all->train), std::move(*all->test));
+        } else {
+            if (all->train.size() < 4)
+                return fail(QStringLiteral("'%1' has only %2 samples; it needs enough for a training and a test split")
+                                .arg(ds.path).arg(all->train.size()));
+            splits = holdOut(all->train, ds.testFraction, spec.training.seed);
+        }
     } else if (ds.kind == QLatin1String("images")) {
         splits = loadImages(ds, spec.training.seed);
     } else if (ds.kind == QLatin1String("tokens")) {
         auto tokens = readTokenFile(ds.path, ds.tokenType, ds.context, ds.testFraction);
         if (!tokens)
             return tokens.takeError();
-        qCInfo(lcEngine).noquote() << QStringLiteral("%1 contexts of %2 tokens, vocabulary %3; test: %4")
+        qCInfo(lcData).noquote() << QStringLiteral("%1 contexts of %2 tokens, vocabulary %3; test: %4")
                                           .arg(tokens->train.size()).arg(ds.context).arg(tokens->train.numClasses)
                                           .arg(tokens->hasTestFile ? QStringLiteral("val.bin")
                                                                    : QStringLiteral("the file's last %1 contexts")
@@ -191,18 +204,18 @@ Result<std::shared_ptr<const JobData>> loadJobData(const JobSpec &spec)
     data->plan = ShardPlan(data->train.size(), shards, t.seed);
     const std::int64_t steps = subtaskSteps(data->train.size() / shards, t.batchSize, t.localEpochs, t.localSteps);
     if (t.shards == 0)
-        qCInfo(lcEngine).noquote() << QStringLiteral("%1 shards of about %2 samples: %3 optimizer steps per subtask "
+        qCInfo(lcData).noquote() << QStringLiteral("%1 shards of about %2 samples: %3 optimizer steps per subtask "
                                                      "(training.shards 0 chooses them from the data and the batch)")
                                           .arg(shards).arg(data->train.size() / shards).arg(steps);
     else if (steps < kMinSubtaskSteps)
-        qCWarning(lcEngine).noquote()
+        qCWarning(lcData).noquote()
             << QStringLiteral("'training.shards' is %1: each subtask trains only %2 optimizer step(s) (%3 samples at batch "
                               "%4), fewer than the %5 a subtask should have; its fixed costs will dominate. Use "
                               "training.shards 0 to choose the count from the data (%6 here)")
                    .arg(t.shards).arg(steps).arg(data->train.size() / shards).arg(t.batchSize).arg(kMinSubtaskSteps)
                    .arg(shardCount(0, data->train.size(), t.batchSize, t.localEpochs, t.localSteps));
     const auto mib = [](const Dataset &d) { return double(d.features.numel() * d.features.element_size()) / double(1 << 20); };
-    qCInfo(lcEngine).noquote() << QStringLiteral("loaded %1 training and %2 test samples of %3 (%4, %5 MiB in memory) in %6 s")
+    qCInfo(lcData).noquote() << QStringLiteral("loaded %1 training and %2 test samples of %3 (%4, %5 MiB in memory) in %6 s")
                                       .arg(data->train.size()).arg(data->test.size())
                                       .arg(shapeToString(data->inputShape),
                                            data->train.features.scalar_type() == torch::kUInt8   ? QStringLiteral("bytes")

@@ -1,6 +1,6 @@
 #include "engine/Journal.h"
 
-#include "engine/EngineLog.h"
+#include "common/LogCategories.h"
 
 #include <QDir>
 #include <QFile>
@@ -79,7 +79,7 @@ void Journal::resume(qint64 jobId, qint64 seq)
         const qint64 fileSeq = name.mid(6, 9).toLongLong();
         if (fileSeq > seq) {
             QFile::remove(dir.filePath(name));
-            qCInfo(lcEngine) << "removed uncommitted checkpoint" << name;
+            qCInfo(lcStore) << "removed uncommitted checkpoint" << name;
         } else {
             m_checkpointSeqs.insert(fileSeq);
         }

@@ -1,6 +1,6 @@
 #include "engine/LocalFleet.h"
 
-#include "engine/EngineLog.h"
+#include "common/LogCategories.h"
 #include "engine/JobData.h"
 
 #include <algorithm>

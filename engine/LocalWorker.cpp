@@ -1,6 +1,6 @@
 #include "engine/LocalWorker.h"
 
-#include "engine/EngineLog.h"
+#include "common/LogCategories.h"
 #include "engine/Precision.h"
 #include "engine/WorkerJob.h"
 

@@ -526,7 +526,14 @@ Result<torch::Tensor> targets(const NpyArray &y, Task task, int &numClasses)
     return v.to(torch::kFloat32).contiguous();
 }
 
-Result<std::pair<NpyArray, NpyArray>> readPair(const QString &dirOrFile, QString &name)
+// The arrays of a NumPy data set: x and y, and where it has them x_test and y_test.
+struct Pairs
+{
+    NpyArray x, y;
+    std::optional<std::pair<NpyArray, NpyArray>> test;
+};
+
+Result<Pairs> readPair(const QString &dirOrFile, QString &name)
 {
     const QFileInfo info(dirOrFile);
     if (!info.exists())
@@ -546,7 +553,21 @@ Result<std::pair<NpyArray, NpyArray>> readPair(const QString &dirOrFile, QString
             auto ys = readNpy(y);
             if (!ys)
                 return ys.takeError();
-            return std::make_pair(std::move(xs.value()), std::move(ys.value()));
+            Pairs out{std::move(xs.value()), std::move(ys.value()), std::nullopt};
+            const QString xt = dir.filePath(QStringLiteral("x_test.npy")), yt = dir.filePath(QStringLiteral("y_test.npy"));
+            if (QFileInfo::exists(xt) || QFileInfo::exists(yt)) {
+                if (!QFileInfo::exists(xt) || !QFileInfo::exists(yt))
+                    return fail(QStringLiteral("'%1' does not exist; a test split is x_test.npy and y_test.npy, both")
+                                    .arg(QFileInfo::exists(xt) ? yt : xt));
+                auto xts = readNpy(xt);
+                if (!xts)
+                    return xts.takeError();
+                auto yts = readNpy(yt);
+                if (!yts)
+                    return yts.takeError();
+                out.test = std::make_pair(std::move(xts.value()), std::move(yts.value()));
+            }
+            return out;
         }
         const QStringList npz = dir.entryList({QStringLiteral("*.npz")}, QDir::Files, QDir::Name);
         if (npz.size() != 1)
@@ -575,16 +596,19 @@ Result<std::pair<NpyArray, NpyArray>> readPair(const QString &dirOrFile, QString
                             .arg(archive, key, held.join(QStringLiteral(", "))));
         }
     }
-    return std::make_pair(arrays->at(QStringLiteral("x")), arrays->at(QStringLiteral("y")));
+    Pairs out{arrays->at(QStringLiteral("x")), arrays->at(QStringLiteral("y")), std::nullopt};
+    const bool xTest = arrays->count(QStringLiteral("x_test")) > 0, yTest = arrays->count(QStringLiteral("y_test")) > 0;
+    if (xTest != yTest)
+        return fail(QStringLiteral("'%1' has an array '%2' but no '%3'; a test split is x_test and y_test, both")
+                        .arg(archive, xTest ? QStringLiteral("x_test") : QStringLiteral("y_test"),
+                             xTest ? QStringLiteral("y_test") : QStringLiteral("x_test")));
+    if (xTest)
+        out.test = std::make_pair(arrays->at(QStringLiteral("x_test")), arrays->at(QStringLiteral("y_test")));
+    return out;
 }
 
-Result<Dataset> buildDataset(const QString &dirOrFile, Task task)
+Result<Dataset> toDataset(const NpyArray &x, const NpyArray &y, Task task, const QString &name)
 {
-    QString name;
-    auto pair = readPair(dirOrFile, name);
-    if (!pair)
-        return pair.takeError();
-    const auto &[x, y] = *pair;
     Dataset data;
     data.name = QStringLiteral("NumPy %1").arg(name);
     auto xs = features(x);
@@ -602,6 +626,34 @@ Result<Dataset> buildDataset(const QString &dirOrFile, Task task)
     data.features = *xs;
     data.labels = *ys;
     return data;
+}
+
+Result<NpySplits> buildSplits(const QString &dirOrFile, Task task)
+{
+    QString name;
+    auto pairs = readPair(dirOrFile, name);
+    if (!pairs)
+        return pairs.takeError();
+    auto train = toDataset(pairs->x, pairs->y, task, name);
+    if (!train)
+        return train.takeError();
+    NpySplits out{std::move(train).value(), std::nullopt};
+    if (pairs->test) {
+        const auto &[xt, yt] = *pairs->test;
+        auto test = toDataset(xt, yt, task, name);
+        if (!test)
+            return test.takeError();
+        const auto sample = [](const torch::Tensor &t) { return std::vector<std::int64_t>(t.sizes().begin() + 1, t.sizes().end()); };
+        if (sample(test->features) != sample(out.train.features) || sample(test->labels) != sample(out.train.labels)
+            || test->features.scalar_type() != out.train.features.scalar_type())
+            return fail(QStringLiteral("'%1' holds samples of shape %2 with labels of %3, but '%4' holds %5 with %6; "
+                                       "the test split must match the training set")
+                            .arg(xt.path, shapeText(sample(test->features)), shapeText(sample(test->labels)),
+                                 pairs->x.path, shapeText(sample(out.train.features)),
+                                 shapeText(sample(out.train.labels))));
+        out.test = std::move(test).value();
+    }
+    return out;
 }
 
 // LibTorch reports failures, running out of memory among them, as exceptions: they stop here.
@@ -639,9 +691,19 @@ Result<std::map<QString, NpyArray>> readNpz(const QString &path)
     return guarded(path, [&] { return readZip(path); });
 }
 
+Result<NpySplits> readNpySplits(const QString &dirOrFile, Task task)
+{
+    return guarded(dirOrFile, [&] { return buildSplits(dirOrFile, task); });
+}
+
 Result<Dataset> readNpyDataset(const QString &dirOrFile, Task task)
 {
-    return guarded(dirOrFile, [&] { return buildDataset(dirOrFile, task); });
+    return guarded(dirOrFile, [&]() -> Result<Dataset> {
+        auto splits = buildSplits(dirOrFile, task);
+        if (!splits)
+            return splits.takeError();
+        return std::move(splits->train);
+    });
 }
 
 } // namespace flotilla

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <vector>
 
 namespace flotilla {
@@ -45,5 +46,15 @@ Result<std::map<QString, NpyArray>> readNpz(const QString &path);
 // do); regression: one number per row (N,) or T of them (N, T); multi-label: a 0/1 per label
 // (N, L). Numeric targets become float32.
 Result<Dataset> readNpyDataset(const QString &dirOrFile, Task task = Task::Classification);
+
+// The same with a test split of its own where the data set has one: x_test.npy and
+// y_test.npy beside x.npy and y.npy, or arrays x_test and y_test in the .npz. Its samples and
+// labels must have the training set's shapes and types.
+struct NpySplits
+{
+    Dataset train;
+    std::optional<Dataset> test;
+};
+Result<NpySplits> readNpySplits(const QString &dirOrFile, Task task = Task::Classification);
 
 } // namespace flotilla

@@ -3,7 +3,7 @@
 #include "job/Tasks.h"
 
 #include "common/TensorBoardWriter.h"
-#include "engine/EngineLog.h"
+#include "common/LogCategories.h"
 
 #include <QJsonDocument>
 
@@ -53,8 +53,7 @@ void RunBoard::result(const AssimilationRecord &a, double learningRate, int work
                          wallSeconds);
 }
 
-void RunBoard::evaluation(const EvaluationRecord &e, const EvaluationDetail &detail,
-                          const std::vector<std::pair<QString, double>> &metrics, const QStringList &classNames,
+void RunBoard::evaluation(const EvaluationRecord &e, const std::vector<std::pair<QString, double>> &metrics,
                           double wallSeconds)
 {
     if (m_failed)
@@ -63,12 +62,6 @@ void RunBoard::evaluation(const EvaluationRecord &e, const EvaluationDetail &det
                                          {QStringLiteral("test/loss"), e.loss}};
     for (const auto &[name, value] : metrics)
         values.append({QStringLiteral("test/") + name, value});
-    const std::vector<double> perClass = detail.classAccuracy();
-    for (int c = 0; c < int(perClass.size()) && c < 100; ++c)
-        if (perClass[std::size_t(c)] >= 0)
-            values.append({QStringLiteral("test/class_accuracy/%1")
-                               .arg(c < classNames.size() ? classNames[c] : QString::number(c)),
-                           perClass[std::size_t(c)]});
     m_writer->addScalars(e.seq, values, wallSeconds);
     flush();
 }

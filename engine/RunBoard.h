@@ -26,11 +26,10 @@ public:
 
     void result(const AssimilationRecord &a, double learningRate, int workersOnline, const LedgerTotals &cost,
                 double wallSeconds);
-    // The score under the task's name (test/accuracy, test/r2, …), the loss and the task's
-    // metrics; a classification's each class's accuracy too (the first 100 classes), named
-    // after the data set's classes where it has names.
-    void evaluation(const EvaluationRecord &e, const EvaluationDetail &detail,
-                    const std::vector<std::pair<QString, double>> &metrics, const QStringList &classNames,
+    // The score under the task's name (test/accuracy, test/r2, …), the loss and the
+    // evaluation's named metrics (the task's, and each class's accuracy or label's F1, as the
+    // coordinator names them: test/class_accuracy/shirt, test/f1/cat).
+    void evaluation(const EvaluationRecord &e, const std::vector<std::pair<QString, double>> &metrics,
                     double wallSeconds);
     // Hands what is buffered to the file (readers see it); at most every few seconds is enough.
     void flush();

@@ -1,7 +1,7 @@
 #include "engine/ShardCache.h"
 
 #include "common/AtomicFile.h"
-#include "engine/EngineLog.h"
+#include "common/LogCategories.h"
 #include "engine/WireFormat.h"
 
 #include <QCborValue>
@@ -103,7 +103,7 @@ void ShardCache::evictDisk(const QByteArray &keep)
                 oldest = it;
         if (oldest == m_disk.end())
             return;
-        qCInfo(lcEngine).noquote() << QStringLiteral("shard cache: evicted %1 from disk (%2 bytes) to stay within %3 bytes")
+        qCInfo(lcData).noquote() << QStringLiteral("shard cache: evicted %1 from disk (%2 bytes) to stay within %3 bytes")
                                           .arg(QString::fromLatin1(oldest->first.toHex().left(12)))
                                           .arg(oldest->second.bytes)
                                           .arg(m_diskLimit);
@@ -151,13 +151,13 @@ std::optional<Dataset> ShardCache::find(const QByteArray &digest)
     const QByteArray bytes = data.readAll();
     const QCborMap manifest = QCborValue::fromCbor(manifestFile.readAll()).toMap();
     if (shardDigest(manifest, bytes) != digest) {
-        qCWarning(lcEngine).noquote() << "shard cache: dropped" << data.fileName() << "- its content does not match its digest";
+        qCWarning(lcData).noquote() << "shard cache: dropped" << data.fileName() << "- its content does not match its digest";
         removeFromDisk(digest);
         return std::nullopt;
     }
     auto shard = shardFromBytes(bytes, manifest);
     if (!shard) {
-        qCWarning(lcEngine).noquote() << "shard cache: dropped" << data.fileName() << "-" << shard.error();
+        qCWarning(lcData).noquote() << "shard cache: dropped" << data.fileName() << "-" << shard.error();
         removeFromDisk(digest);
         return std::nullopt;
     }
@@ -181,7 +181,7 @@ void ShardCache::insert(const QByteArray &digest, const QCborMap &manifest, cons
         return;
     // The manifest first: a data file without one is an orphan the next scan removes.
     if (!writeFileAtomically(manifestPath(digest), manifestBytes) || !writeFileAtomically(dataPath(digest), bytes)) {
-        qCWarning(lcEngine).noquote() << "shard cache: cannot write to" << m_dir << "- the shard stays in memory only";
+        qCWarning(lcData).noquote() << "shard cache: cannot write to" << m_dir << "- the shard stays in memory only";
         QFile::remove(manifestPath(digest));
         return;
     }

@@ -1,7 +1,7 @@
 #include "net/Pki.h"
 
 #include "common/AtomicFile.h"
-#include "net/NetLog.h"
+#include "common/LogCategories.h"
 
 #include <QDateTime>
 #include <QDir>
@@ -574,7 +574,7 @@ void warnIfReadableByOthers(const QString &path)
 #ifdef Q_OS_UNIX
     const QFile::Permissions others = QFile::ReadGroup | QFile::WriteGroup | QFile::ReadOther | QFile::WriteOther;
     if (QFileInfo(path).permissions() & others)
-        qCWarning(lcNet).noquote() << "the private key" << quoted(path)
+        qCWarning(lcEnrolment).noquote() << "the private key" << quoted(path)
                                    << "can be read by other users; restrict it with chmod 600";
 #else
     Q_UNUSED(path);
@@ -740,7 +740,7 @@ Result<CoordinatorIdentity> loadOrCreateCoordinatorIdentity(const QString &folde
             return ok.takeError();
         if (auto ok = writeFileAtomically(caPath, created->certificatePem); !ok)
             return ok.takeError();
-        qCInfo(lcNet).noquote() << "created a new certificate authority in" << quoted(dir.absolutePath());
+        qCInfo(lcEnrolment).noquote() << "created a new certificate authority in" << quoted(dir.absolutePath());
         identity.ca = std::move(created).value();
     } else if (!haveCa) {
         return fail(QStringLiteral("%1 is missing while %2 exists").arg(quoted(caPath), quoted(caKeyPath))
@@ -776,7 +776,7 @@ Result<CoordinatorIdentity> loadOrCreateCoordinatorIdentity(const QString &folde
     }
     const QDateTime caExpiry = toDateTime(X509_get0_notAfter(authority.cert.get()));
     if (caExpiry < QDateTime::currentDateTimeUtc().addDays(kServerRenewalDays))
-        qCWarning(lcNet).noquote() << QStringLiteral("the certificate authority %1 expires on %2; create a new one "
+        qCWarning(lcEnrolment).noquote() << QStringLiteral("the certificate authority %1 expires on %2; create a new one "
                                                      "and new join tokens before then")
                                           .arg(quoted(caPath), caExpiry.toString(Qt::ISODate));
 
@@ -842,7 +842,7 @@ Result<CoordinatorIdentity> loadOrCreateCoordinatorIdentity(const QString &folde
             return pem.takeError();
         if (auto ok = writeFileAtomically(serverPath, *pem); !ok)
             return ok.takeError();
-        qCInfo(lcNet).noquote() << "issued a new server certificate" << quoted(serverPath) << "because"
+        qCInfo(lcEnrolment).noquote() << "issued a new server certificate" << quoted(serverPath) << "because"
                                 << reissueBecause;
         identity.serverCertificatePem = std::move(pem).value();
     } else {

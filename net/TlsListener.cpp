@@ -1,6 +1,6 @@
 #include "net/TlsListener.h"
 
-#include "net/NetLog.h"
+#include "common/LogCategories.h"
 
 #include <QDateTime>
 
@@ -714,7 +714,7 @@ void TlsListener::enroll(Connection &c, const Message &message)
         return;
     }
     m_certificates.insert(fingerprint, record);
-    qCInfo(lcNet).noquote() << "enrolled" << describe(*redeemed) << name << "from" << c.address << "certificate"
+    qCInfo(lcEnrolment).noquote() << "enrolled" << describe(*redeemed) << name << "from" << c.address << "certificate"
                             << QString::fromLatin1(fingerprint.toHex().left(16));
     // Its work here is done: it hangs up and comes back with the certificate.
     authenticated(c);

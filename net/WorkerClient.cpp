@@ -2,7 +2,7 @@
 
 #include "common/AtomicFile.h"
 #include "net/Messages.h"
-#include "net/NetLog.h"
+#include "common/LogCategories.h"
 #include "net/Pki.h"
 
 #include <QDir>

@@ -154,6 +154,12 @@ private Q_SLOTS:
         QVERIFY(job && job->has_value());
         QCOMPARE(window->events()->table()->rowCount(), int((*store)->events((*job)->id)->size()));
         QVERIFY(window->headline().contains(QStringLiteral("vc-asgd (α 0.5)")));
+        // The last evaluation's metrics above the loss chart; each class's in its tooltip.
+        QVERIFY2(window->dashboard()->lastEvaluationText().contains(QStringLiteral("test accuracy"))
+                     && window->dashboard()->lastEvaluationText().contains(QStringLiteral("top5_accuracy")),
+                 qPrintable(window->dashboard()->lastEvaluationText()));
+        QVERIFY2(window->dashboard()->lastEvaluationDetails().contains(QStringLiteral("class_accuracy/")),
+                 qPrintable(window->dashboard()->lastEvaluationDetails()));
         // Opening it again raises the same window.
         QCOMPARE(view.open(dir), window);
     }
@@ -190,6 +196,15 @@ private Q_SLOTS:
         comparison->setMetric(ui::ComparisonWindow::Metric::TrainingLoss);
         QCOMPARE(comparison->series().size(), 3);
         QVERIFY(comparison->series()[0]->count() >= 4);
+        // Any metric the evaluations kept: here, of ten classes, the top-5 accuracy.
+        QVERIFY2(comparison->namedMetrics().contains(QStringLiteral("top5_accuracy")),
+                 qPrintable(comparison->namedMetrics().join(u',')));
+        QVERIFY(!comparison->setNamedMetric(QStringLiteral("perplexity")));
+        QVERIFY(comparison->setNamedMetric(QStringLiteral("top5_accuracy")));
+        const auto details = (*store)->evaluationDetails((*job)->id);
+        QCOMPARE(comparison->series()[1]->count(), 2);
+        QCOMPARE(comparison->series()[1]->at(1).y(), details->back().top5Accuracy);
+        QVERIFY(comparison->chart()->axes(Qt::Vertical).first()->titleText().contains(QStringLiteral("top5_accuracy")));
 
         const QString png = m_dir.filePath(QStringLiteral("comparison.png"));
         QVERIFY(comparison->exportPng(png));
@@ -205,7 +220,10 @@ private Q_SLOTS:
         for (const QString &dir : dirs) {
             auto s = Store::open(QDir(dir).filePath(QStringLiteral("flotilla.db")));
             const qint64 id = (*(*s)->latestJob())->id;
-            expected += 2 * qsizetype((*s)->evaluations(id)->size()) + qsizetype((*s)->assimilations(id)->size());
+            // Each evaluation's accuracy and loss and its named metrics (top-5 accuracy, each
+            // class's accuracy); each assimilation's loss.
+            expected += 2 * qsizetype((*s)->evaluations(id)->size()) + qsizetype((*s)->evaluationMetrics(id)->size())
+                        + qsizetype((*s)->assimilations(id)->size());
         }
         QCOMPARE(lines.size() - 1, expected);
         QVERIFY(lines[1].startsWith("\"vc-asgd\",\"vc-asgd; α 0.5; lr 0.03\",test_accuracy,"));

@@ -382,6 +382,39 @@ private Q_SLOTS:
         QVERIFY2(nan.error().contains(QStringLiteral("row 1")), qPrintable(nan.error()));
     }
 
+    void npyBringsItsOwnTestSplit()
+    {
+        QTemporaryDir dir;
+        std::vector<float> x(20 * 3), y(20 * 2), xt(6 * 3), yt(6 * 2);
+        for (std::size_t i = 0; i < x.size(); ++i)
+            x[i] = float(i % 7);
+        for (std::size_t i = 0; i < y.size(); ++i)
+            y[i] = float(i % 5) * 0.5f;
+        writeFile(dir.filePath(QStringLiteral("x.npy")), npyFloats({20, 3}, x));
+        writeFile(dir.filePath(QStringLiteral("y.npy")), npyFloats({20, 2}, y));
+        writeFile(dir.filePath(QStringLiteral("x_test.npy")), npyFloats({6, 3}, xt));
+        JobSpec job = JobSpec::defaultJob();
+        job.dataset.kind = QStringLiteral("npy");
+        job.dataset.path = dir.path();
+        job.training.task = QStringLiteral("regression");
+        job.model.kind = QStringLiteral("mlp");
+        // Half a split is named, not ignored.
+        auto half = loadJobData(job);
+        QVERIFY(!half);
+        QVERIFY2(half.error().contains(QStringLiteral("y_test.npy")), qPrintable(half.error()));
+        writeFile(dir.filePath(QStringLiteral("y_test.npy")), npyFloats({6, 2}, yt));
+        auto data = loadJobData(job);
+        QVERIFY2(data, data ? "" : qPrintable(data.error()));
+        QCOMPARE((*data)->train.size(), 20);
+        QCOMPARE((*data)->test.size(), 6);
+        QCOMPARE((*data)->targetShape, (std::vector<std::int64_t>{2}));
+        // A test split of other targets than the training set's is refused.
+        writeFile(dir.filePath(QStringLiteral("y_test.npy")), npyFloats({6, 3}, std::vector<float>(18, 1.0f)));
+        auto mismatched = loadJobData(job);
+        QVERIFY(!mismatched);
+        QVERIFY2(mismatched.error().contains(QStringLiteral("must match")), qPrintable(mismatched.error()));
+    }
+
     void tokenFilesBecomeContextsAndTheirNextTokens()
     {
         QTemporaryDir dir;

@@ -10,6 +10,7 @@
 #include <QLegend>
 #include <QLineSeries>
 #include <QPushButton>
+#include <QSignalBlocker>
 #include <QValueAxis>
 #include <QVBoxLayout>
 
@@ -48,6 +49,8 @@ QString metricTitle(ComparisonWindow::Metric m)
         return QObject::tr("test loss");
     case ComparisonWindow::Metric::TrainingLoss:
         return QObject::tr("training loss (moving average)");
+    case ComparisonWindow::Metric::Named:
+        break;
     }
     return {};
 }
@@ -100,7 +103,12 @@ ComparisonWindow::ComparisonWindow(RunCatalog *catalog, const QList<RunSummary> 
     layout->addWidget(m_view, 1);
     layout->addWidget(m_note);
 
-    connect(m_metricBox, &QComboBox::currentIndexChanged, this, [this](int i) { setMetric(Metric(i)); });
+    connect(m_metricBox, &QComboBox::currentIndexChanged, this, [this](int i) {
+        if (i >= int(Metric::Named))
+            setNamedMetric(m_named.value(i - int(Metric::Named)));
+        else
+            setMetric(Metric(i));
+    });
     connect(m_axisBox, &QComboBox::currentIndexChanged, this, [this](int i) { setAxis(Axis(i)); });
     const auto save = [this](bool asPng) {
         const QString path = askSavePath(asPng ? tr("Save the comparison chart") : tr("Save the compared curves"),
@@ -128,6 +136,13 @@ void ComparisonWindow::onHistory(const QString &dir, const History &history)
     if (!ours || m_histories.count(dir) > 0)
         return;
     m_histories[dir] = history;
+    for (const EvaluationPoint &e : history.evaluations)
+        for (const auto &[name, value] : e.metrics)
+            if (!m_named.contains(name)) {
+                m_named << name;
+                const QSignalBlocker quiet(m_metricBox);
+                m_metricBox->addItem(tr("Test %1").arg(name));
+            }
     --m_pending;
     rebuild();
     if (loaded())
@@ -153,6 +168,21 @@ void ComparisonWindow::setMetric(Metric metric)
     if (m_metricBox->currentIndex() != int(metric))
         m_metricBox->setCurrentIndex(int(metric));
     rebuild();
+}
+
+bool ComparisonWindow::setNamedMetric(const QString &name)
+{
+    const qsizetype index = m_named.indexOf(name);
+    if (index < 0)
+        return false;
+    m_metric = Metric::Named;
+    m_namedMetric = name;
+    if (m_metricBox->currentIndex() != int(Metric::Named) + index) {
+        const QSignalBlocker quiet(m_metricBox);
+        m_metricBox->setCurrentIndex(int(Metric::Named) + int(index));
+    }
+    rebuild();
+    return true;
 }
 
 void ComparisonWindow::setAxis(Axis axis)
@@ -182,7 +212,7 @@ void ComparisonWindow::rebuild()
     QValueAxis *x = m_x;
     QValueAxis *y = m_y;
     x->setTitleText(m_axis == Axis::Time ? unit.name : tr("version (assimilations folded in)"));
-    y->setTitleText(metricTitle(m_metric));
+    y->setTitleText(m_metric == Metric::Named ? tr("test %1").arg(m_namedMetric) : metricTitle(m_metric));
     double minX = 0, maxX = 1, minY = std::numeric_limits<double>::max(), maxY = std::numeric_limits<double>::lowest();
 
     for (qsizetype i = 0; i < m_runs.size(); ++i) {
@@ -213,6 +243,11 @@ void ComparisonWindow::rebuild()
                 if (k % step == 0 || k + 1 == h.assimilations.size())
                     place(a.atMs, a.version, ema);
             }
+        } else if (m_metric == Metric::Named) {
+            for (const EvaluationPoint &e : h.evaluations)
+                for (const auto &[name, value] : e.metrics)
+                    if (name == m_namedMetric)
+                        place(e.atMs, e.version, value);
         } else {
             for (const EvaluationPoint &e : h.evaluations)
                 place(e.atMs, e.version, m_metric == Metric::TestAccuracy ? 100.0 * e.accuracy : e.loss);
@@ -235,7 +270,7 @@ void ComparisonWindow::rebuild()
         y->setTickCount(int(std::ceil((high - low) / step)) + 1);
     } else {
         const double pad = std::max(1e-3, 0.05 * (maxY - minY));
-        y->setRange(std::max(0.0, minY - pad), maxY + pad);
+        y->setRange(minY >= 0 ? std::max(0.0, minY - pad) : minY - pad, maxY + pad);
     }
     x->applyNiceNumbers();
 
@@ -275,20 +310,22 @@ Result<void> ComparisonWindow::exportCsv(const QString &path) const
         if (it == m_histories.end())
             continue;
         const QString head = quoted(run.name) + u',' + quoted(m_differences.value(i).join(QStringLiteral("; ")));
-        const auto row = [&](const char *series, qint64 version, qint64 atMs, double value) {
+        const auto row = [&](const QString &series, qint64 version, qint64 atMs, double value) {
             csv += QStringLiteral("%1,%2,%3,%4,%5\n")
-                       .arg(head, QLatin1String(series))
+                       .arg(head, series)
                        .arg(version)
                        .arg(double(atMs - run.createdMs) / 1000.0, 0, 'f', 3)
                        .arg(value, 0, 'g', 8)
                        .toUtf8();
         };
         for (const EvaluationPoint &e : it->second.evaluations) {
-            row("test_accuracy", e.version, e.atMs, e.accuracy);
-            row("test_loss", e.version, e.atMs, e.loss);
+            row(QStringLiteral("test_accuracy"), e.version, e.atMs, e.accuracy);
+            row(QStringLiteral("test_loss"), e.version, e.atMs, e.loss);
+            for (const auto &[name, value] : e.metrics)
+                row(QStringLiteral("test_") + name, e.version, e.atMs, value);
         }
         for (const AssimilationPoint &a : it->second.assimilations)
-            row("training_loss", a.version, a.atMs, a.loss);
+            row(QStringLiteral("training_loss"), a.version, a.atMs, a.loss);
     }
     return writeFileAtomically(path, csv);
 }

@@ -26,12 +26,18 @@ class ComparisonWindow : public QWidget
     Q_OBJECT
 
 public:
-    enum class Metric { TestAccuracy, TestLoss, TrainingLoss };
+    // The test score (accuracy, or the runs' task's: R², mean F1…), the test loss, the training
+    // loss; then, as the runs' histories arrive, every named metric they hold (metric(name)).
+    enum class Metric { TestAccuracy, TestLoss, TrainingLoss, Named };
     enum class Axis { Time, Version };
 
     ComparisonWindow(RunCatalog *catalog, const QList<RunSummary> &runs, QWidget *parent = nullptr);
 
     void setMetric(Metric metric);
+    // A named metric of the evaluations ("rmse", "top5_accuracy", "f1/cat"); false when no
+    // run has it.
+    bool setNamedMetric(const QString &name);
+    QStringList namedMetrics() const { return m_named; }
     void setAxis(Axis axis);
     // Whether every run's history has arrived (or failed to).
     bool loaded() const { return m_pending == 0; }
@@ -64,6 +70,8 @@ private:
     QStringList m_failures;
     int m_pending = 0;
     Metric m_metric = Metric::TestAccuracy;
+    QStringList m_named;   // the named metrics the loaded runs hold, in the order first seen
+    QString m_namedMetric; // with Metric::Named
     Axis m_axis = Axis::Time;
     QChart *m_chart = nullptr;
     QChartView *m_view = nullptr;

@@ -136,6 +136,9 @@ Dashboard::Dashboard(QWidget *parent) : QWidget(parent)
     lossBar->addWidget(new QLabel(tr("Plot")));
     lossBar->addWidget(m_lossAxis);
     lossBar->addStretch();
+    m_lastEvaluation = new QLabel;
+    m_lastEvaluation->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    lossBar->addWidget(m_lastEvaluation);
     lossLayout->addLayout(lossBar);
     lossLayout->addWidget(makeView(loss));
     connect(m_lossAxis, &QComboBox::currentIndexChanged, this, [this] { rebuildLossChart(); });
@@ -266,6 +269,8 @@ Result<void> Dashboard::exportChart(int index, const QString &path) const
 
 void Dashboard::reset()
 {
+    m_lastEvaluation->clear();
+    m_lastEvaluation->setToolTip(QString());
     m_flushTimer->stop();
     m_pendingLoss.clear();
     m_pendingStaleness.clear();
@@ -508,6 +513,17 @@ void Dashboard::addEvaluation(const EvaluationPoint &p)
     const double x = byTime ? timeX(p.atMs) : double(p.version);
     plot(m_accuracy, x, 100.0 * p.accuracy);
     extend(m_lossX, x, !byTime);
+    // The task's metrics on one line; those of each label or class (named "f1/cat",
+    // "class_accuracy/shirt") in the tooltip.
+    QStringList line{tr("epoch %1: test %2 %3").arg(p.epoch + 1).arg(m_scoreName,
+                                                                   m_scorePercent ? QStringLiteral("%1%").arg(100.0 * p.accuracy, 0, 'f', 2)
+                                                                                  : QString::number(p.accuracy, 'f', 4)),
+                     tr("loss %1").arg(p.loss, 0, 'f', 4)};
+    QStringList each;
+    for (const auto &[name, value] : p.metrics)
+        (name.contains(u'/') ? each : line) << QStringLiteral("%1 %2").arg(name).arg(value, 0, 'g', 4);
+    m_lastEvaluation->setText(line.join(QStringLiteral(" · ")));
+    m_lastEvaluation->setToolTip(each.join(u'\n'));
 }
 
 void Dashboard::setScore(const QString &task)
@@ -517,6 +533,18 @@ void Dashboard::setScore(const QString &task)
     m_lossChart->setTitle(tr("Training loss and test %1").arg(info.score));
     m_accuracyY->setTitleText(percent ? tr("test %1 (%)").arg(info.score) : tr("test %1 (× 100)").arg(info.score));
     m_accuracy->setName(tr("test %1").arg(info.score));
+    m_scoreName = info.score;
+    m_scorePercent = percent;
+}
+
+QString Dashboard::lastEvaluationText() const
+{
+    return m_lastEvaluation->text();
+}
+
+QString Dashboard::lastEvaluationDetails() const
+{
+    return m_lastEvaluation->toolTip();
 }
 
 void Dashboard::addCost(const CostPoint &p)

@@ -40,6 +40,10 @@ public:
     // The job's score as its task names it (job/Tasks.h): "accuracy" is drawn in percent,
     // any other (R², mean F1) × 100 on the same axis.
     void setScore(const QString &task);
+    // The last evaluation as the line above the loss chart shows it: its epoch, score, loss and
+    // the task's metrics (each label's or class's in its tooltip).
+    QString lastEvaluationText() const;
+    QString lastEvaluationDetails() const;
     void addCost(const CostPoint &p);
     void addEvent(const EventRow &e);
     void addSnapshot(const Snapshot &s);
@@ -89,6 +93,9 @@ private:
     QValueAxis *m_lossY = nullptr;
     QValueAxis *m_accuracyY = nullptr;
     QChart *m_lossChart = nullptr;
+    QLabel *m_lastEvaluation = nullptr;
+    QString m_scoreName = QStringLiteral("accuracy");
+    bool m_scorePercent = true;
     double m_lossEma = -1.0;
 
     QScatterSeries *m_staleness = nullptr;

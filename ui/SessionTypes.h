@@ -73,8 +73,11 @@ struct EvaluationPoint
     qint64 atMs = 0;
     int epoch = 0;
     qint64 version = 0;
-    double accuracy = 0.0;
+    double accuracy = 0.0; // the task's score: accuracy, R², mean F1 or token accuracy
     double loss = 0.0;
+    // The task's further metrics by name (top5_accuracy, rmse, f1/<label>, perplexity, …),
+    // where the history's source keeps them (a run's store does).
+    QList<QPair<QString, double>> metrics = {};
 };
 
 // Cumulative cost up to a moment.

@@ -1,3 +1,0 @@
-#include "bridge/BridgeLog.h"
-
-Q_LOGGING_CATEGORY(lcBridge, "flotilla.bridge", QtInfoMsg)

@@ -1,3 +1,0 @@
-#include "engine/EngineLog.h"
-
-Q_LOGGING_CATEGORY(lcEngine, "flotilla.engine", QtInfoMsg)
