@@ -53,6 +53,7 @@ WorkerAgent::WorkerAgent(Options options, QObject *parent)
         Q_EMIT statusChanged();
     });
     connect(&m_training, &QFutureWatcher<std::shared_ptr<Result<TrainOutcome>>>::finished, this, &WorkerAgent::onTrained);
+    connect(&m_preparing, &QFutureWatcher<std::shared_ptr<Prepared>>::finished, this, &WorkerAgent::onPrepared);
     m_heartbeat.setInterval(2000);
     connect(&m_heartbeat, &QTimer::timeout, this, [this] {
         Q_EMIT statusChanged();
@@ -285,21 +286,51 @@ void WorkerAgent::adopt(const net::WelcomeMsg &welcome, const QString &modelPath
             modelSpec.path = modelPath;
         }
         const std::vector<std::int64_t> shape(welcome.inputShape.begin(), welcome.inputShape.end());
-        auto session = WorkerJob::create(modelSpec, shape, int(welcome.classes), m_options.device, layout);
-        if (!session) {
-            finish(1, session.error());
-            return;
-        }
-        m_session = std::move(session).value();
-        m_layout = layout;
-        m_modelKey = modelKey;
-        // How fast this machine is, so the coordinator can size its subtasks and deadlines.
-        m_speed = m_session->measureThroughput(int(welcome.batchSize), m_options.threads, 0.5, welcome.precision,
-                                                 welcome.task)
-                  / std::max(1.0, m_options.slowdown);
-        m_session->setSlowdown(m_options.slowdown);
-        qCInfo(lcBridge).noquote() << "measured" << qRound(m_speed) << "samples/s on" << m_options.device;
+        m_session.reset();
+        m_modelKey.clear();
+        m_preparingKey = modelKey;
+        m_preparingLayout = layout;
+        // How fast this machine is, so the coordinator can size its subtasks and deadlines:
+        // measured where the model is built, on the pool that trains. A Welcome that comes
+        // meanwhile starts another preparation; the watcher then reports only that one.
+        m_preparing.setFuture(QtConcurrent::run(
+            &m_pool, [modelSpec, shape, classes = int(welcome.classes), device = m_options.device, layout,
+                      batch = int(welcome.batchSize), threads = m_options.threads, precision = welcome.precision,
+                      task = welcome.task, slowdown = m_options.slowdown] {
+                auto out = std::make_shared<Prepared>();
+                auto session = WorkerJob::create(modelSpec, shape, classes, device, layout);
+                if (!session) {
+                    out->error = session.error();
+                    return out;
+                }
+                out->session = std::move(session).value();
+                out->speed = out->session->measureThroughput(batch, threads, 0.5, precision, task) / std::max(1.0, slowdown);
+                out->session->setSlowdown(slowdown);
+                return out;
+            }));
+        Q_EMIT statusChanged();
+        return;
     }
+    m_asked = false;
+    Q_EMIT statusChanged();
+    sendPending();
+    requestWork();
+}
+
+void WorkerAgent::onPrepared()
+{
+    const std::shared_ptr<Prepared> prepared = m_preparing.result();
+    if (!prepared || m_finished)
+        return;
+    if (!prepared->session) {
+        finish(1, prepared->error);
+        return;
+    }
+    m_session = std::move(prepared->session);
+    m_layout = m_preparingLayout;
+    m_modelKey = m_preparingKey;
+    m_speed = prepared->speed;
+    qCInfo(lcBridge).noquote() << "measured" << qRound(m_speed) << "samples/s on" << m_options.device;
     m_asked = false;
     Q_EMIT statusChanged();
     sendPending();
@@ -329,6 +360,8 @@ WorkerAgent::Status WorkerAgent::status() const
         s.state = QStringLiteral("waiting");
     else if (m_current)
         s.state = QStringLiteral("training");
+    else if (m_preparing.isRunning())
+        s.state = QStringLiteral("preparing");
     else
         s.state = QStringLiteral("idle");
     if (m_current) {

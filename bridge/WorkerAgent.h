@@ -68,7 +68,9 @@ public:
 
     struct Status
     {
-        QString state; // connecting, waiting (the fleet runs no job for it), training, idle, suspended, finished, failed
+        // connecting, waiting (the fleet runs no job for it), preparing (building the job's
+        // model, measuring this machine's speed), training, idle, suspended, finished, failed
+        QString state;
         QString coordinator;
         QString job; // as the coordinator's welcome names it
         QString subtask;
@@ -106,9 +108,20 @@ private:
         QByteArray payload;
     };
 
+    // A job's model, built and its speed measured off the agent's thread.
+    struct Prepared
+    {
+        std::unique_ptr<WorkerJob> session;
+        double speed = 0.0;
+        QString error;
+    };
+
     void onWelcomed(const QCborMap &welcome);
     // Works for the job of a Welcome: builds its model unless it is the one held already.
+    // Building and the speed probe run on the training pool (the agent's thread, a window's
+    // in the desktop app, never waits for them); onPrepared goes on from there.
     void adopt(const net::WelcomeMsg &welcome, const QString &modelPath);
+    void onPrepared();
     void onModel(const net::Message &message);
     // Drops the subtask under way, if any (its lease handed back to its job).
     void dropCurrent(const QString &reason);
@@ -144,6 +157,9 @@ private:
     bool m_asked = false;
     QThreadPool m_pool;
     QFutureWatcher<std::shared_ptr<Result<TrainOutcome>>> m_training;
+    QFutureWatcher<std::shared_ptr<Prepared>> m_preparing;
+    QString m_preparingKey;    // the model key and layout of the model being prepared
+    QString m_preparingLayout;
     std::atomic<bool> m_cancel{false};
     std::atomic<qint64> m_done{0};
     std::atomic<qint64> m_planned{0};

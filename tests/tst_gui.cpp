@@ -300,6 +300,40 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(assimilated.size() > before, 30000);
     }
 
+    // Building the job's model and the half-second speed probe run on the training pool: the
+    // thread the agent lives on (a window's, in the app) keeps turning its event loop.
+    void aJoiningWorkerKeepsItsThreadResponsive()
+    {
+        auto token = m_session->issueTokenNow(1, 600);
+        QVERIFY2(token, qPrintable(token.error()));
+        WorkerAgent::Options o;
+        o.stateDir = m_dir.filePath(QStringLiteral("responsive"));
+        o.name = QStringLiteral("lab-9");
+        WorkerAgent agent(o);
+        QStringList states;
+        connect(&agent, &WorkerAgent::statusChanged, this, [&] {
+            if (states.isEmpty() || states.last() != agent.status().state)
+                states << agent.status().state;
+        });
+        QElapsedTimer sinceTick;
+        qint64 longestGapMs = 0;
+        QTimer tick;
+        tick.setInterval(10);
+        connect(&tick, &QTimer::timeout, this, [&] {
+            longestGapMs = std::max(longestGapMs, sinceTick.restart());
+        });
+        QVERIFY(agent.start(net::JoinToken::decode(*token).value()));
+        sinceTick.start();
+        tick.start();
+        // Through the preparation and out of it (to idle or training).
+        QTRY_VERIFY2_WITH_TIMEOUT(states.contains(QStringLiteral("preparing"))
+                                      && states.last() != QLatin1String("preparing"),
+                                  qPrintable(states.join(u',')), 60000);
+        tick.stop();
+        QVERIFY2(longestGapMs < 450, qPrintable(QStringLiteral("the agent's thread stood still for %1 ms (states %2)")
+                                                    .arg(longestGapMs).arg(states.join(u','))));
+    }
+
     void remoteWorkerIsRevoked()
     {
         auto token = m_session->issueTokenNow(1, 600);
