@@ -296,18 +296,6 @@ QString duration(qint64 ms)
     return QStringLiteral("%1s").arg(s);
 }
 
-namespace {
-
-// An accuracy as a percentage; R² or F1 as the number it is.
-QString scoreValue(const QString &task, double score)
-{
-    if (taskInfo(task).scoreKey.endsWith(QLatin1String("accuracy")))
-        return QStringLiteral("%1%").arg(100.0 * score, 0, 'f', 2);
-    return QString::number(score, 'f', 4);
-}
-
-} // namespace
-
 QString progressLine(const JobProgress &p, int alive, int workers, const QString &task)
 {
     const bool classes = task == QLatin1String("classification");

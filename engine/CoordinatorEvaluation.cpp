@@ -24,15 +24,6 @@ using namespace coordinator_limits;
 
 namespace {
 
-// "test accuracy 91.20%", "test R² 0.9312": an evaluation's score as the task names it.
-QString scoreText(const QString &task, double score)
-{
-    const TaskInfo &info = taskInfo(task);
-    if (info.scoreKey.endsWith(QLatin1String("accuracy")))
-        return QStringLiteral("test %1 %2%").arg(info.score).arg(100.0 * score, 0, 'f', 2);
-    return QStringLiteral("test %1 %2").arg(info.score).arg(score, 0, 'f', 4);
-}
-
 // The confusion matrix of one evaluation as CSV: a row per true class, a column per predicted
 // class, and each class's accuracy last.
 QByteArray confusionCsv(const EvaluationDetail &d, const QStringList &names)
@@ -179,7 +170,7 @@ void Coordinator::recordEvaluation(const EvaluationRequest &request, const Evalu
     event(EventKind::Evaluation, 0, 0, 0,
           QStringLiteral("epoch %1, version %2: %3, loss %4%5")
               .arg(request.epoch + 1).arg(request.version)
-              .arg(scoreText(m_spec.training.task, evaluation.accuracy))
+              .arg(QString(QStringLiteral("test ") + scoreText(m_spec.training.task, evaluation.accuracy)))
               .arg(evaluation.loss, 0, 'f', 4)
               .arg(further));
     if (m_board)
@@ -304,7 +295,7 @@ Result<void> Coordinator::finalize()
         return r;
     m_finished = true;
     const QString accuracy = m_evaluatedEpoch == m_spec.training.epochs - 1 || !m_stoppedEarly.isEmpty()
-                                 ? scoreText(m_spec.training.task, m_lastAccuracy)
+                                 ? QString(QStringLiteral("test ") + scoreText(m_spec.training.task, m_lastAccuracy))
                                  : QStringLiteral("test %1 unknown (the final evaluation failed: %2)")
                                        .arg(taskInfo(m_spec.training.task).score, m_lastEvaluationError);
     event(EventKind::JobFinished, 0, 0, 0,

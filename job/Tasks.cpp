@@ -36,4 +36,16 @@ const TaskInfo &taskInfo(const QString &task)
     return taskTable().first();
 }
 
+QString scoreValue(const QString &task, double score)
+{
+    if (taskInfo(task).scoreKey.endsWith(QLatin1String("accuracy")))
+        return QStringLiteral("%1%").arg(100.0 * score, 0, 'f', 2);
+    return QString::number(score, 'f', 4);
+}
+
+QString scoreText(const QString &task, double score)
+{
+    return taskInfo(task).score + u' ' + scoreValue(task, score);
+}
+
 } // namespace flotilla

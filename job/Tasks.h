@@ -21,5 +21,10 @@ const QList<TaskInfo> &taskTable();
 QStringList taskNames();
 // The task's entry; classification's for a name the table does not hold.
 const TaskInfo &taskInfo(const QString &task);
+// A score as the task shows it: an accuracy in percent ("91.20%"), any other as the number it
+// is ("0.9312").
+QString scoreValue(const QString &task, double score);
+// With its name: "accuracy 91.20%", "R² 0.9312".
+QString scoreText(const QString &task, double score);
 
 } // namespace flotilla

@@ -83,19 +83,6 @@ std::optional<bool> onBattery()
     return sawBattery ? std::optional<bool>(false) : std::nullopt;
 }
 
-namespace {
-
-// "accuracy 91.20%", "R² 0.9312": a score as the job's task names it.
-QString scoreText(const QString &task, double score)
-{
-    const TaskInfo &info = taskInfo(task);
-    if (info.scoreKey.endsWith(QLatin1String("accuracy")))
-        return QStringLiteral("%1 %2%").arg(info.score).arg(100.0 * score, 0, 'f', 2);
-    return QStringLiteral("%1 %2").arg(info.score).arg(score, 0, 'f', 4);
-}
-
-} // namespace
-
 MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QString &runDir, RunCatalog *runs,
                        QWidget *parent)
     : QMainWindow(parent), m_session(session), m_job(job), m_runDir(runDir), m_catalog(runs)
