@@ -57,6 +57,7 @@ struct DesktopWorker
 {
     SystemClock clock;
     std::unique_ptr<IdleSource> idle = systemIdleSource();
+    std::unique_ptr<PowerSource> power = systemPowerSource();
     std::unique_ptr<WorkerAgent> agent;
     std::unique_ptr<WorkPolicy> policy;
     std::unique_ptr<AgentDesk> desk;
@@ -84,7 +85,7 @@ Result<std::unique_ptr<DesktopWorker>> startDesktopWorker(const std::optional<ne
     options.threads = threads > 0 ? threads : std::max(1, settings.threads);
     options.device = settings.device;
     w->agent = std::make_unique<WorkerAgent>(options);
-    w->policy = std::make_unique<WorkPolicy>(settings, w->idle.get(), &w->clock);
+    w->policy = std::make_unique<WorkPolicy>(settings, w->idle.get(), &w->clock, w->power.get());
     if (auto started = w->agent->start(token); !started)
         return started.takeError();
     if (token)

@@ -1,5 +1,7 @@
 #include "bridge/WorkPolicy.h"
 
+#include "common/Power.h"
+
 #include <QDir>
 #include <QFile>
 #include <QSet>
@@ -127,6 +129,16 @@ QString minutes(qint64 ms)
 
 } // namespace
 
+std::unique_ptr<PowerSource> systemPowerSource()
+{
+    class System : public PowerSource
+    {
+    public:
+        std::optional<bool> onBattery() override { return systemOnBattery(); }
+    };
+    return std::make_unique<System>();
+}
+
 std::unique_ptr<IdleSource> systemIdleSource()
 {
     return std::make_unique<SystemIdleSource>();
@@ -168,8 +180,9 @@ QStringList runningPrograms()
     return names;
 }
 
-WorkPolicy::WorkPolicy(ui::WorkerSettings settings, IdleSource *idle, const Clock *clock, QObject *parent)
-    : QObject(parent), m_settings(std::move(settings)), m_idle(idle), m_clock(clock)
+WorkPolicy::WorkPolicy(ui::WorkerSettings settings, IdleSource *idle, const Clock *clock, PowerSource *power,
+                       QObject *parent)
+    : QObject(parent), m_settings(std::move(settings)), m_idle(idle), m_clock(clock), m_power(power)
 {
     connect(&m_timer, &QTimer::timeout, this, &WorkPolicy::evaluate);
 }
@@ -225,6 +238,8 @@ WorkPolicy::Decision WorkPolicy::decide()
                            .arg(QDateTime::fromMSecsSinceEpoch(m_untilMs).time().toString(QStringLiteral("HH:mm")))};
     m_untilMs = 0;
     const ui::WorkerSettings &s = m_settings;
+    if (s.pauseOnBattery && m_power && m_power->onBattery().value_or(false))
+        return {false, tr("on battery; runs again when the machine is plugged in")};
     if (s.useWindow && s.windowStart != s.windowEnd) {
         const QTime t = QDateTime::fromMSecsSinceEpoch(now).time();
         // A window that ends before it starts crosses midnight: 19:00–07:00.

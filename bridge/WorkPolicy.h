@@ -1,7 +1,8 @@
 #pragma once
 // When a worker on someone's desk may run: not while its owner uses the machine (idle for
 // fewer than N minutes), only inside a daily time window, not while one of a list of
-// programs runs, not while the owner suspended it (for good, or for an hour). The policy
+// programs runs, not on battery, not while the owner suspended it (for good, or for an hour).
+// The one decider of it: the worker window's worker and Join a fleet… ask it. The policy
 // looks every few seconds and says whether the worker may run and, if not, why; whoever owns
 // the worker applies that through WorkerAgent::setSuspended, which hands in a partial result.
 // The owner's own suspension is one of the policy's inputs, so a policy that would let the
@@ -35,6 +36,18 @@ public:
 // GetLastInputInfo on Windows, HIDIdleTime on macOS.
 std::unique_ptr<IdleSource> systemIdleSource();
 
+// Whether the machine runs on its battery. Tests give a fake one.
+class PowerSource
+{
+public:
+    virtual ~PowerSource() = default;
+    // Nothing when the machine has no battery or does not say.
+    virtual std::optional<bool> onBattery() = 0;
+};
+
+// The machine's (common/Power.h).
+std::unique_ptr<PowerSource> systemPowerSource();
+
 // Names of the programs running for any user of this machine (Linux: /proc/*/comm, which
 // holds the first 15 characters of a name).
 QStringList runningPrograms();
@@ -51,8 +64,10 @@ public:
         bool operator==(const Decision &o) const { return run == o.run && reason == o.reason; }
     };
 
-    // idle and clock must outlive the policy.
-    WorkPolicy(ui::WorkerSettings settings, IdleSource *idle, const Clock *clock, QObject *parent = nullptr);
+    // idle, clock and power must outlive the policy; without a power source the battery is
+    // not looked at.
+    WorkPolicy(ui::WorkerSettings settings, IdleSource *idle, const Clock *clock, PowerSource *power = nullptr,
+               QObject *parent = nullptr);
 
     void setSettings(const ui::WorkerSettings &settings);
     const ui::WorkerSettings &settings() const { return m_settings; }
@@ -80,6 +95,7 @@ private:
     ui::WorkerSettings m_settings;
     IdleSource *m_idle;
     const Clock *m_clock;
+    PowerSource *m_power;
     bool m_manual = false;
     qint64 m_untilMs = 0;
     Decision m_decision;

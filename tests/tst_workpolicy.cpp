@@ -47,6 +47,13 @@ public:
     std::optional<qint64> value;
 };
 
+class FakePower final : public PowerSource
+{
+public:
+    std::optional<bool> onBattery() override { return value; }
+    std::optional<bool> value;
+};
+
 // Milliseconds since the epoch of a local time of day on a fixed date.
 qint64 localTime(int hour, int minute = 0)
 {
@@ -120,6 +127,39 @@ private Q_SLOTS:
         s.pauseWhenActive = false;
         policy.setSettings(s);
         QVERIFY(policy.decision().run);
+    }
+
+    // A laptop's worker stops when it is unplugged and goes on when it is plugged in again,
+    // in the worker window as in Join a fleet… (one decider for both).
+    void pausesOnBattery()
+    {
+        FakePower power;
+        test::FakeClock clock(localTime(12));
+        ui::WorkerSettings s;
+        s.pauseWhenActive = false;
+        QVERIFY(s.pauseOnBattery); // by default
+        WorkPolicy policy(s, nullptr, &clock, &power);
+        power.value = false; // plugged in
+        QVERIFY(policy.evaluate().run);
+        power.value = true;
+        const WorkPolicy::Decision d = policy.evaluate();
+        QVERIFY(!d.run);
+        QVERIFY2(d.reason.contains(QLatin1String("battery")), qPrintable(d.reason));
+        power.value = false;
+        QVERIFY(policy.evaluate().run);
+        // A machine without a battery, or the rule off: the worker runs.
+        power.value.reset();
+        QVERIFY(policy.evaluate().run);
+        power.value = true;
+        s.pauseOnBattery = false;
+        policy.setSettings(s);
+        QVERIFY(policy.evaluate().run);
+        // The owner's own suspension still wins over being plugged in.
+        s.pauseOnBattery = true;
+        policy.setSettings(s);
+        power.value = false;
+        policy.setManualSuspended(true);
+        QVERIFY(!policy.evaluate().run);
     }
 
     void honoursADailyWindow()
@@ -488,6 +528,7 @@ private Q_SLOTS:
         s.threads = 1;
         s.device = QStringLiteral("cuda:3"); // not among the choices: kept
         s.startAtLogin = true;
+        s.pauseOnBattery = false;
         ui::WorkerSettingsDialog dialog(s, {QStringLiteral("auto"), QStringLiteral("cpu")});
         QVERIFY(!dialog.idleMinutes()->isEnabled());
         ui::WorkerSettings back = dialog.settings();
@@ -496,7 +537,7 @@ private Q_SLOTS:
         QCOMPARE(back.windowEnd, QTime(6, 15));
         QCOMPARE(back.exclusivePrograms, s.exclusivePrograms);
         QCOMPARE(back.device, QStringLiteral("cuda:3"));
-        QVERIFY(back.useWindow && !back.pauseWhenActive && back.startAtLogin);
+        QVERIFY(back.useWindow && !back.pauseWhenActive && back.startAtLogin && !back.pauseOnBattery);
 
         dialog.pauseWhenActive()->setChecked(true);
         QVERIFY(dialog.idleMinutes()->isEnabled());
@@ -510,6 +551,7 @@ private Q_SLOTS:
         QCOMPARE(loaded.exclusivePrograms, back.exclusivePrograms);
         QCOMPARE(loaded.windowStart, QTime(20, 30));
         QVERIFY(loaded.pauseWhenActive);
+        QVERIFY(!loaded.pauseOnBattery);
     }
 };
 

@@ -1,5 +1,6 @@
 #include "ui/MainWindow.h"
 
+#include "common/Power.h"
 #include "job/Tasks.h"
 
 #include "ui/AppIcon.h"
@@ -64,24 +65,6 @@ void showShortcut(QAction *action)
 }
 
 } // namespace
-
-std::optional<bool> onBattery()
-{
-    const QDir supplies(QStringLiteral("/sys/class/power_supply"));
-    if (!supplies.exists())
-        return std::nullopt;
-    bool sawBattery = false;
-    for (const QString &name : supplies.entryList(QDir::Dirs | QDir::NoDotAndDotDot)) {
-        QFile type(supplies.filePath(name + QStringLiteral("/type")));
-        if (!type.open(QIODevice::ReadOnly) || type.readAll().trimmed() != "Battery")
-            continue;
-        sawBattery = true;
-        QFile status(supplies.filePath(name + QStringLiteral("/status")));
-        if (status.open(QIODevice::ReadOnly) && status.readAll().trimmed() == "Discharging")
-            return true;
-    }
-    return sawBattery ? std::optional<bool>(false) : std::nullopt;
-}
 
 MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QString &runDir, RunCatalog *runs,
                        QWidget *parent)
@@ -431,8 +414,8 @@ QWidget *MainWindow::buildMachinePanel()
     m_threads->setValue(std::clamp(settings.value(QStringLiteral("machine/threads"), 1).toInt(), 1, m_threads->maximum()));
     m_pauseOnBattery = new QCheckBox(tr("Pause while on battery"));
     m_pauseOnBattery->setChecked(settings.value(QStringLiteral("machine/pauseOnBattery"), true).toBool());
-    m_pauseOnBattery->setEnabled(onBattery().has_value());
-    if (!onBattery().has_value())
+    m_pauseOnBattery->setEnabled(systemOnBattery().has_value());
+    if (!systemOnBattery().has_value())
         m_pauseOnBattery->setToolTip(tr("This machine does not report a battery"));
     m_machineStatus = new QLabel(tr("idle"));
     m_machineStatus->setWordWrap(true);
@@ -463,7 +446,7 @@ QWidget *MainWindow::buildMachinePanel()
 
 void MainWindow::checkPower()
 {
-    const bool battery = m_pauseOnBattery->isChecked() && onBattery().value_or(false);
+    const bool battery = m_pauseOnBattery->isChecked() && systemOnBattery().value_or(false);
     if (battery == m_pausedForBattery)
         return;
     m_pausedForBattery = battery;

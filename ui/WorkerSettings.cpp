@@ -19,6 +19,7 @@ WorkerSettings WorkerSettings::load()
     if (end.isValid())
         w.windowEnd = end;
     w.exclusivePrograms = s.value(QStringLiteral("exclusivePrograms")).toStringList();
+    w.pauseOnBattery = s.value(QStringLiteral("pauseOnBattery"), w.pauseOnBattery).toBool();
     w.threads = std::max(1, s.value(QStringLiteral("threads"), w.threads).toInt());
     w.device = s.value(QStringLiteral("device"), w.device).toString();
     w.startAtLogin = s.value(QStringLiteral("startAtLogin"), w.startAtLogin).toBool();
@@ -35,6 +36,7 @@ void WorkerSettings::save() const
     s.setValue(QStringLiteral("windowStart"), windowStart.toString(QStringLiteral("HH:mm")));
     s.setValue(QStringLiteral("windowEnd"), windowEnd.toString(QStringLiteral("HH:mm")));
     s.setValue(QStringLiteral("exclusivePrograms"), exclusivePrograms);
+    s.setValue(QStringLiteral("pauseOnBattery"), pauseOnBattery);
     s.setValue(QStringLiteral("threads"), threads);
     s.setValue(QStringLiteral("device"), device);
     s.setValue(QStringLiteral("startAtLogin"), startAtLogin);

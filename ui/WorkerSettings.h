@@ -1,6 +1,6 @@
 #pragma once
 // What the owner of a worker machine decides about it: when the worker may run (not while
-// they use the machine, only in a daily window, not while some programs run), how much of
+// they use the machine, only in a daily window, not while some programs run, not on battery), how much of
 // the machine it gets, whether it starts at login; and the fleets this machine has joined,
 // so that the worker starts again without a token. Both are kept in QSettings.
 //
@@ -22,6 +22,7 @@ struct WorkerSettings
     QTime windowStart = QTime(19, 0); // may cross midnight: 19:00–07:00
     QTime windowEnd = QTime(7, 0);
     QStringList exclusivePrograms; // process names, as `ps -e` shows them
+    bool pauseOnBattery = true;    // not while the machine runs on its battery
     int threads = 1;
     QString device = QStringLiteral("auto"); // auto, cpu, cuda, cuda:N
     bool startAtLogin = false;

@@ -31,6 +31,9 @@ WorkerSettingsDialog::WorkerSettingsDialog(const WorkerSettings &settings, const
     m_idleMinutes->setValue(settings.idleMinutes);
     whenForm->addRow(m_pauseWhenActive);
     whenForm->addRow(tr("Run after no input for"), m_idleMinutes);
+    m_pauseOnBattery = new QCheckBox(tr("Pause while on battery"));
+    m_pauseOnBattery->setChecked(settings.pauseOnBattery);
+    whenForm->addRow(m_pauseOnBattery);
     m_useWindow = new QCheckBox(tr("Only between"));
     m_useWindow->setChecked(settings.useWindow);
     m_windowStart = new QTimeEdit(settings.windowStart);
@@ -99,6 +102,7 @@ WorkerSettings WorkerSettingsDialog::settings() const
     WorkerSettings s;
     s.pauseWhenActive = m_pauseWhenActive->isChecked();
     s.idleMinutes = m_idleMinutes->value();
+    s.pauseOnBattery = m_pauseOnBattery->isChecked();
     s.useWindow = m_useWindow->isChecked();
     s.windowStart = m_windowStart->time();
     s.windowEnd = m_windowEnd->time();

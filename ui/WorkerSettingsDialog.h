@@ -42,6 +42,7 @@ private:
     void updateEnabled();
 
     QCheckBox *m_pauseWhenActive = nullptr;
+    QCheckBox *m_pauseOnBattery = nullptr;
     QSpinBox *m_idleMinutes = nullptr;
     QCheckBox *m_useWindow = nullptr;
     QTimeEdit *m_windowStart = nullptr;
