@@ -13,6 +13,46 @@ class TestEndToEnd : public QObject
     Q_OBJECT
 
 private Q_SLOTS:
+    // "Contribute this machine" off and on while the job runs, then the fleet torn down while
+    // workers it switched off are still retiring: nothing crashes, nothing is lost, and the
+    // job finishes on the workers switched back on.
+    void localWorkersSwitchedOffAndOnMidJob()
+    {
+        QVERIFY2(QFileInfo::exists(test::fashionMnistDir()), "Debian's dataset-fashion-mnist is needed");
+        for (int round = 0; round < 3; ++round) {
+            QTemporaryDir dir;
+            JobSpec job = JobSpec::defaultJob();
+            job.dataset.trainLimit = 3000;
+            job.dataset.testLimit = 300;
+            job.training.epochs = 2;
+            job.training.shards = 6;
+            job.fleet.workers = 1;
+            job.fleet.preemption.meanIntervalSeconds = 0;
+            auto fleet = LocalFleet::create(job, dir.path());
+            QVERIFY2(fleet, qPrintable(fleet.error()));
+            QSignalSpy done(fleet->get(), &LocalFleet::finished);
+            (*fleet)->start();
+            for (int toggle = 0; toggle < 4; ++toggle) {
+                QTest::qWait(150 + 100 * round);
+                (*fleet)->setLocalWorkers(toggle % 2 == 0 ? 0 : 1, 1);
+            }
+            if (round < 2) {
+                // Torn down mid-job, with a switched-off worker perhaps still handing in.
+                (*fleet)->setLocalWorkers(0, 1);
+                (*fleet)->stop();
+                fleet->reset();
+                continue;
+            }
+            QVERIFY(done.wait(120000));
+            QVERIFY2(done.first().at(0).toBool(), qPrintable(done.first().at(1).toString()));
+            (*fleet)->stop();
+            auto store = Store::open(dir.filePath(QStringLiteral("flotilla.db")));
+            QVERIFY(store);
+            const QString wrong = test::verifyExactlyOnce(**store, std::vector<qint64>(6, 500), 2);
+            QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
+        }
+    }
+
     void trainsThroughPreemptions()
     {
         QVERIFY2(QFileInfo::exists(test::fashionMnistDir()), "Debian's dataset-fashion-mnist is needed");
