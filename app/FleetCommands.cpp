@@ -2,17 +2,17 @@
 // `flotilla submit` adds to it, `flotilla jobs` lists and manages it. On the coordinator's
 // machine the three meet in <identity-dir>/fleet.db; from another machine, submit and jobs
 // ask the service over the network with a person's certificate (--coordinator). Either way
-// bridge/FleetRequests decides; the models and data of submitted jobs are kept in the fleet's
+// server/FleetRequests decides; the models and data of submitted jobs are kept in the fleet's
 // folder, named by their SHA-256, so that a job does not depend on the files it came from.
-#include "common/LogCategories.h"
-#include "common/LogSink.h"
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
 #include "app/NetworkCommands.h"
-#include "bridge/FleetClient.h"
-#include "bridge/FleetRequests.h"
-#include "bridge/FleetService.h"
-#include "engine/FleetQueue.h"
+#include "common/LogCategories.h"
+#include "common/LogSink.h"
+#include "engine/coordination/FleetQueue.h"
+#include "server/FleetClient.h"
+#include "server/FleetRequests.h"
+#include "server/FleetService.h"
 
 #include <QCoreApplication>
 #include <QDateTime>

@@ -1,16 +1,16 @@
 #include "app/GuiCommand.h"
 
-#include "common/LogCategories.h"
-#include "common/LogSink.h"
+#include "agent/WorkerAgent.h"
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
 #include "app/NetworkCommands.h"
-#include "bridge/AgentDesk.h"
-#include "bridge/DesktopSession.h"
-#include "bridge/RemoteSession.h"
-#include "bridge/RunLibrary.h"
-#include "bridge/WorkPolicy.h"
-#include "bridge/WorkerAgent.h"
+#include "common/LogCategories.h"
+#include "common/LogSink.h"
+#include "desktop/AgentDesk.h"
+#include "desktop/DesktopSession.h"
+#include "desktop/RemoteSession.h"
+#include "desktop/RunLibrary.h"
+#include "machine/WorkPolicy.h"
 
 #include "ui/AppIcon.h"
 #include "ui/Comparison.h"
@@ -77,7 +77,7 @@ QString fleetStateDir(const net::JoinToken &token)
 Result<std::unique_ptr<DesktopWorker>> startDesktopWorker(const std::optional<net::JoinToken> &token,
                                                           const QString &stateDir, int threads = 0)
 {
-    const ui::WorkerSettings settings = ui::WorkerSettings::load();
+    const WorkerSettings settings = WorkerSettings::load();
     auto w = std::make_unique<DesktopWorker>();
     WorkerAgent::Options options;
     options.stateDir = stateDir;
@@ -89,7 +89,7 @@ Result<std::unique_ptr<DesktopWorker>> startDesktopWorker(const std::optional<ne
     if (auto started = w->agent->start(token); !started)
         return started.takeError();
     if (token)
-        ui::rememberFleet({QStringLiteral("%1:%2").arg(token->host).arg(token->port), stateDir,
+        rememberFleet({QStringLiteral("%1:%2").arg(token->host).arg(token->port), stateDir,
                            QDateTime::currentDateTime()});
     w->desk = std::make_unique<AgentDesk>(w->agent.get(), w->policy.get(), stateDir);
     w->policy->start();
@@ -103,7 +103,7 @@ Result<std::unique_ptr<DesktopWorker>> startDesktopWorker(const std::optional<ne
 Result<std::unique_ptr<DesktopWorker>> joinFromDialog(QWidget *parent)
 {
     ui::JoinDialog dialog([](const QString &text) { return describeJoinToken(text, QDateTime::currentMSecsSinceEpoch()); },
-                          ui::rememberedFleets(), parent);
+                          rememberedFleets(), parent);
     if (dialog.exec() != QDialog::Accepted)
         return std::unique_ptr<DesktopWorker>();
     if (const auto fleet = dialog.fleet())
@@ -539,7 +539,7 @@ int runControlCenter(const QStringList &arguments)
                 remote = std::make_unique<WorkerAgent>(w);
                 if (token)
                     (void)remote->start(net::JoinToken::decode(*token).value());
-                ui::WorkerSettings always; // the tour's worker runs whatever the machine is doing
+                WorkerSettings always; // the tour's worker runs whatever the machine is doing
                 always.pauseWhenActive = false;
                 policy = std::make_unique<WorkPolicy>(always, nullptr, &clock);
                 desk = std::make_unique<AgentDesk>(remote.get(), policy.get(), w.stateDir);
@@ -547,7 +547,7 @@ int runControlCenter(const QStringList &arguments)
                 workerWindow->resize(480, 300);
                 workerWindow->show();
             }
-            if (step == 0 && window.dashboard()->everyChartHasData() && session.state() == ui::JobState::Running) {
+            if (step == 0 && window.dashboard()->everyChartHasData() && session.state() == JobState::Running) {
                 int evaluations = 0;
                 for (int i = 0; i < window.events()->table()->rowCount(); ++i)
                     evaluations += window.events()->table()->item(i, 1)->text() == eventName(EventKind::Evaluation) ? 1 : 0;
@@ -570,7 +570,7 @@ int runControlCenter(const QStringList &arguments)
                 if (workerWindow) {
                     grab(workerWindow.get(), dir.filePath(QStringLiteral("worker-window.png")));
                     // The settings of a lab desktop that gives its nights and its idle minutes.
-                    ui::WorkerSettings example;
+                    WorkerSettings example;
                     example.idleMinutes = 10;
                     example.useWindow = true;
                     example.exclusivePrograms = {QStringLiteral("blender"), QStringLiteral("steam")};

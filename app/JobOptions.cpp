@@ -1,6 +1,7 @@
 #include "app/JobOptions.h"
 
-#include "engine/JobData.h"
+#include "engine/data/JobData.h"
+#include "engine/training/Device.h"
 #include "job/Tasks.h"
 
 #include <QDateTime>

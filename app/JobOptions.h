@@ -4,7 +4,7 @@
 // and graceful stops on SIGINT/SIGTERM.
 
 #include "common/LogSink.h" // isTerminal
-#include "engine/Coordinator.h"
+#include "engine/coordination/Coordinator.h"
 #include "job/JobSpec.h"
 
 #include <QCommandLineParser>

@@ -5,7 +5,7 @@
 #include "app/JobOptions.h"
 #include "app/NetworkCommands.h"
 
-#include "engine/Store.h"
+#include "engine/coordination/Store.h"
 #include "net/TrustStore.h"
 
 #include <QCommandLineParser>

@@ -1,11 +1,11 @@
 // `flotilla serve`: a coordinator that trains a job with remote workers over TLS.
-#include "common/LogCategories.h"
-#include "common/LogSink.h"
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
 #include "app/NetworkCommands.h"
-#include "bridge/NetworkHost.h"
-#include "engine/LocalFleet.h"
+#include "common/LogCategories.h"
+#include "common/LogSink.h"
+#include "engine/coordination/LocalFleet.h"
+#include "server/NetworkHost.h"
 
 #include "common/AtomicFile.h"
 

@@ -1,11 +1,11 @@
 #include "app/TrainCommand.h"
 
-#include "common/LogCategories.h"
-#include "common/LogSink.h"
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
+#include "common/LogCategories.h"
+#include "common/LogSink.h"
 
-#include "engine/LocalFleet.h"
+#include "engine/coordination/LocalFleet.h"
 #include "job/JobSpec.h"
 
 #include <QCommandLineParser>

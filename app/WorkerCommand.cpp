@@ -1,10 +1,10 @@
 // `flotilla worker`: contribute this machine to a coordinator's job.
-#include "common/LogCategories.h"
-#include "common/LogSink.h"
+#include "agent/WorkerAgent.h"
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
 #include "app/NetworkCommands.h"
-#include "bridge/WorkerAgent.h"
+#include "common/LogCategories.h"
+#include "common/LogSink.h"
 #include "net/PreemptionWatcher.h"
 
 #include <QCoreApplication>

@@ -1,11 +1,23 @@
 #include "app/CommandLine.h"
 #include "app/GuiCommand.h"
+#include "bench/MeasurementCommands.h"
 #include "common/ProcessSetup.h"
 
 #include <QApplication>
 #include <QCoreApplication>
 
 #include <cstdio>
+
+namespace {
+
+// Every command: the headless ones, measurement and the simulator.
+QList<flotilla::Command> commands()
+{
+    using namespace flotilla;
+    return headlessCommands() + measurementCommands() + QList<Command>{simulateCommand()};
+}
+
+} // namespace
 
 int main(int argc, char *argv[])
 {
@@ -28,12 +40,12 @@ int main(int argc, char *argv[])
         if (!displayAvailable())
             qputenv("QT_QPA_PLATFORM", "offscreen");
         QApplication app(argc, argv);
-        return runCommandLine(app.arguments());
+        return runCommandLine(app.arguments(), commands(), true);
     }
     QCoreApplication app(argc, argv);
     if (mode == StartupMode::HeadlessDefault) {
         std::fprintf(stderr, "flotilla: no display: training the default job headless (flotilla --help for more)\n");
-        return runCommandLine({app.arguments().first(), QStringLiteral("train")});
+        return runCommandLine({app.arguments().first(), QStringLiteral("train")}, commands(), true);
     }
-    return runCommandLine(app.arguments());
+    return runCommandLine(app.arguments(), commands(), true);
 }

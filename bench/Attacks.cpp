@@ -1,7 +1,7 @@
 #include "bench/Attacks.h"
 
+#include "agent/WorkerAgent.h"
 #include "app/CommandLine.h"
-#include "bridge/WorkerAgent.h"
 
 #include <torch/torch.h>
 

@@ -15,7 +15,7 @@
 // `flotilla demo --attack KIND`.
 
 #include "common/Result.h"
-#include "engine/Trainer.h"
+#include "engine/training/Trainer.h"
 
 #include <QString>
 #include <QStringList>

@@ -4,13 +4,13 @@
 // machine; the others are in BenchPeers.cpp and BenchScale.cpp.
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
-#include "app/NetworkCommands.h"
 #include "bench/Attacks.h"
 #include "bench/BenchFlood.h"
-#include "bench/Insider.h"
 #include "bench/BenchParity.h"
 #include "bench/BenchPeers.h"
 #include "bench/BenchScale.h"
+#include "bench/Insider.h"
+#include "bench/MeasurementCommands.h"
 
 #include "common/Crc32c.h"
 #include "net/Pki.h"
@@ -450,6 +450,14 @@ int runBenchCommand(const QStringList &arguments)
     std::fprintf(stderr, "flotilla bench: name one benchmark: trainer, aggregation, transfer, accuracy, parity, scale or "
                          "flood\n");
     return ExitUsage;
+}
+
+QList<Command> measurementCommands()
+{
+    return {
+        {"demo", "A coordinator and worker processes on this machine, with random SIGKILLs.", runDemoCommand},
+        {"bench", "Benchmarks against a peer run in the same invocation (transfer).", runBenchCommand},
+    };
 }
 
 } // namespace flotilla

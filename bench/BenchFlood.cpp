@@ -5,7 +5,7 @@
 #include "bench/ProcStats.h"
 #include "common/Statistics.h"
 
-#include "engine/Store.h"
+#include "engine/coordination/Store.h"
 #include "net/Frame.h"
 #include "net/Messages.h"
 #include "net/Pki.h"

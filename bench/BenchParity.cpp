@@ -5,11 +5,11 @@
 #include "bench/Contenders.h"
 #include "bench/ParityData.h"
 #include "common/AtomicFile.h"
-#include "engine/JobData.h"
-#include "engine/Precision.h"
-#include "engine/Random.h"
-#include "engine/Store.h"
-#include "engine/Trainer.h"
+#include "common/Random.h"
+#include "engine/coordination/Store.h"
+#include "engine/data/JobData.h"
+#include "engine/training/Precision.h"
+#include "engine/training/Trainer.h"
 
 #include <QCommandLineParser>
 #include <QCoreApplication>

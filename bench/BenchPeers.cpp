@@ -14,8 +14,8 @@
 #include "app/CommandLine.h"
 #include "bench/Benchmarks.h"
 #include "bench/Contenders.h"
-#include "engine/ResultScreen.h"
-#include "engine/Store.h"
+#include "engine/coordination/ResultScreen.h"
+#include "engine/coordination/Store.h"
 
 #include <QCoreApplication>
 #include <QDateTime>

@@ -1,9 +1,9 @@
 #include "bench/Benchmarks.h"
 
-#include "engine/Aggregation.h"
-#include "engine/JobData.h"
-#include "engine/Model.h"
-#include "engine/Trainer.h"
+#include "engine/coordination/Aggregation.h"
+#include "engine/data/JobData.h"
+#include "engine/training/Model.h"
+#include "engine/training/Trainer.h"
 
 #include <QElapsedTimer>
 

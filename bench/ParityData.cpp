@@ -1,6 +1,6 @@
 #include "bench/ParityData.h"
 
-#include "engine/Random.h"
+#include "common/Random.h"
 
 #include <QDir>
 #include <QFile>

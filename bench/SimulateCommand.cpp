@@ -3,7 +3,7 @@
 // on the same fleet (same seed, same preemptions).
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
-#include "app/NetworkCommands.h"
+#include "bench/MeasurementCommands.h"
 #include "bench/SimulatorCharts.h"
 
 #include "bench/Simulator.h"
@@ -345,6 +345,11 @@ int runSimulateCommand(const QStringList &arguments)
     for (const auto &r : results)
         allExact = allExact && r.exactlyOnce;
     return allExact ? ExitOk : ExitFailure;
+}
+
+Command simulateCommand()
+{
+    return {"simulate", "Simulate a fleet of up to 100,000 unreliable workers and compare the rules.", runSimulateCommand};
 }
 
 } // namespace flotilla

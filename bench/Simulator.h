@@ -10,9 +10,9 @@
 // and may be called for several rules at once from different threads.
 
 #include "common/Result.h"
-#include "engine/Aggregation.h"
+#include "engine/coordination/Aggregation.h"
+#include "engine/data/ShardPlan.h"
 #include "job/EventKind.h"
-#include "engine/ShardPlan.h"
 #include "job/JobSpec.h"
 #include "job/PriceTable.h"
 

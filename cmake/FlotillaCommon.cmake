@@ -17,18 +17,21 @@ elseif(MSVC)
     target_compile_options(flotilla_settings INTERFACE /W4 /permissive- /Zc:__cplusplus)
 endif()
 
-# Adds a static library for one module of the tree (one folder). Its users include its headers
-# with their folder ("engine/Store.h") through an include root that holds that folder alone
-# (a link in the build tree), so a file sees only the modules its target links and a
-# layering mistake fails to compile. Where links cannot be made (Windows without developer
-# mode) the root is the source tree: everything builds, nothing is enforced.
+# Adds a static library for one module of the tree (one folder, or one room of a folder:
+# engine/data). Its users include its headers with their path ("engine/data/Store.h") through
+# an include root that holds that folder alone (a link in the build tree), so a file sees only
+# the modules its target links and a layering mistake fails to compile. Where links cannot be
+# made (Windows without developer mode) the root is the source tree: everything builds,
+# nothing is enforced.
 function(flotilla_add_module name)
     add_library(${name} STATIC ${ARGN})
     target_link_libraries(${name} PRIVATE flotilla_settings)
-    get_filename_component(folder ${CMAKE_CURRENT_SOURCE_DIR} NAME)
-    set(include_root ${PROJECT_BINARY_DIR}/include/${folder})
+    file(RELATIVE_PATH folder ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
+    string(REPLACE "/" "_" root_name ${folder})
+    set(include_root ${PROJECT_BINARY_DIR}/include/${root_name})
     if(NOT EXISTS ${include_root}/${folder})
-        file(MAKE_DIRECTORY ${include_root})
+        get_filename_component(parent ${include_root}/${folder} DIRECTORY)
+        file(MAKE_DIRECTORY ${parent})
         file(CREATE_LINK ${CMAKE_CURRENT_SOURCE_DIR} ${include_root}/${folder} RESULT linked SYMBOLIC)
         if(NOT linked EQUAL 0)
             set(include_root ${PROJECT_SOURCE_DIR})

@@ -2,7 +2,9 @@
 
 Q_LOGGING_CATEGORY(lcEngine, "flotilla.engine", QtInfoMsg)
 Q_LOGGING_CATEGORY(lcNet, "flotilla.net", QtInfoMsg)
-Q_LOGGING_CATEGORY(lcBridge, "flotilla.bridge", QtInfoMsg)
+Q_LOGGING_CATEGORY(lcServer, "flotilla.server", QtInfoMsg)
+Q_LOGGING_CATEGORY(lcAgent, "flotilla.agent", QtInfoMsg)
+Q_LOGGING_CATEGORY(lcDesktop, "flotilla.desktop", QtInfoMsg)
 Q_LOGGING_CATEGORY(lcUi, "flotilla.ui", QtInfoMsg)
 Q_LOGGING_CATEGORY(lcApp, "flotilla.app", QtInfoMsg)
 Q_LOGGING_CATEGORY(lcEvents, "flotilla.events", QtInfoMsg)

@@ -1,6 +1,6 @@
 #pragma once
 // Every logging category, declared in one place. A layer's own (flotilla.engine, flotilla.net,
-// flotilla.bridge, flotilla.ui, flotilla.app) and those of the concerns that cross the layers:
+// flotilla.server, flotilla.agent, flotilla.desktop, flotilla.ui, flotilla.app) and those of the concerns that cross the layers:
 //
 //   flotilla.events      each event of a job as the coordinator records it (subtasks, workers,
 //                        evaluations, preemptions)
@@ -17,7 +17,9 @@
 
 Q_DECLARE_LOGGING_CATEGORY(lcEngine)
 Q_DECLARE_LOGGING_CATEGORY(lcNet)
-Q_DECLARE_LOGGING_CATEGORY(lcBridge)
+Q_DECLARE_LOGGING_CATEGORY(lcServer)
+Q_DECLARE_LOGGING_CATEGORY(lcAgent)
+Q_DECLARE_LOGGING_CATEGORY(lcDesktop)
 Q_DECLARE_LOGGING_CATEGORY(lcUi)
 Q_DECLARE_LOGGING_CATEGORY(lcApp)
 Q_DECLARE_LOGGING_CATEGORY(lcEvents)

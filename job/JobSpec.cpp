@@ -220,6 +220,31 @@ bool isDeviceName(const QString &device)
     return ok && index >= 0 && index < 256 && device.mid(5) == QString::number(index);
 }
 
+const QStringList &aggregationRuleNames()
+{
+    static const QStringList names{QStringLiteral("vc-asgd"), QStringLiteral("staleness-aware"),
+                                   QStringLiteral("async-delta"), QStringLiteral("sync-average")};
+    return names;
+}
+
+const QStringList &precisionNames()
+{
+    static const QStringList names{QStringLiteral("fp32"), QStringLiteral("bf16"), QStringLiteral("fp16")};
+    return names;
+}
+
+const QStringList &compressionNames()
+{
+    static const QStringList names{QStringLiteral("none"), QStringLiteral("fp16"), QStringLiteral("int8")};
+    return names;
+}
+
+const QStringList &priceClassNames()
+{
+    static const QStringList names{QStringLiteral("spot"), QStringLiteral("on-demand"), QStringLiteral("volunteer")};
+    return names;
+}
+
 QStringList deviceList(const QString &device)
 {
     QStringList devices;
@@ -452,8 +477,7 @@ QStringList JobSpec::problems() const
         inRange(QStringLiteral("training.eps"), training.eps, 1e-12, 1.0),
         inRange(QStringLiteral("training.clip_grad_norm"), training.clipGradNorm, 0.0, 1e6),
         inRange(QStringLiteral("training.label_smoothing"), training.labelSmoothing, 0.0, 0.99),
-        oneOf(QStringLiteral("training.precision"), training.precision,
-              {QStringLiteral("fp32"), QStringLiteral("bf16"), QStringLiteral("fp16")}),
+        oneOf(QStringLiteral("training.precision"), training.precision, precisionNames()),
         [&]() -> Result<void> {
             if (training.precision != QLatin1String("fp16") || training.device != QLatin1String("cpu"))
                 return {};
@@ -478,9 +502,7 @@ QStringList JobSpec::problems() const
                                        "GPU's index, from 0) or a list of GPUs such as cuda:0,cuda:1")
                             .arg(training.device));
         }(),
-        oneOf(QStringLiteral("aggregation.rule"), aggregation.rule,
-              {QStringLiteral("vc-asgd"), QStringLiteral("staleness-aware"), QStringLiteral("async-delta"),
-               QStringLiteral("sync-average")}),
+        oneOf(QStringLiteral("aggregation.rule"), aggregation.rule, aggregationRuleNames()),
         inRange(QStringLiteral("aggregation.alpha"), aggregation.alpha, 0.0, 0.999),
         inRange(QStringLiteral("aggregation.staleness_exponent"), aggregation.stalenessExponent, 0.0, 10.0),
         inRange(QStringLiteral("aggregation.outer_learning_rate"), aggregation.outerLearningRate, 1e-6, 10.0),
@@ -503,10 +525,8 @@ QStringList JobSpec::problems() const
         inRange(QStringLiteral("fleet.quarantine_after"), fleet.quarantineAfter, 0, 10),
         inRange(QStringLiteral("fleet.redundancy"), fleet.redundancy, 0.0, 1.0),
         inRange(QStringLiteral("fleet.redundancy_tolerance"), fleet.redundancyTolerance, 1e-6, 10.0),
-        oneOf(QStringLiteral("fleet.price_class"), fleet.priceClass,
-              {QStringLiteral("spot"), QStringLiteral("on-demand"), QStringLiteral("volunteer")}),
-        oneOf(QStringLiteral("fleet.compression"), fleet.compression,
-              {QStringLiteral("none"), QStringLiteral("fp16"), QStringLiteral("int8")}),
+        oneOf(QStringLiteral("fleet.price_class"), fleet.priceClass, priceClassNames()),
+        oneOf(QStringLiteral("fleet.compression"), fleet.compression, compressionNames()),
         oneOf(QStringLiteral("fleet.require_device"), fleet.requireDevice,
               {QStringLiteral("any"), QStringLiteral("cpu"), QStringLiteral("cuda")}),
         inRange<qint64>(QStringLiteral("fleet.require_memory_mb"), fleet.requireMemoryMb, 0, qint64(1) << 30),

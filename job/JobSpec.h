@@ -210,6 +210,13 @@ struct JobSpec
 bool isDeviceName(const QString &device);
 // A device, or a comma-separated list of GPUs ("cuda:0,cuda:1"), as its parts; empty when
 // it is neither.
+// The names a job file's choices take, one table each, in the order the job wizard offers them:
+// what the job's check accepts, the wizard lists and the engine and the protocol spell.
+const QStringList &aggregationRuleNames(); // vc-asgd, staleness-aware, async-delta, sync-average
+const QStringList &precisionNames();       // fp32, bf16, fp16
+const QStringList &compressionNames();     // none, fp16, int8 (engine/wire/Compression.h's order)
+const QStringList &priceClassNames();      // spot, on-demand, volunteer
+
 QStringList deviceList(const QString &device);
 
 // Where a run of this job goes when the user names no folder: <data location>/runs/<name>-<time>.

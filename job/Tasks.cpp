@@ -48,4 +48,22 @@ QString scoreText(const QString &task, double score)
     return taskInfo(task).score + u' ' + scoreValue(task, score);
 }
 
+Result<Task> taskFromName(const QString &name)
+{
+    if (name.isEmpty() || name == QLatin1String("classification"))
+        return Task::Classification;
+    if (name == QLatin1String("regression"))
+        return Task::Regression;
+    if (name == QLatin1String("multi-label"))
+        return Task::MultiLabel;
+    if (name == QLatin1String("next-token"))
+        return Task::NextToken;
+    return fail(QStringLiteral("the task '%1' is not one of: %2").arg(name.left(40), taskNames().join(QStringLiteral(", "))));
+}
+
+QString taskName(Task task)
+{
+    return taskTable().at(int(task)).name;
+}
+
 } // namespace flotilla

@@ -3,10 +3,20 @@
 // table the job file's check, the engine, the store's exports, the command line and the
 // windows take task names and score names from. Free of LibTorch.
 
+#include "common/Result.h"
+
 #include <QString>
 #include <QStringList>
 
 namespace flotilla {
+
+// The tasks in the table's order.
+enum class Task { Classification, Regression, MultiLabel, NextToken };
+
+// Classification for an empty name; an error naming it for one the table does not hold.
+Result<Task> taskFromName(const QString &name);
+QString taskName(Task task);
+
 
 struct TaskInfo
 {

@@ -111,7 +111,7 @@ struct RequestMsg
 
 // Payload: the global weights (raw float32); or, when `change` is fp16 or int8, the change
 // from anchor `anchor` in that form, preceded by the anchor's float32 weights when
-// `anchor_included` (engine/Downlink.h).
+// `anchor_included` (engine/wire/Downlink.h).
 struct AssignMsg
 {
     static constexpr MessageType type = MessageType::Assign;
@@ -210,7 +210,7 @@ struct HeartbeatMsg
 
 // Payload: the new weights (raw float32), or, with an encoding other than none, the change of
 // the parameters from the lease's base weights in that form, then the buffers and counters as
-// float32 (engine/Compression.h).
+// float32 (engine/wire/Compression.h).
 struct ResultMsg
 {
     static constexpr MessageType type = MessageType::Result;
@@ -338,7 +338,7 @@ struct WatchMsg
 };
 
 // Payload: the rows after the operator's cursor and the latest snapshot, as CBOR (their
-// form is the application's: bridge/WatchStream.h). The cursor is where these rows end.
+// form is the application's: server/WatchStream.h). The cursor is where these rows end.
 struct UpdateMsg
 {
     static constexpr MessageType type = MessageType::Update;

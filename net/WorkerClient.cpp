@@ -1,8 +1,8 @@
 #include "net/WorkerClient.h"
 
 #include "common/AtomicFile.h"
-#include "net/Messages.h"
 #include "common/LogCategories.h"
+#include "net/Messages.h"
 #include "net/Pki.h"
 
 #include <QDir>

@@ -1,11 +1,12 @@
-# Writes flotilla(1) from the command's own help: `flotilla --help` and each command's
-# `--help`. Run with -DFLOTILLA=<binary> -DOUTPUT=<file.1.gz> -DVERSION=<x.y.z> -DWORK=<dir>.
+# Writes flotilla(1) or flotilla-headless(1) from the command's own help: `flotilla --help`
+# and each command's `--help`. Run with -DFLOTILLA=<binary> -DNAME=<flotilla|flotilla-headless>
+# -DOUTPUT=<file.1.gz> -DVERSION=<x.y.z> -DWORK=<dir>.
 
 function(help out)
     execute_process(COMMAND ${CMAKE_COMMAND} -E env QT_QPA_PLATFORM=offscreen ${FLOTILLA} ${ARGN} --help
                     OUTPUT_VARIABLE text RESULT_VARIABLE rc)
     if(NOT rc EQUAL 0)
-        message(FATAL_ERROR "flotilla ${ARGN} --help failed: ${rc}")
+        message(FATAL_ERROR "${NAME} ${ARGN} --help failed: ${rc}")
     endif()
     # roff: backslashes are escapes, and a line may not start with a dot or a quote.
     string(REPLACE "\\" "\\e" text "${text}")
@@ -13,6 +14,10 @@ function(help out)
     set(${out} "${text}" PARENT_SCOPE)
 endfunction()
 
+if(NOT NAME)
+    set(NAME flotilla)
+endif()
+string(TOUPPER ${NAME} title)
 string(TIMESTAMP month "%Y-%m" UTC)
 help(overview)
 # The commands are the ones `flotilla --help` lists: "  name   summary" lines.
@@ -23,13 +28,13 @@ foreach(line IN LISTS lines)
     list(APPEND commands ${command})
 endforeach()
 if(NOT commands)
-    message(FATAL_ERROR "flotilla --help lists no commands")
+    message(FATAL_ERROR "${NAME} --help lists no commands")
 endif()
-set(page ".TH FLOTILLA 1 \"${month}\" \"Flotilla ${VERSION}\" \"User Commands\"
+set(page ".TH ${title} 1 \"${month}\" \"Flotilla ${VERSION}\" \"User Commands\"
 .SH NAME
-flotilla \\- train deep-learning models on fleets of unreliable machines
+${NAME} \\- train deep-learning models on fleets of unreliable machines
 .SH SYNOPSIS
-.B flotilla
+.B ${NAME}
 [\\fIcommand\\fR] [\\fIoptions\\fR]
 .SH DESCRIPTION
 .nf
@@ -39,16 +44,16 @@ ${overview}
 ")
 foreach(command IN LISTS commands)
     help(text ${command})
-    string(APPEND page ".SS flotilla ${command}\n.nf\n${text}\n.fi\n")
+    string(APPEND page ".SS ${NAME} ${command}\n.nf\n${text}\n.fi\n")
 endforeach()
 string(APPEND page ".SH FILES
 .TP
 .I ~/.local/share/Flotilla/flotilla/
 run directories, the coordinator's identity and the worker's state, unless given otherwise
 .SH SEE ALSO
-The documentation in /usr/share/doc/flotilla: README.md and docs/ (architecture, algorithms,
+The documentation in /usr/share/doc/flotilla-headless: README.md and docs/ (architecture, algorithms,
 protocol, measured figures).
 ")
 file(MAKE_DIRECTORY ${WORK})
-file(WRITE ${WORK}/flotilla.1 "${page}")
-file(ARCHIVE_CREATE OUTPUT ${OUTPUT} PATHS ${WORK}/flotilla.1 FORMAT raw COMPRESSION GZip)
+file(WRITE ${WORK}/${NAME}.1 "${page}")
+file(ARCHIVE_CREATE OUTPUT ${OUTPUT} PATHS ${WORK}/${NAME}.1 FORMAT raw COMPRESSION GZip)

@@ -1,17 +1,18 @@
 #!/usr/bin/python3
 """Checks the headless-worker deployment files as far as the tools here allow.
 
-  deployment.py SOURCE_DIR FLOTILLA_BINARY
+  deployment.py SOURCE_DIR FLOTILLA_HEADLESS_BINARY
 
 - Kubernetes manifests: valid YAML; a Deployment whose pods go to the cloud's spot/preemptible
   node pool (node selector and toleration), whose grace period leaves the worker time to hand
   in its partial result (terminationGracePeriodSeconds > the worker's --grace), and whose
-  worker options are ones `flotilla worker` accepts.
+  worker options are ones `flotilla-headless worker` accepts.
 - The systemd unit: `systemd-analyze verify` has no complaint about it, and the hardening it
   promises is there.
 - The SLURM script: `bash -n`, --requeue and a SIGTERM ahead of the end.
 - The container recipe: two stages, the worker as entry point behind an init that passes
-  SIGTERM on, not root.
+  SIGTERM on, not root, built without the desktop (no Qt Widgets, Charts or OpenGL).
+Every one of them runs flotilla-headless, not the desktop's flotilla.
 """
 
 import os
@@ -40,7 +41,7 @@ def fail(what):
 
 
 def worker_options(binary):
-    """The long options `flotilla worker --help` lists."""
+    """The long options `flotilla-headless worker --help` lists."""
     text = subprocess.run([binary, "worker", "--help"], capture_output=True, text=True, check=True).stdout
     return set(re.findall(r"--([a-z][a-z-]+)", text))
 
@@ -72,7 +73,7 @@ def check_manifest(path, accepted):
             fail(f"{name}: argument {arg!r} is not --option=value")
             continue
         if m.group(1) not in accepted:
-            fail(f"{name}: flotilla worker has no option --{m.group(1)}")
+            fail(f"{name}: flotilla-headless worker has no option --{m.group(1)}")
         if m.group(1) == "grace":
             grace = int(m.group(3))
     period = pod.get("terminationGracePeriodSeconds")
@@ -106,11 +107,11 @@ def verify_unit(unit_text, binary, dropin=None):
     with tempfile.TemporaryDirectory() as tmp:
         unit = os.path.join(tmp, "flotilla-worker@lab.service")
         with open(unit, "w", encoding="utf-8") as f:
-            f.write(unit_text.replace("/usr/bin/flotilla", here))
+            f.write(unit_text.replace("/usr/bin/flotilla-headless", here))
         if dropin is not None:
             os.makedirs(unit + ".d")
             with open(os.path.join(unit + ".d", "gpu.conf"), "w", encoding="utf-8") as f:
-                f.write(dropin.replace("/usr/bin/flotilla", here))
+                f.write(dropin.replace("/usr/bin/flotilla-headless", here))
         env = dict(os.environ, SYSTEMD_UNIT_PATH=tmp + ":")
         run = subprocess.run(["systemd-analyze", "verify", "--man=no", unit], capture_output=True, text=True, env=env)
         return [l for l in (run.stdout + run.stderr).splitlines() if "flotilla-worker" in l or "gpu.conf" in l]
@@ -118,8 +119,9 @@ def verify_unit(unit_text, binary, dropin=None):
 
 def check_systemd(path, binary):
     text = open(path, encoding="utf-8").read()
-    for line in ("DynamicUser=yes", "ProtectSystem=strict", "Restart=on-failure", "LoadCredential=token:",
-                 "NoNewPrivileges=yes", "MemoryMax=", "CPUQuota=", "KillSignal=SIGTERM"):
+    for line in ("ExecStart=/usr/bin/flotilla-headless worker ", "DynamicUser=yes", "ProtectSystem=strict",
+                 "Restart=on-failure", "LoadCredential=token:", "NoNewPrivileges=yes", "MemoryMax=", "CPUQuota=",
+                 "KillSignal=SIGTERM"):
         if line not in text:
             fail(f"systemd unit lacks {line}")
     own = verify_unit(text, binary)
@@ -135,7 +137,8 @@ def check_gpu_dropin(unit_path, dropin_path, binary):
     """The GPU drop-in opens the NVIDIA devices only, and the unit with it applied verifies."""
     text = open(dropin_path, encoding="utf-8").read()
     for line in ("PrivateDevices=no", "DevicePolicy=closed", "DeviceAllow=char-nvidia-frontend rw",
-                 "DeviceAllow=char-nvidia-uvm rw", "ExecStart=\n", "--device cuda"):
+                 "DeviceAllow=char-nvidia-uvm rw", "ExecStart=\n", "ExecStart=/usr/bin/flotilla-headless worker ",
+                 "--device cuda"):
         if line not in text:
             fail(f"gpu.conf lacks {line!r}")
     own = verify_unit(open(unit_path, encoding="utf-8").read(), binary, dropin=text)
@@ -152,18 +155,29 @@ def check_slurm(path):
     if run.returncode != 0:
         fail(f"bash -n {path}: {run.stderr.strip()}")
     text = open(path, encoding="utf-8").read()
-    for line in ("#SBATCH --requeue", "#SBATCH --signal=B:TERM@", "exec flotilla worker"):
+    for line in ("#SBATCH --requeue", "#SBATCH --signal=B:TERM@", "exec flotilla-headless worker"):
         if line not in text:
             fail(f"slurm script lacks {line}")
     print("ok   flotilla-worker.sbatch: bash -n, --requeue, SIGTERM ahead of the end")
+
+
+def check_headless_build(name, text):
+    """The image builds and ships flotilla-headless alone: no desktop, no widget, chart or OpenGL
+    library in either stage."""
+    if "-DFLOTILLA_BUILD_DESKTOP=OFF" not in text or "--target flotilla-headless" not in text:
+        fail(f"{name}: the image must build flotilla-headless alone (-DFLOTILLA_BUILD_DESKTOP=OFF)")
+    for package in ("qt6-charts-dev", "libqt6opengl6-dev", "libqt6widgets6", "libqt6charts6", "libqt6opengl6"):
+        if package in text:
+            fail(f"{name}: the headless image installs {package}")
 
 
 def check_container(path):
     text = open(path, encoding="utf-8").read()
     if len(re.findall(r"^FROM debian:12", text, re.M)) != 2:
         fail("Containerfile: expected a Debian 12 build stage and a Debian 12 runtime stage")
-    if not re.search(r'^ENTRYPOINT \["/usr/bin/tini", "--", "/usr/bin/flotilla", "worker"', text, re.M):
-        fail("Containerfile: the entry point must be the worker behind tini")
+    if not re.search(r'^ENTRYPOINT \["/usr/bin/tini", "--", "/usr/bin/flotilla-headless", "worker"', text, re.M):
+        fail("Containerfile: the entry point must be the headless worker behind tini")
+    check_headless_build("Containerfile", text)
     if not re.search(r"^USER flotilla$", text, re.M):
         fail("Containerfile: the worker must not run as root")
     print("ok   Containerfile: two stages, worker behind tini, not root")
@@ -177,7 +191,8 @@ def check_cuda_container(path):
         fail("Containerfile.cuda: LibTorch must come from a CUDA wheel, found by torch.utils.cmake_prefix_path")
     if "libtorch-dev" in text or "libtorch1.13" in text:
         fail("Containerfile.cuda: Debian's LibTorch has no CUDA")
-    if not re.search(r'^ENTRYPOINT \["/usr/bin/tini", "--", "/usr/bin/flotilla", "worker".*"--device", "cuda"\]', text,
+    check_headless_build("Containerfile.cuda", text)
+    if not re.search(r'^ENTRYPOINT \["/usr/bin/tini", "--", "/usr/bin/flotilla-headless", "worker".*"--device", "cuda"\]', text,
                      re.M | re.S):
         fail("Containerfile.cuda: the entry point must be the worker on cuda behind tini")
     if not re.search(r"^USER flotilla$", text, re.M):

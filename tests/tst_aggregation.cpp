@@ -1,5 +1,5 @@
 // Each aggregation rule against numbers worked out by hand.
-#include "engine/Aggregation.h"
+#include "engine/coordination/Aggregation.h"
 
 #include <QtTest>
 

@@ -3,7 +3,7 @@
 // measured speed and for idle workers at the tail, the speed and loss averages, round closing,
 // and a fold that would make the model non-finite being undone.
 #include "FakeClock.h"
-#include "engine/Assimilator.h"
+#include "engine/coordination/Assimilator.h"
 
 #include <QtTest>
 

@@ -1,8 +1,8 @@
 // Checkpoint files (round trip, SHA-256, and every way a file can be broken) and the SQLite
 // job store (WAL, each kind of record, transactions, reopening, files that are not stores).
 #include "common/AtomicFile.h"
-#include "engine/Checkpoint.h"
-#include "engine/Store.h"
+#include "engine/coordination/Checkpoint.h"
+#include "engine/coordination/Store.h"
 
 #include <QDir>
 #include <QFile>

@@ -72,6 +72,48 @@ private Q_SLOTS:
                            QStringLiteral("  train "), QStringLiteral("Train a job"), QStringLiteral("--version")});
     }
 
+    // flotilla-headless: every command that needs no window, none that does, and no window
+    // library linked (what a server, a container or a worker without a display runs).
+    void headlessBinaryHasTheCommandsWithoutWindows()
+    {
+        const QString headless = test::headlessBinary();
+        QVERIFY2(QFileInfo(headless).isExecutable(), qPrintable(headless));
+        const Run help = test::runProgram(headless, {QStringLiteral("--help")}, 60000, m_dir.path());
+        QCOMPARE(help.exitCode, 0);
+        expectText(help.out, {QStringLiteral("Usage: flotilla-headless [<command>] [options]")});
+        for (const char *command : {"train", "serve", "submit", "jobs", "worker", "token", "revoke", "release", "demo",
+                                    "bench"})
+            expectText(help.out, {QStringLiteral("  %1 ").arg(QLatin1String(command))});
+        QVERIFY2(!help.out.contains(QLatin1String("  simulate ")) && !help.out.contains(QLatin1String("  gui ")),
+                 qPrintable(help.out));
+        const Run version = test::runProgram(headless, {QStringLiteral("--version")}, 60000, m_dir.path());
+        QCOMPARE(version.out, QStringLiteral("flotilla-headless " FLOTILLA_VERSION "\n"));
+        // A window asked of it is refused with where to find one.
+        const Run gui = test::runProgram(headless, {QStringLiteral("gui")}, 60000, m_dir.path());
+        QCOMPARE(gui.exitCode, 2);
+        expectText(gui.err, {QStringLiteral("has no windows"), QStringLiteral("flotilla-headless worker --join")});
+        // It trains: a short job from the headless binary.
+        const Run train = test::runProgram(
+            headless,
+            {QStringLiteral("train"), QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--epochs"),
+             QStringLiteral("1"), QStringLiteral("--shards"), QStringLiteral("4"), QStringLiteral("--workers"),
+             QStringLiteral("2"), QStringLiteral("--train-limit"), QStringLiteral("2000"), QStringLiteral("--test-limit"),
+             QStringLiteral("500"), QStringLiteral("--preempt-mean"), QStringLiteral("0"), QStringLiteral("--run-dir"),
+             path("headless-run")},
+            120000, m_dir.path());
+        QVERIFY2(train.exitCode == 0, qPrintable(train.err));
+        QVERIFY(QFileInfo::exists(path("headless-run") + QStringLiteral("/model.pt")));
+#ifdef Q_OS_LINUX
+        // What the dynamic linker loads: no Qt Widgets, Charts or OpenGL.
+        const Run ldd = test::runProgram(QStringLiteral("ldd"), {headless}, 60000, m_dir.path());
+        QCOMPARE(ldd.exitCode, 0);
+        for (const char *library : {"libQt6Widgets", "libQt6Charts", "libQt6OpenGL"})
+            QVERIFY2(!ldd.out.contains(QLatin1String(library)), qPrintable(ldd.out));
+        const Run full = test::runProgram(QStringLiteral("ldd"), {test::flotillaBinary()}, 60000, m_dir.path());
+        QVERIFY2(full.out.contains(QLatin1String("libQt6Charts")), "the check would not see a linked library");
+#endif
+    }
+
     void noArgumentsOpensTheControlCenter()
     {
         // With a display (here the offscreen platform), the window opens and paints.

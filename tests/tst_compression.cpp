@@ -4,10 +4,10 @@
 // or mismatched ones without touching the global model.
 #include "FakeClock.h"
 #include "TestSupport.h"
-#include "engine/Compression.h"
-#include "engine/Coordinator.h"
-#include "engine/Downlink.h"
-#include "engine/WireFormat.h"
+#include "engine/coordination/Coordinator.h"
+#include "engine/wire/Compression.h"
+#include "engine/wire/Downlink.h"
+#include "engine/wire/WireFormat.h"
 
 #include <QtTest>
 

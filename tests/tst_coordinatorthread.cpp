@@ -4,7 +4,7 @@
 // from the store with nothing lost.
 #include "FakeClock.h"
 #include "TestSupport.h"
-#include "engine/CoordinatorThread.h"
+#include "engine/coordination/CoordinatorThread.h"
 
 #include <QtTest>
 

@@ -1,7 +1,7 @@
 // The CSV reader: headers, numeric and text labels, the label column by name and number,
 // delimiters and line endings, and the errors that must name the file, line and column.
 #include "TestSupport.h"
-#include "engine/CsvReader.h"
+#include "engine/data/CsvReader.h"
 
 #include <QTemporaryDir>
 #include <QtTest>

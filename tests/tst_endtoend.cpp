@@ -2,7 +2,7 @@
 // workers and frequent simulated preemptions (with and without notice) must beat 80% test
 // accuracy, and the store must show every shard of every epoch assimilated exactly once.
 #include "TestSupport.h"
-#include "engine/LocalFleet.h"
+#include "engine/coordination/LocalFleet.h"
 
 #include <QtTest>
 
@@ -33,7 +33,9 @@ private Q_SLOTS:
             QSignalSpy done(fleet->get(), &LocalFleet::finished);
             (*fleet)->start();
             for (int toggle = 0; toggle < 4; ++toggle) {
-                QTest::qWait(150 + 100 * round);
+                // The last round leaves each switch time to take effect (a worker joins, or
+                // leaves after handing in), as a person or the work policy would.
+                QTest::qWait(round < 2 ? 150 + 100 * round : 700);
                 (*fleet)->setLocalWorkers(toggle % 2 == 0 ? 0 : 1, 1);
             }
             if (round < 2) {
@@ -50,6 +52,18 @@ private Q_SLOTS:
             QVERIFY(store);
             const QString wrong = test::verifyExactlyOnce(**store, std::vector<qint64>(6, 500), 2);
             QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
+            // Switched off, the worker left the job at once (not at the heartbeat timeout);
+            // switched on, it came back as itself: one worker, local-1, all along.
+            auto workers = (*store)->workers(1);
+            QVERIFY(workers);
+            QCOMPARE(int(workers->size()), 1);
+            QCOMPARE(workers->front().name, QStringLiteral("local-1"));
+            auto left = (*store)->events(1, QStringLiteral("worker-left"));
+            QVERIFY(left);
+            int switchedOff = 0;
+            for (const EventRecord &e : *left)
+                switchedOff += e.detail == QLatin1String("switched off on this machine") ? 1 : 0;
+            QVERIFY2(switchedOff >= 1, qPrintable(QString::number(left->size())));
         }
     }
 

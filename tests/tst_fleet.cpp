@@ -6,9 +6,9 @@
 // partial result that is credited.
 #include "FakeMetadata.h"
 #include "TestSupport.h"
-#include "engine/Compression.h"
-#include "engine/Model.h"
-#include "engine/WireFormat.h"
+#include "engine/training/Model.h"
+#include "engine/wire/Compression.h"
+#include "engine/wire/WireFormat.h"
 #include "net/TlsListener.h"
 
 #include <QJsonArray>

@@ -7,7 +7,7 @@
 // fleet service resumes its running jobs and runs its queue, every shard of every epoch of
 // every job assimilated exactly once.
 #include "TestSupport.h"
-#include "engine/FleetQueue.h"
+#include "engine/coordination/FleetQueue.h"
 
 #include <QtTest>
 

@@ -10,11 +10,11 @@
 // and damaged input by name, and write nothing outside their folder.
 #include "TestSupport.h"
 
-#include "bridge/FleetRequests.h"
-#include "bridge/RemoteSession.h"
-#include "engine/FleetQueue.h"
-#include "engine/Store.h"
+#include "desktop/RemoteSession.h"
+#include "engine/coordination/FleetQueue.h"
+#include "engine/coordination/Store.h"
 #include "net/TrustStore.h"
+#include "server/FleetRequests.h"
 #include "ui/JobsView.h"
 #include "ui/MainWindow.h"
 #include "ui/WelcomePanel.h"
@@ -413,7 +413,7 @@ private Q_SLOTS:
         QVERIFY(window.jobs());
         window.show();
         // An idle fleet: the window says so rather than waiting for ever.
-        QTRY_COMPARE_WITH_TIMEOUT(session.state(), ui::JobState::NoJob, 30000);
+        QTRY_COMPARE_WITH_TIMEOUT(session.state(), JobState::NoJob, 30000);
         QTRY_VERIFY2_WITH_TIMEOUT(window.welcome()->text().contains(QLatin1String("No job runs on this fleet now")),
                                   qPrintable(window.welcome()->text()), 10000);
 
@@ -515,7 +515,7 @@ private Q_SLOTS:
         // An operator releases it from the window's Workers tab (the session's release()).
         RemoteSession session({fleet.path(QStringLiteral("admin")), QStringLiteral("admin"), 1000});
         QVERIFY(session.attach(net::JoinToken::decode(admin).value()));
-        QTRY_COMPARE_WITH_TIMEOUT(session.state(), ui::JobState::Running, 30000);
+        QTRY_COMPARE_WITH_TIMEOUT(session.state(), JobState::Running, 30000);
         session.release(workerId);
         QTRY_VERIFY2_WITH_TIMEOUT(fleet.stateOf(id) == QLatin1String("finished"),
                                   qPrintable(fleet.log() + fleet.log(QStringLiteral("worker"))), 120000);

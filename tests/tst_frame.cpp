@@ -1,7 +1,7 @@
 // Frames and messages without sockets: round trips, chunked payloads, every malformed input
 // the network may bring, and a fuzzing loop over mutated streams.
-#include "net/Frame.h"
 #include "common/Crc32c.h"
+#include "net/Frame.h"
 
 #include <QRandomGenerator>
 #include <QtTest>

@@ -2,9 +2,11 @@
 // until every chart has points, pause and resume, a remote worker revoked, join tokens
 // listed and revoked in the token dialog, a chart exported, and a job reopened after the app
 // "restarted" continuing its charts from the store.
+#include "FakeClock.h"
 #include "TestSupport.h"
-#include "bridge/DesktopSession.h"
-#include "bridge/WorkerAgent.h"
+#include "agent/WorkerAgent.h"
+#include "desktop/DesktopSession.h"
+#include "machine/WorkPolicy.h"
 #include "ui/Dashboard.h"
 #include "ui/JobWizard.h"
 #include "ui/MainWindow.h"
@@ -59,6 +61,20 @@ int rowOf(QTableWidget *t, const QString &name)
             return r;
     return -1;
 }
+
+class FakePower final : public PowerSource
+{
+public:
+    std::optional<bool> onBattery() override { return value; }
+    std::optional<bool> value = false;
+};
+
+class FakeIdle final : public IdleSource
+{
+public:
+    std::optional<qint64> idleMs() override { return value; }
+    std::optional<qint64> value = 0; // the user is at the machine
+};
 
 bool hasName(QTableWidget *t, const QString &name, const QString &status = {})
 {
@@ -260,7 +276,7 @@ private Q_SLOTS:
         m_window->show();
         QSignalSpy states(m_session.get(), &ui::ControlSession::stateChanged);
         m_window->startJob();
-        QTRY_VERIFY_WITH_TIMEOUT(m_session->state() == ui::JobState::Running, 60000);
+        QTRY_VERIFY_WITH_TIMEOUT(m_session->state() == JobState::Running, 60000);
         // The embedded worker trains; the UI thread keeps turning meanwhile.
         QTRY_VERIFY_WITH_TIMEOUT(m_window->dashboard()->everyChartHasData(), 120000);
         QVERIFY(m_window->statusText().contains(QStringLiteral("epoch")));
@@ -282,22 +298,59 @@ private Q_SLOTS:
     void pauseStopsNewWorkAndResumeRestartsIt()
     {
         QSignalSpy assimilated(m_session.get(), &ui::ControlSession::assimilated);
-        ui::Snapshot latest;
+        Snapshot latest;
         const auto watch = connect(m_session.get(), &ui::ControlSession::snapshot, this,
-                                   [&](const ui::Snapshot &s) { latest = s; });
+                                   [&](const Snapshot &s) { latest = s; });
         m_window->togglePause();
-        QCOMPARE(m_session->state(), ui::JobState::Paused);
+        QCOMPARE(m_session->state(), JobState::Paused);
         // The subtasks in flight finish: a snapshot after the pause shows every worker idle.
         QTRY_VERIFY_WITH_TIMEOUT(latest.paused && std::all_of(latest.workers.begin(), latest.workers.end(),
-                                                              [](const ui::WorkerRow &w) { return w.subtask.isEmpty(); }),
+                                                              [](const WorkerRow &w) { return w.subtask.isEmpty(); }),
                                  30000);
         disconnect(watch);
         const int before = int(assimilated.size());
         QTest::qWait(1500);
         QCOMPARE(int(assimilated.size()), before);
         m_window->togglePause();
-        QCOMPARE(m_session->state(), ui::JobState::Running);
+        QCOMPARE(m_session->state(), JobState::Running);
         QTRY_VERIFY_WITH_TIMEOUT(assimilated.size() > before, 30000);
+    }
+
+    // The control center's own worker is decided by the same work policy as the worker
+    // window's: unplugged, it pauses (and leaves the job at once, not at the heartbeat
+    // timeout); plugged in, it comes back as the same worker. Its user at the machine does
+    // not pause it by default (the control center's own rules).
+    void theMachinesWorkerFollowsTheWorkPolicy()
+    {
+        FakePower power;
+        FakeIdle idle;
+        test::FakeClock clock(QDateTime(QDate(2026, 3, 4), QTime(12, 0)).toMSecsSinceEpoch());
+        WorkPolicy policy(WorkerSettings::defaults(WorkerSettings::Role::ControlCenter), &idle, &clock, &power);
+        m_window->setWorkPolicy(&policy);
+        QVERIFY2(!m_window->machineStatusText().startsWith(QLatin1String("paused")),
+                 qPrintable(m_window->machineStatusText()));
+        QTRY_VERIFY_WITH_TIMEOUT(hasName(m_window->workers()->table(), QStringLiteral("local-1"), QStringLiteral("online")),
+                                 30000);
+
+        power.value = true;
+        policy.evaluate();
+        QVERIFY2(m_window->machineStatusText().contains(QLatin1String("battery")),
+                 qPrintable(m_window->machineStatusText()));
+        // Gone from the job within seconds: the heartbeat timeout is 30 s.
+        QElapsedTimer left;
+        left.start();
+        QTRY_VERIFY_WITH_TIMEOUT(hasName(m_window->workers()->table(), QStringLiteral("local-1"), QStringLiteral("offline")),
+                                 15000);
+        QVERIFY2(left.elapsed() < 15000, qPrintable(QString::number(left.elapsed())));
+
+        power.value = false;
+        policy.evaluate();
+        QTRY_VERIFY_WITH_TIMEOUT(hasName(m_window->workers()->table(), QStringLiteral("local-1"), QStringLiteral("online")),
+                                 30000);
+        QVERIFY(!hasName(m_window->workers()->table(), QStringLiteral("local-2")));
+        QVERIFY2(!m_window->machineStatusText().startsWith(QLatin1String("paused")),
+                 qPrintable(m_window->machineStatusText()));
+        m_window->setWorkPolicy(nullptr); // the policy ends with this test; the window goes on
     }
 
     // Building the job's model and the half-second speed probe run on the training pool: the
@@ -457,7 +510,7 @@ private Q_SLOTS:
         release->click();
         auto released = [&] {
             for (const auto &e : events)
-                if (e.at(0).value<ui::EventRow>().is(EventKind::WorkerReleased))
+                if (e.at(0).value<EventRow>().is(EventKind::WorkerReleased))
                     return true;
             return false;
         };
@@ -467,7 +520,7 @@ private Q_SLOTS:
     void reopenedJobContinuesItsCharts()
     {
         m_session->stop();
-        QCOMPARE(m_session->state(), ui::JobState::Stopped);
+        QCOMPARE(m_session->state(), JobState::Stopped);
         m_window.reset();
         m_session.reset();
         // As after a restart of the app: a new session on the same run directory.
@@ -478,7 +531,7 @@ private Q_SLOTS:
         m_session->setContributing(false, 1); // no new points: what shows comes from the store
         m_window->startJob();
         QTRY_VERIFY_WITH_TIMEOUT(!history.isEmpty(), 60000);
-        const auto h = history.first().at(0).value<ui::History>();
+        const auto h = history.first().at(0).value<History>();
         QVERIFY(!h.assimilations.isEmpty());
         QVERIFY(!h.evaluations.isEmpty());
         auto *loss = qobject_cast<QLineSeries *>(m_window->dashboard()->chartView(0)->chart()->series().at(0));

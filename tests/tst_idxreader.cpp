@@ -1,7 +1,7 @@
 // The IDX reader on small hand-made files, raw and gzipped, on every kind of broken file it
 // must refuse, and on the real Fashion-MNIST training set when it is installed.
 #include "TestSupport.h"
-#include "engine/IdxReader.h"
+#include "engine/data/IdxReader.h"
 
 #include <QDir>
 #include <QTemporaryDir>

@@ -3,10 +3,10 @@
 // batches training and evaluation make from them (normalization, augmentation) are the same
 // for the same seed; and a real `flotilla train --dataset images` run learns such a folder.
 #include "TestSupport.h"
-#include "engine/ImageFolder.h"
-#include "engine/JobData.h"
-#include "engine/Store.h"
-#include "engine/Trainer.h"
+#include "engine/coordination/Store.h"
+#include "engine/data/ImageFolder.h"
+#include "engine/data/JobData.h"
+#include "engine/training/Trainer.h"
 
 #include <QCborMap>
 #include <QCborValue>

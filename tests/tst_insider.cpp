@@ -13,7 +13,7 @@
 // paid a token's use for each), and the coordinator started again lets every enrolled
 // worker back in from its state folder.
 #include "TestSupport.h"
-#include "engine/Store.h"
+#include "engine/coordination/Store.h"
 #include "net/TrustStore.h"
 #include "net/WorkerClient.h"
 

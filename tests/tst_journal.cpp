@@ -3,7 +3,7 @@
 // resuming deletes the files of assimilations that never committed, and old checkpoints go
 // while the two latest and those still needed stay.
 #include "FakeClock.h"
-#include "engine/Journal.h"
+#include "engine/coordination/Journal.h"
 
 #include <QDir>
 #include <QFileInfo>

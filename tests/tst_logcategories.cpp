@@ -37,7 +37,8 @@ private Q_SLOTS:
     void everyConcernHasItsOwnCategory()
     {
         const QStringList names{QLatin1String(lcEngine().categoryName()),     QLatin1String(lcNet().categoryName()),
-                                QLatin1String(lcBridge().categoryName()),     QLatin1String(lcUi().categoryName()),
+                                QLatin1String(lcServer().categoryName()),     QLatin1String(lcAgent().categoryName()),
+                                QLatin1String(lcDesktop().categoryName()),    QLatin1String(lcUi().categoryName()),
                                 QLatin1String(lcApp().categoryName()),        QLatin1String(lcEvents().categoryName()),
                                 QLatin1String(lcStore().categoryName()),      QLatin1String(lcData().categoryName()),
                                 QLatin1String(lcEnrolment().categoryName()), QLatin1String(lcScheduling().categoryName())};

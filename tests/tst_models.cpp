@@ -1,5 +1,5 @@
 // Built-in models: shapes, flat weights, layouts, and the model/data mismatch check.
-#include "engine/Model.h"
+#include "engine/training/Model.h"
 
 #include <QtTest>
 

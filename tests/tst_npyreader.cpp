@@ -3,7 +3,7 @@
 // archives, a file large enough to be memory-mapped, every kind of broken file it must refuse
 // (each error naming the file), and files written by NumPy itself when it is installed.
 #include "TestFiles.h"
-#include "engine/NpyReader.h"
+#include "engine/data/NpyReader.h"
 
 #include <QDir>
 #include <QProcess>

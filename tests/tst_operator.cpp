@@ -9,13 +9,13 @@
 // to watch, ten at once, are refused, as is an operator that tries to train.
 #include "TestSupport.h"
 
-#include "bridge/RemoteSession.h"
-#include "bridge/WatchStream.h"
-#include "bridge/WorkerAgent.h"
-#include "engine/Store.h"
+#include "agent/WorkerAgent.h"
+#include "desktop/RemoteSession.h"
+#include "engine/coordination/Store.h"
 #include "net/Messages.h"
 #include "net/TrustStore.h"
 #include "net/WorkerClient.h"
+#include "server/WatchStream.h"
 #include "ui/Dashboard.h"
 #include "ui/MainWindow.h"
 #include "ui/Views.h"
@@ -120,21 +120,21 @@ private Q_SLOTS:
     {
         WatchBatch b;
         b.spec = QStringLiteral("{\"name\":\"x\"}");
-        b.rows.assimilations << ui::AssimilationPoint{1000, 7, 6, 2, 0.5, 320, 1.25, 3};
-        b.rows.evaluations << ui::EvaluationPoint{2000, 1, 6, 0.81, 0.52};
-        b.rows.events << ui::EventRow{3000, QStringLiteral("worker-joined"), 3, 0, 0, QStringLiteral("lab-7")};
-        b.rows.costs << ui::CostPoint{4000, 0.1, 0.3, 0.05, 12.0, 1.5};
-        ui::Snapshot s;
+        b.rows.assimilations << AssimilationPoint{1000, 7, 6, 2, 0.5, 320, 1.25, 3};
+        b.rows.evaluations << EvaluationPoint{2000, 1, 6, 0.81, 0.52};
+        b.rows.events << EventRow{3000, QStringLiteral("worker-joined"), 3, 0, 0, QStringLiteral("lab-7")};
+        b.rows.costs << CostPoint{4000, 0.1, 0.3, 0.05, 12.0, 1.5};
+        Snapshot s;
         s.job = QStringLiteral("job");
         s.version = 6;
-        ui::WorkerRow w;
+        WorkerRow w;
         w.id = 3;
         w.name = QStringLiteral("lab-7");
         w.online = true;
         w.quarantineReason = QStringLiteral("none");
         s.workers << w;
         b.snapshot = s;
-        b.tokens = QList<ui::JoinTokenRow>{{QStringLiteral("00aa"), QStringLiteral("live"), true, 2, 3, 10, 20,
+        b.tokens = QList<JoinTokenRow>{{QStringLiteral("00aa"), QStringLiteral("live"), true, 2, 3, 10, 20,
                                             QStringLiteral("lab"), true}};
         auto back = decodeBatch(encodeBatch(b));
         QVERIFY2(back, qPrintable(back.error()));
@@ -163,7 +163,7 @@ private Q_SLOTS:
         refused(QCborMap{{QStringLiteral("snapshot"), 5}}, QStringLiteral("snapshot"));
         QVERIFY(!decodeBatch(QByteArray("\xff\x00garbage", 9)));
         QVERIFY(!decodeSubtasks(QCborMap{{QStringLiteral("subtasks"), QCborArray{QCborArray{1}}}}.toCborValue().toCbor()));
-        auto subtasks = decodeSubtasks(encodeSubtasks({ui::SubtaskRow{4, 1, 2, 0, 500, QStringLiteral("done"), 2, 9,
+        auto subtasks = decodeSubtasks(encodeSubtasks({SubtaskRow{4, 1, 2, 0, 500, QStringLiteral("done"), 2, 9,
                                                                       QStringLiteral("lease 3 (a): expired")}}));
         QVERIFY2(subtasks, qPrintable(subtasks.error()));
         QCOMPARE(subtasks->at(0).history, QStringLiteral("lease 3 (a): expired"));
@@ -283,7 +283,7 @@ private Q_SLOTS:
         QVERIFY(window.machinePanel()->isHidden());
         window.show();
         QTRY_VERIFY_WITH_TIMEOUT(!loaded.isEmpty(), 60000);
-        QTRY_COMPARE_WITH_TIMEOUT(m_session->state(), ui::JobState::Running, 30000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_session->state(), JobState::Running, 30000);
         QCOMPARE(m_session->job().training.shards, 6);
         QTRY_VERIFY_WITH_TIMEOUT(m_session->history().evaluations.size() >= 2, 120000);
         QTRY_VERIFY_WITH_TIMEOUT(window.dashboard()->everyChartHasData(), 30000);
@@ -297,18 +297,18 @@ private Q_SLOTS:
         QSignalSpy subtasks(m_session.get(), &ui::ControlSession::subtasksLoaded);
         m_session->refreshSubtasks();
         QTRY_VERIFY_WITH_TIMEOUT(!subtasks.isEmpty(), 10000);
-        QVERIFY(subtasks.first().at(0).value<QList<ui::SubtaskRow>>().size() >= 6);
+        QVERIFY(subtasks.first().at(0).value<QList<SubtaskRow>>().size() >= 6);
 
         // Pause: the coordinator gives out no more work; Resume: it goes on.
         m_session->setPaused(true);
-        QTRY_COMPARE_WITH_TIMEOUT(m_session->state(), ui::JobState::Paused, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_session->state(), JobState::Paused, 10000);
         // Nothing new is recorded once the last leases are in: the operator's record and the
         // store agree row for row.
         QTRY_VERIFY_WITH_TIMEOUT(m_session->history().assimilations.size() == storeCount("assimilations")
                                      && m_session->history().events.size() == storeCount("events"),
                                  30000);
         m_session->setPaused(false);
-        QTRY_COMPARE_WITH_TIMEOUT(m_session->state(), ui::JobState::Running, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_session->state(), JobState::Running, 10000);
 
         // A join token for another worker, issued from here.
         QSignalSpy issued(m_session.get(), &ui::ControlSession::tokenIssued);
@@ -322,8 +322,8 @@ private Q_SLOTS:
         QCOMPARE(int(joinToken->port), m_port);
         const QString id = QString::fromLatin1(joinToken->id.toHex());
         const auto listed = [this, id] {
-            const QList<ui::JoinTokenRow> live = m_session->joinTokens(false).value();
-            return std::any_of(live.cbegin(), live.cend(), [&](const ui::JoinTokenRow &t) { return t.id == id; });
+            const QList<JoinTokenRow> live = m_session->joinTokens(false).value();
+            return std::any_of(live.cbegin(), live.cend(), [&](const JoinTokenRow &t) { return t.id == id; });
         };
         QTRY_VERIFY_WITH_TIMEOUT(listed(), 10000);
         // ...and revoked from here.
@@ -340,7 +340,7 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(!answered.isEmpty(), 10000);
         QVERIFY2(answered.first().at(1).toString().contains(QStringLiteral("no unrevoked worker certificate")),
                  qPrintable(answered.first().at(1).toString()));
-        QCOMPARE(m_session->state(), ui::JobState::Running);
+        QCOMPARE(m_session->state(), JobState::Running);
     }
 
     void workersCannotWatchAndOperatorsCannotTrain()
@@ -399,14 +399,14 @@ private Q_SLOTS:
         QVERIFY(before > 0);
         ::kill(pid_t(m_serve->processId()), SIGKILL);
         QVERIFY(m_serve->waitForFinished(10000));
-        QTRY_COMPARE_WITH_TIMEOUT(m_session->state(), ui::JobState::Loading, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_session->state(), JobState::Loading, 10000);
         startServe(); // the same run folder and port: it resumes the job
-        QTRY_COMPARE_WITH_TIMEOUT(m_session->state(), ui::JobState::Running, 120000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_session->state(), JobState::Running, 120000);
         QTRY_VERIFY_WITH_TIMEOUT(m_session->history().assimilations.size() > before + 5, 120000);
 
         // Row for row what the store holds: nothing shown twice, nothing missed.
         m_session->setPaused(true);
-        QTRY_COMPARE_WITH_TIMEOUT(m_session->state(), ui::JobState::Paused, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_session->state(), JobState::Paused, 10000);
         QTRY_VERIFY_WITH_TIMEOUT(m_session->history().assimilations.size() == storeCount("assimilations")
                                      && m_session->history().events.size() == storeCount("events")
                                      && m_session->history().evaluations.size() == storeCount("evaluations"),
@@ -415,7 +415,7 @@ private Q_SLOTS:
         QVERIFY(s);
         const auto job = s->latestJob().value().value();
         const auto stored = s->assimilations(job.id).value();
-        const ui::History &seen = m_session->history();
+        const History &seen = m_session->history();
         for (size_t i = 0; i < stored.size(); ++i)
             QCOMPARE(seen.assimilations[qsizetype(i)].seq, stored[i].seq);
         const auto events = s->events(job.id).value();
@@ -434,9 +434,9 @@ private Q_SLOTS:
         QVERIFY(m_serve->waitForFinished(30000));
         QCOMPARE(m_serve->exitStatus(), QProcess::NormalExit);
         // Stopped, not "reconnecting": it was asked to go (it is found again when it starts).
-        QTRY_COMPARE_WITH_TIMEOUT(m_session->state(), ui::JobState::Stopped, 10000);
+        QTRY_COMPARE_WITH_TIMEOUT(m_session->state(), JobState::Stopped, 10000);
         QTest::qWait(1500);
-        QCOMPARE(m_session->state(), ui::JobState::Stopped);
+        QCOMPARE(m_session->state(), JobState::Stopped);
         QFile log(m_dir.filePath(QStringLiteral("serve.out")));
         QVERIFY(log.open(QIODevice::ReadOnly));
         QVERIFY(log.readAll().contains("operator dana-laptop asked to"));
@@ -456,7 +456,7 @@ private Q_SLOTS:
         QVERIFY(assimilations.size() > 20 && events.size() > 20 && ledger.size() > 20);
 
         net::WatchCursor cursor;
-        ui::History seen;
+        History seen;
         int reads = 0;
         for (bool more = true; more; ++reads) {
             auto r = readAfter(*s, cursor, 7);

@@ -4,10 +4,11 @@
 // precision (bf16 trains on a CPU, fp16 is refused there, the loss scale of fp16); the checks
 // a worker makes of what it is sent; and local workers' devices.
 #include "TestSupport.h"
-#include "engine/GpuInfo.h"
-#include "engine/JobData.h"
-#include "engine/Precision.h"
-#include "engine/Trainer.h"
+#include "engine/data/JobData.h"
+#include "engine/training/Device.h"
+#include "engine/training/GpuInfo.h"
+#include "engine/training/Precision.h"
+#include "engine/training/Trainer.h"
 
 #include <QtTest>
 

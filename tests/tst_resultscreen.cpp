@@ -1,7 +1,7 @@
 // Result screening on its own: synthetic honest updates (a shared direction plus per-shard
 // noise, as data-parallel training gives) against each attack, with the thresholds the
 // coordinator uses. No clock, no disk, no coordinator.
-#include "engine/ResultScreen.h"
+#include "engine/coordination/ResultScreen.h"
 
 #include <QtTest>
 

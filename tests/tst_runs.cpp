@@ -4,7 +4,7 @@
 // exported; renaming, deleting, adding a folder from elsewhere, and the refusals (the run
 // this window trains, a name that is taken, a folder that is not a run, a damaged store).
 #include "TestSupport.h"
-#include "bridge/RunLibrary.h"
+#include "desktop/RunLibrary.h"
 #include "ui/Comparison.h"
 #include "ui/Dashboard.h"
 #include "ui/RunsView.h"

@@ -1,7 +1,7 @@
 // Subtasks and leases with a fake clock: expiry and reassignment, late and duplicate
 // results, partial results and their remainders, epoch opening, exactly-once coverage.
 #include "FakeClock.h"
-#include "engine/Scheduler.h"
+#include "engine/coordination/Scheduler.h"
 
 #include <QtTest>
 

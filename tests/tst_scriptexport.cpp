@@ -3,7 +3,7 @@
 // the C++ model computes (in eval and in training mode). And the README's snippet evaluates
 // a real run's model.pt on new data with Flotilla's accuracy. Uses Debian's python3-torch.
 #include "TestSupport.h"
-#include "engine/Model.h"
+#include "engine/training/Model.h"
 
 #include <QJsonArray>
 #include <QJsonDocument>

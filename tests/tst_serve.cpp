@@ -10,12 +10,12 @@
 // after them), its --token-file keeps one live token across restarts, `flotilla token --list`
 // and `--revoke` see and bar tokens, and its limits have options that refuse bad values.
 #include "TestSupport.h"
-#include "bridge/NetworkHost.h"
-#include "engine/LocalFleet.h"
-#include "engine/Store.h"
-#include "engine/WireFormat.h"
+#include "engine/coordination/LocalFleet.h"
+#include "engine/coordination/Store.h"
+#include "engine/wire/WireFormat.h"
 #include "net/TrustStore.h"
 #include "net/WorkerClient.h"
+#include "server/NetworkHost.h"
 
 #include <QMutex>
 #include <QProcess>

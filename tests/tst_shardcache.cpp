@@ -1,8 +1,8 @@
 // The worker's shard cache: bounded on disk and in memory, least recently used out first,
 // the order kept across restarts, and a damaged file dropped rather than trained on.
 #include "TestSupport.h"
-#include "engine/ShardCache.h"
-#include "engine/WireFormat.h"
+#include "engine/wire/ShardCache.h"
+#include "engine/wire/WireFormat.h"
 
 #include <QDir>
 #include <QFile>

@@ -1,8 +1,8 @@
 // Shard plans and the deterministic randomness under them: coverage, balance, determinism,
 // per-epoch orders, and outputs pinned so that a change of the generator (or a platform
 // that computes it differently) is caught.
-#include "engine/Random.h"
-#include "engine/ShardPlan.h"
+#include "common/Random.h"
+#include "engine/data/ShardPlan.h"
 
 #include <QtTest>
 

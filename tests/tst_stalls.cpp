@@ -6,7 +6,7 @@
 //     never screened into quarantine, and the job finishes.
 #include "TestSupport.h"
 #include "bench/ParityData.h"
-#include "engine/Store.h"
+#include "engine/coordination/Store.h"
 
 #include <torch/script.h>
 

@@ -6,12 +6,12 @@
 // checks of tasks against data and models, and regression and multi-label jobs run by the
 // real binary whose scores a wrong loss would miss.
 #include "TestSupport.h"
-#include "engine/CsvReader.h"
-#include "engine/JobData.h"
-#include "engine/NpyReader.h"
-#include "engine/TokenReader.h"
-#include "engine/Trainer.h"
-#include "engine/WireFormat.h"
+#include "engine/data/CsvReader.h"
+#include "engine/data/JobData.h"
+#include "engine/data/NpyReader.h"
+#include "engine/data/TokenReader.h"
+#include "engine/training/Trainer.h"
+#include "engine/wire/WireFormat.h"
 #include "job/Tasks.h"
 
 #include <QFile>

@@ -2,8 +2,8 @@
 // and saved back; Python loads the result and finds it as accurate as Flotilla measured.
 // The same for a built-in model, which is saved as TorchScript too. Uses Debian's python3-torch.
 #include "TestSupport.h"
-#include "engine/LocalFleet.h"
-#include "engine/Store.h"
+#include "engine/coordination/LocalFleet.h"
+#include "engine/coordination/Store.h"
 
 #include <QtTest>
 

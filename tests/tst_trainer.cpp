@@ -2,7 +2,7 @@
 // to return poisoned weights, honours local steps, and the learning-rate schedules.
 #include "TestSupport.h"
 #include "common/ProcessSetup.h"
-#include "engine/Trainer.h"
+#include "engine/training/Trainer.h"
 
 #include <QtTest>
 

@@ -1,6 +1,6 @@
 // Weights and shard data as bytes: round trips, and every mismatch a peer could send.
 #include "TestSupport.h"
-#include "engine/WireFormat.h"
+#include "engine/wire/WireFormat.h"
 
 #include <QCborArray>
 #include <QtTest>

@@ -10,11 +10,11 @@
 #include "TestFiles.h"
 #include "TestSupport.h"
 
-#include "bridge/AgentDesk.h"
-#include "bridge/WorkPolicy.h"
-#include "bridge/WorkerAgent.h"
-#include "common/Autostart.h"
-#include "engine/Store.h"
+#include "agent/WorkerAgent.h"
+#include "desktop/AgentDesk.h"
+#include "engine/coordination/Store.h"
+#include "machine/Autostart.h"
+#include "machine/WorkPolicy.h"
 #include "net/TrustStore.h"
 #include "ui/JoinDialog.h"
 #include "ui/WorkerDesk.h"
@@ -60,9 +60,9 @@ qint64 localTime(int hour, int minute = 0)
     return QDateTime(QDate(2026, 3, 4), QTime(hour, minute)).toMSecsSinceEpoch();
 }
 
-ui::WorkerSettings noIdleRule()
+WorkerSettings noIdleRule()
 {
-    ui::WorkerSettings s;
+    WorkerSettings s;
     s.pauseWhenActive = false;
     return s;
 }
@@ -95,7 +95,7 @@ private Q_SLOTS:
     {
         FakeIdle idle;
         test::FakeClock clock(localTime(12));
-        ui::WorkerSettings s;
+        WorkerSettings s;
         s.pauseWhenActive = true;
         s.idleMinutes = 5;
         WorkPolicy policy(s, &idle, &clock);
@@ -135,7 +135,7 @@ private Q_SLOTS:
     {
         FakePower power;
         test::FakeClock clock(localTime(12));
-        ui::WorkerSettings s;
+        WorkerSettings s;
         s.pauseWhenActive = false;
         QVERIFY(s.pauseOnBattery); // by default
         WorkPolicy policy(s, nullptr, &clock, &power);
@@ -165,7 +165,7 @@ private Q_SLOTS:
     void honoursADailyWindow()
     {
         test::FakeClock clock(localTime(12));
-        ui::WorkerSettings s = noIdleRule();
+        WorkerSettings s = noIdleRule();
         s.useWindow = true;
         s.windowStart = QTime(9, 0);
         s.windowEnd = QTime(17, 0);
@@ -211,7 +211,7 @@ private Q_SLOTS:
         QVERIFY(QFile::setPermissions(program, QFile::ReadOwner | QFile::ExeOwner));
 
         test::FakeClock clock(localTime(12));
-        ui::WorkerSettings s = noIdleRule();
+        WorkerSettings s = noIdleRule();
         s.exclusivePrograms = {QStringLiteral("some-other-program"), name};
         WorkPolicy policy(s, nullptr, &clock);
         QVERIFY2(policy.evaluate().run, qPrintable(policy.decision().reason));
@@ -234,7 +234,7 @@ private Q_SLOTS:
         FakeIdle idle;
         idle.value = 3600'000;
         test::FakeClock clock(localTime(12));
-        WorkPolicy policy(ui::WorkerSettings(), &idle, &clock);
+        WorkPolicy policy(WorkerSettings(), &idle, &clock);
         policy.start(20); // looks every 20 ms; the fake clock decides when the hour is over
         QVERIFY(policy.decision().run);
         policy.suspendFor(3600'000);
@@ -260,7 +260,7 @@ private Q_SLOTS:
         FakeIdle idle;
         idle.value = 10 * 60'000;
         test::FakeClock clock(localTime(12));
-        WorkPolicy policy(ui::WorkerSettings(), &idle, &clock);
+        WorkPolicy policy(WorkerSettings(), &idle, &clock);
         AgentDesk desk(&agent, &policy, state.path());
         ui::WorkerWindow window(&desk);
         QVERIFY(!agent.suspended());
@@ -338,7 +338,7 @@ private Q_SLOTS:
         FakeIdle idle;
         idle.value = 3600'000; // away
         test::FakeClock clock(localTime(12));
-        WorkPolicy policy(ui::WorkerSettings(), &idle, &clock);
+        WorkPolicy policy(WorkerSettings(), &idle, &clock);
         AgentDesk desk(&agent, &policy, options.stateDir);
         QSignalSpy started(&agent, &WorkerAgent::trainingStarted);
         QVERIFY(agent.start(*token));
@@ -446,10 +446,10 @@ private Q_SLOTS:
     {
         QSettings().remove(QStringLiteral("fleets"));
         const QDateTime monday(QDate(2026, 3, 2), QTime(9, 0));
-        ui::rememberFleet({QStringLiteral("a:7441"), QStringLiteral("/tmp/fleet-a"), monday});
-        ui::rememberFleet({QStringLiteral("b:7441"), QStringLiteral("/tmp/fleet-b"), monday.addDays(1)});
-        ui::rememberFleet({QStringLiteral("a2:7441"), QStringLiteral("/tmp/fleet-a"), monday.addDays(2)}); // a moved
-        const QList<ui::RememberedFleet> fleets = ui::rememberedFleets();
+        rememberFleet({QStringLiteral("a:7441"), QStringLiteral("/tmp/fleet-a"), monday});
+        rememberFleet({QStringLiteral("b:7441"), QStringLiteral("/tmp/fleet-b"), monday.addDays(1)});
+        rememberFleet({QStringLiteral("a2:7441"), QStringLiteral("/tmp/fleet-a"), monday.addDays(2)}); // a moved
+        const QList<RememberedFleet> fleets = rememberedFleets();
         QCOMPARE(fleets.size(), 2);
         QCOMPARE(fleets[0].coordinator, QStringLiteral("a2:7441"));
         QCOMPARE(fleets[0].joined, monday.addDays(2));
@@ -487,13 +487,13 @@ private Q_SLOTS:
         WorkPolicy policy(noIdleRule(), nullptr, &clock);
         AgentDesk desk(&agent, &policy, stateDir);
         QVERIFY(!desk.settings().startAtLogin);
-        ui::WorkerSettings s = desk.settings();
+        WorkerSettings s = desk.settings();
         s.startAtLogin = true;
         s.idleMinutes = 17;
         desk.setSettings(s);
         QVERIFY(QFile::exists(path));
         QVERIFY(desk.settings().startAtLogin);
-        QCOMPARE(ui::WorkerSettings::load().idleMinutes, 17); // saved
+        QCOMPARE(WorkerSettings::load().idleMinutes, 17); // saved
 
         QFile file(path);
         QVERIFY(file.open(QIODevice::ReadOnly));
@@ -518,7 +518,7 @@ private Q_SLOTS:
 
     void settingsDialogRoundTrip()
     {
-        ui::WorkerSettings s;
+        WorkerSettings s;
         s.pauseWhenActive = false;
         s.idleMinutes = 12;
         s.useWindow = true;
@@ -531,7 +531,7 @@ private Q_SLOTS:
         s.pauseOnBattery = false;
         ui::WorkerSettingsDialog dialog(s, {QStringLiteral("auto"), QStringLiteral("cpu")});
         QVERIFY(!dialog.idleMinutes()->isEnabled());
-        ui::WorkerSettings back = dialog.settings();
+        WorkerSettings back = dialog.settings();
         QCOMPARE(back.idleMinutes, 12);
         QCOMPARE(back.windowStart, QTime(20, 30));
         QCOMPARE(back.windowEnd, QTime(6, 15));
@@ -547,7 +547,7 @@ private Q_SLOTS:
         QCOMPARE(back.exclusivePrograms, (QStringList{QStringLiteral("blender"), QStringLiteral("obs")}));
         QCOMPARE(back.device, QStringLiteral("cpu"));
         back.save();
-        const ui::WorkerSettings loaded = ui::WorkerSettings::load();
+        const WorkerSettings loaded = WorkerSettings::load();
         QCOMPARE(loaded.exclusivePrograms, back.exclusivePrograms);
         QCOMPARE(loaded.windowStart, QTime(20, 30));
         QVERIFY(loaded.pauseWhenActive);

@@ -9,7 +9,7 @@
 
 #include "common/Result.h"
 #include "job/JobSpec.h"
-#include "ui/SessionTypes.h"
+#include "job/SessionTypes.h"
 
 #include <QObject>
 
@@ -74,20 +74,20 @@ public:
     virtual void downloadJob(qint64, const QString & /*folder*/) { Q_EMIT commandAnswered({}, noQueue()); }
 
 Q_SIGNALS:
-    void stateChanged(flotilla::ui::JobState state, const QString &message);
-    void historyLoaded(const flotilla::ui::History &history);
-    void snapshot(const flotilla::ui::Snapshot &snapshot);
-    void assimilated(const flotilla::ui::AssimilationPoint &point);
-    void evaluated(const flotilla::ui::EvaluationPoint &point);
-    void costUpdated(const flotilla::ui::CostPoint &point);
-    void eventAdded(const flotilla::ui::EventRow &event);
-    void subtasksLoaded(const QList<flotilla::ui::SubtaskRow> &subtasks);
+    void stateChanged(flotilla::JobState state, const QString &message);
+    void historyLoaded(const flotilla::History &history);
+    void snapshot(const flotilla::Snapshot &snapshot);
+    void assimilated(const flotilla::AssimilationPoint &point);
+    void evaluated(const flotilla::EvaluationPoint &point);
+    void costUpdated(const flotilla::CostPoint &point);
+    void eventAdded(const flotilla::EventRow &event);
+    void subtasksLoaded(const QList<flotilla::SubtaskRow> &subtasks);
     // error is empty when the token was issued.
     void tokenIssued(const QString &token, const QString &error);
     // What a command did (revoking a token or a worker), or why it could not.
     void commandAnswered(const QString &done, const QString &error);
     void tokensChanged();
-    void jobsListed(const QList<flotilla::ui::QueueRow> &jobs);
+    void jobsListed(const QList<flotilla::QueueRow> &jobs);
 
 protected:
     static QString noQueue()

@@ -94,20 +94,6 @@ QChart *chart(const QString &title)
 
 } // namespace
 
-QString describe(JobState state)
-{
-    switch (state) {
-    case JobState::NoJob: return QStringLiteral("No job");
-    case JobState::Loading: return QStringLiteral("Loading");
-    case JobState::Running: return QStringLiteral("Running");
-    case JobState::Paused: return QStringLiteral("Paused");
-    case JobState::Finished: return QStringLiteral("Finished");
-    case JobState::Failed: return QStringLiteral("Failed");
-    case JobState::Stopped: return QStringLiteral("Stopped");
-    }
-    return {};
-}
-
 Dashboard::Dashboard(QWidget *parent) : QWidget(parent)
 {
     m_flushTimer = new QTimer(this);

@@ -5,7 +5,7 @@
 //
 // Threads: UI thread only; fed by the session's signals.
 
-#include "ui/SessionTypes.h"
+#include "job/SessionTypes.h"
 
 #include "common/Result.h"
 

@@ -222,7 +222,7 @@ void JobWizard::build()
     m_labelSmoothing = dspin(0, 0.99, 2, 0.05);
     m_labelSmoothing->setSpecialValueText(tr("off"));
     add(training, QStringLiteral("training.label_smoothing"), tr("Label smoothing"), m_labelSmoothing);
-    m_precision = combo({QStringLiteral("fp32"), QStringLiteral("bf16"), QStringLiteral("fp16")});
+    m_precision = combo(precisionNames());
     add(training, QStringLiteral("training.precision"), tr("Precision"), m_precision,
         tr("The forward pass under autocast; fp16 only on a GPU. The weights stay float32."));
     m_schedule = combo({QStringLiteral("constant"), QStringLiteral("step"), QStringLiteral("cosine")});
@@ -254,8 +254,7 @@ void JobWizard::build()
     add(training, QStringLiteral("training.threads"), tr("Threads per worker"), m_threads);
 
     QFormLayout *aggregation = page(tr("Aggregation"));
-    m_rule = combo({QStringLiteral("vc-asgd"), QStringLiteral("staleness-aware"), QStringLiteral("async-delta"),
-                    QStringLiteral("sync-average")});
+    m_rule = combo(aggregationRuleNames());
     add(aggregation, QStringLiteral("aggregation.rule"), tr("Rule"), m_rule);
     m_alpha = dspin(0, 0.999, 3, 0.05);
     add(aggregation, QStringLiteral("aggregation.alpha"), tr("α (weight the global model keeps)"), m_alpha);
@@ -321,9 +320,9 @@ void JobWizard::build()
         for (const auto &p : prices->instances())
             m_instanceType->addItem(p.name);
     add(fleet, QStringLiteral("fleet.instance_type"), tr("Instance type (this app's workers)"), m_instanceType);
-    m_priceClass = combo({QStringLiteral("spot"), QStringLiteral("on-demand"), QStringLiteral("volunteer")});
+    m_priceClass = combo(priceClassNames());
     add(fleet, QStringLiteral("fleet.price_class"), tr("Price class"), m_priceClass);
-    m_compression = combo({QStringLiteral("none"), QStringLiteral("fp16"), QStringLiteral("int8")});
+    m_compression = combo(compressionNames());
     add(fleet, QStringLiteral("fleet.compression"), tr("Results sent as"), m_compression,
         tr("none: the new weights in float32; fp16 or int8: the change from the base weights, in half or a quarter "
            "of the bytes"));

@@ -39,7 +39,7 @@ public:
 
 public Q_SLOTS:
     void refresh();
-    void setJobs(const QList<flotilla::ui::QueueRow> &jobs);
+    void setJobs(const QList<flotilla::QueueRow> &jobs);
 
 protected:
     void showEvent(QShowEvent *event) override;

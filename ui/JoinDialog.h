@@ -6,7 +6,7 @@
 // Threads: UI thread. The file dialog goes through a seam that tests replace (askOpenPath).
 
 #include "common/Result.h"
-#include "ui/WorkerSettings.h"
+#include "machine/WorkerSettings.h"
 
 #include <QDialog>
 

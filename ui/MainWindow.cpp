@@ -1,7 +1,7 @@
 #include "ui/MainWindow.h"
 
-#include "common/Power.h"
 #include "job/Tasks.h"
+#include "machine/WorkerSettings.h"
 
 #include "ui/AppIcon.h"
 #include "ui/Dashboard.h"
@@ -11,6 +11,7 @@
 #include "ui/TokenDialog.h"
 #include "ui/Views.h"
 #include "ui/WelcomePanel.h"
+#include "ui/WorkerSettingsDialog.h"
 
 #include <QAction>
 #include <QApplication>
@@ -211,7 +212,6 @@ void MainWindow::saveSettings() const
     settings.setValue(QStringLiteral("window/geometry"), saveGeometry());
     settings.setValue(QStringLiteral("machine/contribute"), m_contribute->isChecked());
     settings.setValue(QStringLiteral("machine/threads"), m_threads->value());
-    settings.setValue(QStringLiteral("machine/pauseOnBattery"), m_pauseOnBattery->isChecked());
     settings.setValue(QStringLiteral("job/runDir"), m_runDir);
 }
 
@@ -412,11 +412,11 @@ QWidget *MainWindow::buildMachinePanel()
     m_threads = new QSpinBox;
     m_threads->setRange(1, std::max(1, QThread::idealThreadCount()));
     m_threads->setValue(std::clamp(settings.value(QStringLiteral("machine/threads"), 1).toInt(), 1, m_threads->maximum()));
-    m_pauseOnBattery = new QCheckBox(tr("Pause while on battery"));
-    m_pauseOnBattery->setChecked(settings.value(QStringLiteral("machine/pauseOnBattery"), true).toBool());
-    m_pauseOnBattery->setEnabled(systemOnBattery().has_value());
-    if (!systemOnBattery().has_value())
-        m_pauseOnBattery->setToolTip(tr("This machine does not report a battery"));
+    // When it may train is the work policy's to say (machine/WorkPolicy), as for the worker
+    // window: battery, idle time, hours, programs, with the control center's own rules.
+    auto *rules = new QPushButton(tr("When to train…"));
+    rules->setToolTip(tr("Pause on battery, while you use the machine, outside hours or while programs run"));
+    connect(rules, &QPushButton::clicked, this, &MainWindow::editWorkRules);
     m_machineStatus = new QLabel(tr("idle"));
     m_machineStatus->setWordWrap(true);
     auto *threadsRow = new QHBoxLayout;
@@ -424,33 +424,71 @@ QWidget *MainWindow::buildMachinePanel()
     threadsRow->addWidget(m_threads);
     form->addWidget(m_contribute);
     form->addLayout(threadsRow);
-    form->addWidget(m_pauseOnBattery);
+    form->addWidget(rules);
     form->addWidget(m_machineStatus);
     form->addStretch();
     // A fixed width: the status line below changes with every snapshot, and the panel
     // (with the dashboard beside it) must not move each time.
     box->setFixedWidth(std::max(box->minimumSizeHint().width(), box->fontMetrics().averageCharWidth() * 36));
     m_machinePanel = box;
-    auto apply = [this] {
-        const bool on = m_contribute->isChecked() && !m_pausedForBattery;
-        m_session->setContributing(on, m_threads->value());
-    };
-    connect(m_contribute, &QCheckBox::toggled, this, apply);
-    connect(m_threads, &QSpinBox::valueChanged, this, apply);
-    m_powerTimer = new QTimer(this);
-    m_powerTimer->setInterval(10000);
-    connect(m_powerTimer, &QTimer::timeout, this, &MainWindow::checkPower);
-    m_powerTimer->start();
+    connect(m_contribute, &QCheckBox::toggled, this, &MainWindow::applyContribution);
+    connect(m_threads, &QSpinBox::valueChanged, this, &MainWindow::applyContribution);
+    // The machine's own sources until the application or a test gives another policy.
+    m_idleSource = systemIdleSource();
+    m_powerSource = systemPowerSource();
+    m_ownPolicy = std::make_unique<WorkPolicy>(WorkerSettings::load(WorkerSettings::Role::ControlCenter),
+                                               m_idleSource.get(), &m_clock, m_powerSource.get());
+    setWorkPolicy(m_ownPolicy.get());
+    m_ownPolicy->start();
     return box;
 }
 
-void MainWindow::checkPower()
+void MainWindow::setWorkPolicy(WorkPolicy *policy)
 {
-    const bool battery = m_pauseOnBattery->isChecked() && systemOnBattery().value_or(false);
-    if (battery == m_pausedForBattery)
+    if (m_policy)
+        disconnect(m_policy, nullptr, this, nullptr);
+    m_policy = policy;
+    if (policy != m_ownPolicy.get() && m_ownPolicy)
+        m_ownPolicy.reset();
+    if (policy) {
+        policy->evaluate();
+        connect(policy, &WorkPolicy::decisionChanged, this, &MainWindow::applyContribution);
+    }
+    // A job under way follows the new policy at once; otherwise Start applies it.
+    const JobState state = m_session->state();
+    if (state == JobState::Running || state == JobState::Paused)
+        applyContribution();
+    else
+        updatePolicyStatus();
+}
+
+void MainWindow::updatePolicyStatus()
+{
+    const WorkPolicy::Decision d = m_policy ? m_policy->decision() : WorkPolicy::Decision{};
+    m_pausedByPolicy = m_contribute->isChecked() && !d.run;
+    m_pauseReason = d.reason;
+    updateMachineStatus();
+}
+
+void MainWindow::applyContribution()
+{
+    updatePolicyStatus();
+    m_session->setContributing(m_contribute->isChecked() && !m_pausedByPolicy, m_threads->value());
+}
+
+void MainWindow::editWorkRules()
+{
+    if (!m_policy)
         return;
-    m_pausedForBattery = battery;
-    m_session->setContributing(m_contribute->isChecked() && !battery, m_threads->value());
+    WorkerSettingsDialog dialog(m_policy->settings(), {}, this);
+    dialog.showWhenOnly();
+    if (dialog.exec() != QDialog::Accepted)
+        return;
+    const WorkerSettings chosen = dialog.settings();
+    chosen.save(WorkerSettings::Role::ControlCenter);
+    m_policy->setSettings(chosen);
+    m_policy->evaluate();
+    applyContribution();
 }
 
 void MainWindow::startJob()
@@ -465,7 +503,7 @@ void MainWindow::startJob()
     m_lastAccuracy = -1;
     m_dashboard->setScore(m_job.training.task);
     m_session->start(m_job, m_runDir);
-    m_session->setContributing(m_contribute->isChecked() && !m_pausedForBattery, m_threads->value());
+    applyContribution();
     m_runDir = m_session->runDir();
     saveSettings();
 }
@@ -624,14 +662,29 @@ void MainWindow::onSnapshot(const Snapshot &s)
     m_status->setToolTip(m_status->text());
     if (s.testAccuracy >= 0)
         m_lastAccuracy = s.testAccuracy;
-    QString mine = m_contribute->isChecked() ? tr("contributing") : tr("not contributing");
-    if (m_pausedForBattery)
-        mine = tr("paused: on battery");
+    m_mine.clear();
     for (const auto &w : s.workers)
         if (w.address == QLatin1String("this machine") && w.online)
-            mine = w.subtask.isEmpty() ? tr("%1: idle").arg(w.name)
-                                       : tr("%1: %2 — %3%").arg(w.name, w.subtask).arg(int(100 * std::max(0.0, w.progress)));
+            m_mine = w.subtask.isEmpty() ? tr("%1: idle").arg(w.name)
+                                         : tr("%1: %2 — %3%").arg(w.name, w.subtask).arg(int(100 * std::max(0.0, w.progress)));
+    updateMachineStatus();
+}
+
+void MainWindow::updateMachineStatus()
+{
+    if (!m_machineStatus)
+        return;
+    QString mine = m_contribute->isChecked() ? tr("contributing") : tr("not contributing");
+    if (m_pausedByPolicy)
+        mine = tr("paused: %1").arg(m_pauseReason);
+    else if (m_contribute->isChecked() && !m_mine.isEmpty())
+        mine = m_mine;
     m_machineStatus->setText(mine);
+}
+
+QString MainWindow::machineStatusText() const
+{
+    return m_machineStatus ? m_machineStatus->text() : QString();
 }
 
 QString MainWindow::statusText() const

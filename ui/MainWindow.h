@@ -5,6 +5,8 @@
 // Threads: UI thread. Dialogs that ask the user something, and the desktop notification
 // when a job ends, go through seams that tests replace (askConfirmation, askSavePath, notify).
 
+#include "common/Clock.h"
+#include "machine/WorkPolicy.h"
 #include "ui/ControlSession.h"
 
 #include <QMainWindow>
@@ -55,6 +57,12 @@ public:
     WelcomePanel *welcome() const { return m_welcome; }
     bool showsWelcome() const;
     QWidget *machinePanel() const { return m_machinePanel; }
+    // What the machine panel says of this machine's worker ("paused: on battery", …).
+    QString machineStatusText() const;
+    // The policy that says when this machine's own worker may train (it must outlive the
+    // window); by default the window's own, over this machine's idle time and battery, with
+    // the control center's rules (WorkerSettings::Role::ControlCenter). Null: no rules.
+    void setWorkPolicy(WorkPolicy *policy);
     QString statusText() const;
     // Join a fleet…: emitted for the application to ask for a token and start a worker.
     QAction *joinFleetAction() const { return m_joinFleet; }
@@ -99,7 +107,12 @@ private:
     void refreshSubtasksIfShown();
     void onState(JobState state, const QString &message);
     void onSnapshot(const Snapshot &s);
-    void checkPower();
+    // Contributes this machine when it is checked and the work policy lets it train.
+    void applyContribution();
+    // What the policy says, in the machine panel, without telling the session.
+    void updatePolicyStatus();
+    void editWorkRules();
+    void updateMachineStatus();
     void saveSettings() const;
 
     ControlSession *m_session;
@@ -121,7 +134,6 @@ private:
     QLabel *m_machineStatus = nullptr;
     QCheckBox *m_contribute = nullptr;
     QSpinBox *m_threads = nullptr;
-    QCheckBox *m_pauseOnBattery = nullptr;
     QAction *m_start = nullptr;
     QAction *m_pause = nullptr;
     QAction *m_stop = nullptr;
@@ -130,18 +142,22 @@ private:
     QAction *m_export = nullptr;
     QAction *m_joinFleet = nullptr;
     QAction *m_connect = nullptr;
-    QTimer *m_powerTimer = nullptr;
     QTimer *m_subtaskTimer = nullptr;
-    bool m_pausedForBattery = false;
+    // When this machine's own worker may train (machine/WorkPolicy): the window's own, over the
+    // machine's idle time and battery, unless setWorkPolicy gave another.
+    SystemClock m_clock;
+    std::unique_ptr<IdleSource> m_idleSource;
+    std::unique_ptr<PowerSource> m_powerSource;
+    std::unique_ptr<WorkPolicy> m_ownPolicy;
+    WorkPolicy *m_policy = nullptr;
+    bool m_pausedByPolicy = false;
+    QString m_pauseReason;
+    QString m_mine; // this machine's worker in the latest snapshot
     QString m_lastLine;
     JobState m_lastState = JobState::NoJob;
     QString m_failure;         // why the last start failed, for the welcome panel
     double m_lastAccuracy = -1; // from the latest snapshot, for the notification
     bool m_shown = false;
 };
-
-// Whether this machine runs on battery, where the platform says (Linux: /sys/class/
-// power_supply); nullopt where it does not tell.
-std::optional<bool> onBattery();
 
 } // namespace flotilla::ui

@@ -9,7 +9,7 @@
 
 #include "common/Result.h"
 #include "job/JobSpec.h"
-#include "ui/SessionTypes.h"
+#include "job/SessionTypes.h"
 
 #include <QObject>
 
@@ -56,7 +56,7 @@ public:
 
 Q_SIGNALS:
     void runsListed(const QList<flotilla::ui::RunSummary> &runs);
-    void historyLoaded(const QString &dir, const flotilla::ui::History &history);
+    void historyLoaded(const QString &dir, const flotilla::History &history);
     void historyFailed(const QString &dir, const QString &message);
 };
 

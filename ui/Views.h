@@ -4,7 +4,7 @@
 //
 // Threads: UI thread.
 
-#include "ui/SessionTypes.h"
+#include "job/SessionTypes.h"
 
 #include <QWidget>
 

@@ -7,7 +7,7 @@
 //
 // Threads: UI thread. The settings dialog goes through a seam that tests replace (editSettings).
 
-#include "ui/WorkerSettings.h"
+#include "machine/WorkerSettings.h"
 
 #include <QObject>
 #include <QWidget>

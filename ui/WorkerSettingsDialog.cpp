@@ -57,6 +57,7 @@ WorkerSettingsDialog::WorkerSettingsDialog(const WorkerSettings &settings, const
     layout->addWidget(when);
 
     auto *how = new QGroupBox(tr("How much of this machine"));
+    m_how = how;
     auto *howForm = new QFormLayout(how);
     m_threads = new QSpinBox;
     m_threads->setRange(1, std::max(1, QThread::idealThreadCount()));
@@ -95,6 +96,14 @@ void WorkerSettingsDialog::updateEnabled()
     m_idleMinutes->setEnabled(m_pauseWhenActive->isChecked());
     m_windowStart->setEnabled(m_useWindow->isChecked());
     m_windowEnd->setEnabled(m_useWindow->isChecked());
+}
+
+void WorkerSettingsDialog::showWhenOnly()
+{
+    setWindowTitle(tr("When this machine trains"));
+    m_how->hide();
+    m_startAtLogin->hide();
+    adjustSize();
 }
 
 WorkerSettings WorkerSettingsDialog::settings() const

@@ -4,7 +4,7 @@
 //
 // Threads: UI thread.
 
-#include "ui/WorkerSettings.h"
+#include "machine/WorkerSettings.h"
 
 #include <QDialog>
 
@@ -27,6 +27,9 @@ public:
     WorkerSettingsDialog(const WorkerSettings &settings, const QStringList &devices, QWidget *parent = nullptr);
 
     WorkerSettings settings() const;
+    // Only the rules of when it may run: the control center's own worker takes its threads and
+    // device from the control center and does not start at login.
+    void showWhenOnly();
 
     QCheckBox *pauseWhenActive() const { return m_pauseWhenActive; }
     QSpinBox *idleMinutes() const { return m_idleMinutes; }
@@ -51,6 +54,7 @@ private:
     QSpinBox *m_threads = nullptr;
     QComboBox *m_device = nullptr;
     QCheckBox *m_startAtLogin = nullptr;
+    QWidget *m_how = nullptr;
 };
 
 } // namespace flotilla::ui

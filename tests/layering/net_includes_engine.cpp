@@ -1,3 +1,5 @@
 // Must not compile: the network layer sees weights only as bytes and never the engine.
 #include "net/Frame.h"
-#include "engine/Model.h"
+
+// The include that must fail (the last one; tests/layering/check.sh reads it):
+#include "engine/training/Model.h"

@@ -1,7 +1,7 @@
 #pragma once
 // A clock the test moves by hand, for lease deadlines and expiry.
 
-#include "engine/Clock.h"
+#include "common/Clock.h"
 
 namespace flotilla::test {
 

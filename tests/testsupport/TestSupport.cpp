@@ -154,6 +154,11 @@ QString flotillaBinary()
     return QStringLiteral(FLOTILLA_BINARY);
 }
 
+QString headlessBinary()
+{
+    return QStringLiteral(FLOTILLA_HEADLESS_BINARY);
+}
+
 quint16 freeLoopbackPort()
 {
     QTcpServer probe;
@@ -198,6 +203,11 @@ ProcessRun runProcess(const QString &program, const QStringList &args, int timeo
 }
 
 } // namespace
+
+ProcessRun runProgram(const QString &program, const QStringList &args, int timeoutMs, const QString &workingDir)
+{
+    return runProcess(program, args, timeoutMs, workingDir);
+}
 
 ProcessRun runFlotilla(const QStringList &args, int timeoutMs, const QString &workingDir)
 {

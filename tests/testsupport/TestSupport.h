@@ -3,9 +3,9 @@
 // and data under test are.
 
 #include "TestFiles.h"
-#include "engine/Coordinator.h"
-#include "engine/JobData.h"
-#include "engine/Store.h"
+#include "engine/coordination/Coordinator.h"
+#include "engine/coordination/Store.h"
+#include "engine/data/JobData.h"
 #include "job/JobSpec.h"
 
 #include <QByteArray>
@@ -39,6 +39,8 @@ QString verifyExactlyOnce(Store &store, const std::vector<qint64> &shardSizes, i
 qint64 assimilations(const QString &db);
 
 QString flotillaBinary();
+// flotilla-headless: the same commands without windows.
+QString headlessBinary();
 QString python();
 // A TCP port on 127.0.0.1 that was free a moment ago, for a `flotilla serve` to listen on.
 quint16 freeLoopbackPort();
@@ -56,6 +58,7 @@ struct ProcessRun
 
 // Runs `flotilla ARGS...` to the end (in workingDir, if given), killing it after timeoutMs.
 ProcessRun runFlotilla(const QStringList &args, int timeoutMs, const QString &workingDir = {});
+ProcessRun runProgram(const QString &program, const QStringList &args, int timeoutMs, const QString &workingDir = {});
 
 // Runs python() on a script given as text; it is written to a real file first, because
 // torch.jit.script reads the source of the classes it scripts.
