@@ -7,6 +7,7 @@
 #include "engine/training/Device.h"
 #include "engine/training/Precision.h"
 #include "engine/wire/WireFormat.h"
+#include "net/Dispatch.h"
 
 #include <QCryptographicHash>
 #include <QDir>
@@ -24,18 +25,6 @@ namespace flotilla {
 namespace {
 
 using net::MessageType;
-
-// The header as its message's struct, or nothing when it is malformed: then the client
-// reconnects, as it does when a frame is malformed.
-template <typename Msg>
-std::optional<Msg> decoded(net::WorkerClient &client, const net::Message &message)
-{
-    auto m = Msg::decode(message.header);
-    if (m)
-        return std::move(m).value();
-    client.reconnect(QStringLiteral("the coordinator sent something malformed: %1").arg(m.error()));
-    return std::nullopt;
-}
 
 // The SHA-256 of a file, lower-case hex; empty when it cannot be read.
 QString fileSha(const QString &path)
@@ -131,13 +120,18 @@ void WorkerAgent::onWelcomed(const QCborMap &header)
         finish(1, QStringLiteral("the coordinator's welcome cannot be read: %1").arg(welcome.error()));
         return;
     }
+    onWelcome(*welcome);
+}
+
+void WorkerAgent::onWelcome(const net::WelcomeMsg &w)
+{
     m_asked = false;
     m_awaitingModel.reset();
     const quint64 generation = ++m_welcomes;
     // The coordinator says how often to beat; a value that would miss its own timeout (or an
     // older coordinator that says nothing) falls back to a safe one.
-    const qint64 timeoutMs = welcome->heartbeatTimeoutMs;
-    qint64 intervalMs = welcome->heartbeatMs;
+    const qint64 timeoutMs = w.heartbeatTimeoutMs;
+    qint64 intervalMs = w.heartbeatMs;
     if (intervalMs < 100 || timeoutMs <= 0 || intervalMs * 2 > timeoutMs) {
         const qint64 safe = std::clamp<qint64>(timeoutMs / 4, 100, 2000);
         qCWarning(lcAgent).noquote() << "the coordinator's heartbeat interval" << intervalMs << "ms does not fit its"
@@ -145,14 +139,14 @@ void WorkerAgent::onWelcomed(const QCborMap &header)
         intervalMs = safe;
     }
     m_heartbeat.setInterval(int(std::min<qint64>(intervalMs, 60000)));
-    if (welcome->job.isEmpty()) {
+    if (w.job.isEmpty()) {
         // A fleet with no job for this machine now: it stays connected and waits for one.
-        if (welcome->waiting.isEmpty())
+        if (w.waiting.isEmpty())
             qCInfo(lcAgent).noquote() << "connected to" << m_client->coordinatorAddress() << "as worker"
-                                       << welcome->workerId << "- no job runs; waiting for one";
+                                       << w.workerId << "- no job runs; waiting for one";
         else
             qCWarning(lcAgent).noquote() << "connected to" << m_client->coordinatorAddress() << "as worker"
-                                          << welcome->workerId << "- waiting:" << welcome->waiting.left(500);
+                                          << w.workerId << "- waiting:" << w.waiting.left(500);
         dropCurrent(QStringLiteral("the fleet moved the worker off the job"));
         m_waiting = true;
         m_job.clear();
@@ -162,29 +156,29 @@ void WorkerAgent::onWelcomed(const QCborMap &header)
         return;
     }
     m_waiting = false;
-    qCInfo(lcAgent).noquote() << "connected to" << m_client->coordinatorAddress() << "for job" << welcome->job
-                               << "as worker" << welcome->workerId;
-    if (welcome->jobKey != m_jobKey)
-        dropCurrent(QStringLiteral("the fleet moved the worker to job %1").arg(welcome->job));
-    const QJsonObject model = QJsonDocument::fromJson(welcome->model.toUtf8()).object();
+    qCInfo(lcAgent).noquote() << "connected to" << m_client->coordinatorAddress() << "for job" << w.job
+                               << "as worker" << w.workerId;
+    if (w.jobKey != m_jobKey)
+        dropCurrent(QStringLiteral("the fleet moved the worker to job %1").arg(w.job));
+    const QJsonObject model = QJsonDocument::fromJson(w.model.toUtf8()).object();
     if (model.value(QStringLiteral("kind")).toString() != QLatin1String("torchscript")) {
-        adopt(*welcome, {});
+        adopt(w, {});
         return;
     }
     // TorchScript is code: it is loaded only from a file on this machine that has the job's
     // SHA-256: the models this worker was sent before, its --model-file, or one it asks for.
-    const QString sha = welcome->modelSha256.toLower();
+    const QString sha = w.modelSha256.toLower();
     const bool shaWellFormed = sha.size() == 64 && std::all_of(sha.begin(), sha.end(), [](QChar c) {
         return (c >= u'0' && c <= u'9') || (c >= u'a' && c <= u'f');
     });
     if (!shaWellFormed) {
         finish(1, QStringLiteral("the coordinator names the job's model by '%1', which is not a SHA-256")
-                      .arg(welcome->modelSha256.left(80)));
+                      .arg(w.modelSha256.left(80)));
         return;
     }
     // Hashing the candidates reads whole files: on the file thread. Meanwhile the worker asks
     // for no work (m_awaitingModel); a later Welcome makes this one's answer moot.
-    m_awaitingModel = *welcome;
+    m_awaitingModel = w;
     const QString cached = modelCachePath(sha);
     const QString own = m_options.modelFile;
     offThread(this, &m_files, [cached, own] { return QStringList{fileSha(cached), fileSha(own)}; },
@@ -233,10 +227,10 @@ QString WorkerAgent::modelCachePath(const QString &sha256) const
     return QDir(m_options.stateDir).filePath(QStringLiteral("models/%1.pt").arg(sha256));
 }
 
-void WorkerAgent::onModel(const net::Message &message)
+void WorkerAgent::onModel(const net::ModelDataMsg &model, const QByteArray &payload)
 {
-    const auto data = decoded<net::ModelDataMsg>(*m_client, message);
-    if (!data || !m_awaitingModel || data->sha256 != m_awaitingModel->modelSha256.toLower())
+    const net::ModelDataMsg *data = &model;
+    if (!m_awaitingModel || data->sha256 != m_awaitingModel->modelSha256.toLower())
         return;
     if (!data->error.isEmpty()) {
         finish(1, QStringLiteral("the coordinator cannot send the job's model: %1").arg(data->error.left(500)));
@@ -246,7 +240,6 @@ void WorkerAgent::onModel(const net::Message &message)
     const quint64 generation = m_welcomes;
     const QString path = modelCachePath(data->sha256);
     const qint64 cacheBytes = m_options.modelCacheBytes;
-    const QByteArray payload = message.payload;
     const QString expected = data->sha256;
     offThread(
         this, &m_files,
@@ -458,79 +451,64 @@ void WorkerAgent::requestWork()
 
 void WorkerAgent::onMessage(const net::Message &message)
 {
-    switch (message.type) {
-    case MessageType::Welcome: // the fleet moved this worker to another job, or has none for it
-        onWelcomed(message.header);
-        return;
-    case MessageType::ModelData:
-        onModel(message);
-        return;
-    case MessageType::Assign:
-        onAssign(message);
-        return;
-    case MessageType::ShardData:
-        onShard(message);
-        return;
-    case MessageType::NoWork: {
-        m_asked = false;
-        const auto noWork = decoded<net::NoWorkMsg>(*m_client, message);
-        if (!noWork)
-            return;
-        if (noWork->finished) {
-            m_client->send(net::ByeMsg{QStringLiteral("the job is finished")});
-            finish(0, QStringLiteral("the job is finished"));
-            return;
-        }
-        if (noWork->dismissed) {
-            // The job's tail: nothing is left for this machine, and its owner stops paying.
-            m_client->send(net::ByeMsg{QStringLiteral("dismissed")});
-            finish(0, QStringLiteral("dismissed: the job has no work left for this machine (its last subtasks are "
-                                     "with other workers)"));
-            return;
-        }
-        m_retry.start(int(std::clamp<qint64>(noWork->retryMs, 50, 10000)));
-        return;
-    }
-    case MessageType::Ack: {
-        const auto ack = decoded<net::AckMsg>(*m_client, message);
-        if (!ack)
-            return;
-        if (m_pending && m_pending->leaseId == ack->lease && (ack->job.isEmpty() || ack->job == m_pending->header.job))
-            m_pending.reset();
-        // "held": kept for comparison with another worker's result of the same subtask, or in
-        // the aggregation buffer until it is folded with others.
-        if (ack->status != QLatin1String("assimilated") && ack->status != QLatin1String("held"))
-            qCWarning(lcAgent).noquote() << "result of lease" << ack->lease << "was" << ack->status << "-"
-                                       << ack->reason;
-        if (m_preempting) {
-            m_client->send(net::ByeMsg{QStringLiteral("preempted")});
-            finish(0, QStringLiteral("preempted: the partial result was handed in"));
-            return;
-        }
-        requestWork();
-        return;
-    }
-    case MessageType::Cancel: {
-        const auto cancel = decoded<net::CancelMsg>(*m_client, message);
-        if (cancel && m_current && m_current->leaseId == cancel->lease
-            && (cancel->job.isEmpty() || cancel->job == m_current->jobKey)) {
-            m_superseded = true;
-            m_cancel = true;
-        }
-        return;
-    }
-    default:
-        qCWarning(lcAgent).noquote() << "ignored an unexpected" << net::describe(message.type) << "message";
-    }
+    net::dispatch(
+        message,
+        net::Handlers{
+            // The fleet moved this worker to another job, or has none for it.
+            [&](const net::WelcomeMsg &welcome) { onWelcome(welcome); },
+            [&](const net::ModelDataMsg &model) { onModel(model, message.payload); },
+            [&](const net::AssignMsg &assign) { onAssign(assign, message.payload); },
+            [&](const net::ShardDataMsg &shard) { onShard(shard, message.payload); },
+            [&](const net::NoWorkMsg &noWork) {
+                m_asked = false;
+                if (noWork.finished) {
+                    m_client->send(net::ByeMsg{QStringLiteral("the job is finished")});
+                    finish(0, QStringLiteral("the job is finished"));
+                    return;
+                }
+                if (noWork.dismissed) {
+                    // The job's tail: nothing is left for this machine, and its owner stops paying.
+                    m_client->send(net::ByeMsg{QStringLiteral("dismissed")});
+                    finish(0, QStringLiteral("dismissed: the job has no work left for this machine (its last subtasks "
+                                             "are with other workers)"));
+                    return;
+                }
+                m_retry.start(int(std::clamp<qint64>(noWork.retryMs, 50, 10000)));
+            },
+            [&](const net::AckMsg &ack) {
+                if (m_pending && m_pending->leaseId == ack.lease && (ack.job.isEmpty() || ack.job == m_pending->header.job))
+                    m_pending.reset();
+                // "held": kept for comparison with another worker's result of the same subtask, or in
+                // the aggregation buffer until it is folded with others.
+                if (ack.status != QLatin1String("assimilated") && ack.status != QLatin1String("held"))
+                    qCWarning(lcAgent).noquote() << "result of lease" << ack.lease << "was" << ack.status << "-"
+                                                 << ack.reason;
+                if (m_preempting) {
+                    m_client->send(net::ByeMsg{QStringLiteral("preempted")});
+                    finish(0, QStringLiteral("preempted: the partial result was handed in"));
+                    return;
+                }
+                requestWork();
+            },
+            [&](const net::CancelMsg &cancel) {
+                if (m_current && m_current->leaseId == cancel.lease
+                    && (cancel.job.isEmpty() || cancel.job == m_current->jobKey)) {
+                    m_superseded = true;
+                    m_cancel = true;
+                }
+            }},
+        [&](const net::Message &other) {
+            qCWarning(lcAgent).noquote() << "ignored an unexpected" << net::describe(other.type) << "message";
+        },
+        // A header that does not decode: the client reconnects, as it does for a malformed frame.
+        [&](const QString &why) {
+            m_client->reconnect(QStringLiteral("the coordinator sent something malformed: %1").arg(why));
+        });
 }
 
-void WorkerAgent::onAssign(const net::Message &message)
+void WorkerAgent::onAssign(const net::AssignMsg &a, const QByteArray &payload)
 {
     m_asked = false;
-    const auto assign = decoded<net::AssignMsg>(*m_client, message);
-    if (!assign)
-        return;
-    const net::AssignMsg &a = *assign;
     if (!m_session || m_current) {
         m_client->send(net::HandBackMsg{a.lease, QStringLiteral("the worker was not ready")});
         return;
@@ -542,7 +520,7 @@ void WorkerAgent::onAssign(const net::Message &message)
         m_retry.start(1000);
         return;
     }
-    auto weights = m_downlink.decode(WeightsForm{*change, a.anchor, a.anchorIncluded}, message.payload,
+    auto weights = m_downlink.decode(WeightsForm{*change, a.anchor, a.anchorIncluded}, payload,
                                      m_session->layout());
     if (!weights) {
         // The next request says which anchor this worker holds (none, if that was the trouble),
@@ -626,18 +604,15 @@ void WorkerAgent::onAssign(const net::Message &message)
               });
 }
 
-void WorkerAgent::onShard(const net::Message &message)
+void WorkerAgent::onShard(const net::ShardDataMsg &shardData, const QByteArray &payload)
 {
     if (!m_current)
         return;
-    const auto data = decoded<net::ShardDataMsg>(*m_client, message);
-    if (!data)
-        return;
+    const net::ShardDataMsg *data = &shardData;
     // Its digest, decoding and a copy in the cache run on the file thread. The digest covers
     // the manifest's normalization and augmentation too, not only the bytes.
     const QByteArray expected = m_current->shardSha;
     const QCborMap manifest = data->manifest;
-    const QByteArray payload = message.payload;
     offThread(
         this, &m_files,
         [this, expected, manifest, payload]() -> std::shared_ptr<Result<Dataset>> {

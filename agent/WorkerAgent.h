@@ -117,6 +117,7 @@ private:
     };
 
     void onWelcomed(const QCborMap &welcome);
+    void onWelcome(const net::WelcomeMsg &welcome);
     // Works for the job of a Welcome: builds its model unless it is the one held already.
     // Building and the speed probe run on the training pool (the agent's thread, a window's
     // in the desktop app, never waits for them); onPrepared goes on from there.
@@ -126,14 +127,14 @@ private:
     // cached copy, the --model-file, or asks the coordinator for it.
     void resolveModel(const QString &sha, const QString &cached, const QString &cachedSha, const QString &own,
                       const QString &ownSha);
-    void onModel(const net::Message &message);
+    void onModel(const net::ModelDataMsg &model, const QByteArray &payload);
     // Drops the subtask under way, if any (its lease handed back to its job).
     void dropCurrent(const QString &reason);
     QString modelCachePath(const QString &sha256) const;
     void onMessage(const net::Message &message);
     void requestWork();
-    void onAssign(const net::Message &message);
-    void onShard(const net::Message &message);
+    void onAssign(const net::AssignMsg &assign, const QByteArray &payload);
+    void onShard(const net::ShardDataMsg &shard, const QByteArray &payload);
     void train();
     void onTrained();
     void sendPending();

@@ -33,7 +33,7 @@ const QStringList kAttacks{QStringLiteral("baseline"),       QStringLiteral("sha
                            QStringLiteral("heartbeat-flood"), QStringLiteral("handback-flood"),
                            QStringLiteral("command-flood"),   QStringLiteral("no-read"),
                            QStringLiteral("oversized"),       QStringLiteral("foreign-result"),
-                           QStringLiteral("session-storm")};
+                           QStringLiteral("malformed-header"), QStringLiteral("session-storm")};
 
 QByteArray readFile(const QString &path)
 {
@@ -339,6 +339,10 @@ Figures run(const QString &attack, const Identity &id, qint64 pid, int count, in
         const QCborMap announce{{QStringLiteral("lease"), 1}, {QStringLiteral("payload_size"), qint64(4) << 30}};
         s->write(net::encodeFrame(net::kProtocolVersion, std::uint8_t(MessageType::Result), announce.toCborValue().toCbor(),
                                   QByteArray(1024, 'w')));
+        f.sent = 1;
+    } else if (attack == QLatin1String("malformed-header")) {
+        // A field of the wrong type: the header must not reach the coordinator's handlers.
+        s->write(net::encodeMessage(MessageType::Heartbeat, QCborMap{{QStringLiteral("lease"), QStringLiteral("x")}}));
         f.sent = 1;
     } else if (attack == QLatin1String("foreign-result")) {
         s->write(net::encodeMessage(MessageType::Result,

@@ -2,6 +2,7 @@
 
 #include "common/AtomicFile.h"
 #include "common/LogCategories.h"
+#include "net/Dispatch.h"
 #include "server/FleetRequests.h"
 #include "server/WatchStream.h"
 
@@ -112,31 +113,23 @@ void RemoteSession::onWelcomed(const QCborMap &welcome)
 
 void RemoteSession::onMessage(const net::Message &message)
 {
-    switch (message.type) {
-    case net::MessageType::Update:
-        onUpdate(message);
-        return;
-    case net::MessageType::Reply:
-        onReply(message);
-        return;
-    case net::MessageType::Welcome:
-        // A fleet's next job (or none): watch it from the cursor, which the coordinator
-        // resets when it is another job's.
-        onWelcomed(message.header);
-        return;
-    default:
-        m_client.reconnect(tr("the coordinator sent %1 to an operator").arg(net::describe(message.type)));
-    }
+    net::dispatch(
+        message,
+        net::Handlers{[&](const net::UpdateMsg &update) { onUpdate(update, message.payload); },
+                      [&](const net::ReplyMsg &reply) { onReply(reply, message.payload); },
+                      // A fleet's next job (or none): watch it from the cursor, which the
+                      // coordinator resets when it is another job's.
+                      [&](const net::WelcomeMsg &) { onWelcomed(message.header); }},
+        [&](const net::Message &other) {
+            m_client.reconnect(tr("the coordinator sent %1 to an operator").arg(net::describe(other.type)));
+        },
+        [&](const QString &why) { m_client.reconnect(why); });
 }
 
-void RemoteSession::onUpdate(const net::Message &message)
+void RemoteSession::onUpdate(const net::UpdateMsg &updateMsg, const QByteArray &payload)
 {
-    auto update = net::UpdateMsg::decode(message.header);
-    if (!update) {
-        m_client.reconnect(update.error());
-        return;
-    }
-    auto batch = decodeBatch(message.payload);
+    const net::UpdateMsg *update = &updateMsg;
+    auto batch = decodeBatch(payload);
     if (!batch) {
         m_client.reconnect(batch.error());
         return;
@@ -197,13 +190,9 @@ void RemoteSession::onUpdate(const net::Message &message)
         Q_EMIT snapshot(*batch->snapshot);
 }
 
-void RemoteSession::onReply(const net::Message &message)
+void RemoteSession::onReply(const net::ReplyMsg &replyMsg, const QByteArray &payload)
 {
-    auto reply = net::ReplyMsg::decode(message.header);
-    if (!reply) {
-        m_client.reconnect(reply.error());
-        return;
-    }
+    const net::ReplyMsg *reply = &replyMsg;
     const auto it = m_pending.find(reply->id);
     if (it == m_pending.end())
         return; // asked on a connection before this one
@@ -211,7 +200,7 @@ void RemoteSession::onReply(const net::Message &message)
     m_pending.erase(it);
     const QString error = reply->error;
     if (action == QLatin1String("jobs")) {
-        auto jobs = error.isEmpty() ? decodeJobs(message.payload) : Result<std::vector<QueuedJob>>(fail(error));
+        auto jobs = error.isEmpty() ? decodeJobs(payload) : Result<std::vector<QueuedJob>>(fail(error));
         if (!jobs) {
             Q_EMIT commandAnswered({}, jobs.error());
             return;
@@ -231,16 +220,16 @@ void RemoteSession::onReply(const net::Message &message)
         if (const auto it = m_exports.find(reply->id); it != m_exports.end()) {
             const QString path = it->second;
             m_exports.erase(it);
-            onModelDownloaded(path, message.payload);
+            onModelDownloaded(path, payload);
         } else {
-            onDownloaded(reply->id, message.payload);
+            onDownloaded(reply->id, payload);
         }
     } else if (action == QLatin1String("issue-token")) {
         Q_EMIT tokenIssued(error.isEmpty() ? reply->text : QString(), error);
     } else if (action == QLatin1String("subtasks")) {
         if (!error.isEmpty())
             return; // the list asked for before this one is still being read; the next refresh asks again
-        auto rows = decodeSubtasks(message.payload);
+        auto rows = decodeSubtasks(payload);
         if (rows)
             Q_EMIT subtasksLoaded(*rows);
         else

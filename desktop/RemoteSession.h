@@ -71,8 +71,8 @@ private:
     void setState(JobState state, const QString &message = {});
     void onWelcomed(const QCborMap &welcome);
     void onMessage(const net::Message &message);
-    void onUpdate(const net::Message &message);
-    void onReply(const net::Message &message);
+    void onUpdate(const net::UpdateMsg &update, const QByteArray &payload);
+    void onReply(const net::ReplyMsg &reply, const QByteArray &payload);
     // Returns the command's id, or 0 when it could not be sent (the answer says why).
     qint64 send(net::CommandMsg command, const QByteArray &payload = {});
     void onDownloaded(qint64 commandId, const QByteArray &payload);

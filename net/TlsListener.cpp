@@ -55,27 +55,17 @@ void closeDescriptor(qintptr descriptor)
 #endif
 }
 
+// What a worker's (or a person's) connection may send: the message table's W and B types.
 bool sentByWorkers(MessageType t)
 {
     switch (t) {
-    case MessageType::Hello:
-    case MessageType::Redeem:
-    case MessageType::Request:
-    case MessageType::ShardRequest:
-    case MessageType::Heartbeat:
-    case MessageType::Result:
-    case MessageType::HandBack:
-    case MessageType::Chunk:
-    case MessageType::Error:
-    case MessageType::Bye:
-    case MessageType::Watch:
-    case MessageType::Command:
-    case MessageType::Echo:
-    case MessageType::ModelRequest:
-        return true;
-    default:
-        return false;
+#define FLOTILLA_SENT_BY_WORKERS(name, code, dir)                                                                     \
+    case MessageType::name:                                                                                           \
+        return #dir[0] != 'C';
+        FLOTILLA_MESSAGES(FLOTILLA_SENT_BY_WORKERS)
+#undef FLOTILLA_SENT_BY_WORKERS
     }
+    return false;
 }
 
 } // namespace

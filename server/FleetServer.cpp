@@ -3,6 +3,7 @@
 #include "common/LogCategories.h"
 #include "common/Sha256.h"
 #include "engine/wire/WireFormat.h"
+#include "net/Dispatch.h"
 #include "server/FleetRequests.h"
 #include "server/WatchStream.h"
 
@@ -22,18 +23,6 @@ using net::MessageType;
 constexpr qint64 kShardCacheBytes = qint64(256) << 20;
 // A TorchScript model a fleet holds in memory and sends to its workers.
 constexpr qint64 kModelBytes = qint64(512) << 20;
-
-// The header as its message's struct, or nothing when it is malformed: then the connection
-// is closed, as for any other violation of the protocol.
-template <typename Msg>
-std::optional<Msg> decoded(net::TlsListener &endpoint, qint64 connectionId, const net::Message &message)
-{
-    auto m = Msg::decode(message.header);
-    if (m)
-        return std::move(m).value();
-    endpoint.close(connectionId, m.error());
-    return std::nullopt;
-}
 
 } // namespace
 
@@ -396,60 +385,59 @@ void FleetServer::onPersonMessage(qint64 connectionId, const net::Message &messa
         job->second->operators->onMessage(connectionId, message);
         return;
     }
-    switch (message.type) {
-    case MessageType::Watch: {
-        net::UpdateMsg idle;
-        idle.reset = true;
-        idle.state = QStringLiteral("idle");
-        idle.message = QStringLiteral("this fleet runs no job now; a submitted job starts when its turn comes");
-        m_listener->send(connectionId, idle, encodeBatch({}));
-        return;
-    }
-    case MessageType::Command: {
-        const auto command = net::CommandMsg::decode(message.header);
-        const QString by = person.peer.workerName;
-        if (auto answered = OperatorService::fleetCommand(*m_listener, m_options.hostNames.value(0, QStringLiteral("127.0.0.1")),
-                                                          by, person.peer.role, *command)) {
-            m_listener->send(connectionId, *answered);
-            return;
-        }
-        if (command->action == QLatin1String("release")) {
-            const bool administrator = person.peer.role == net::Role::Operator;
-            if (administrator)
-                releaseInFleet(command->workerId, QStringLiteral("operator %1").arg(by));
-            m_listener->send(connectionId,
-                             net::ReplyMsg{command->id, command->action,
-                                           administrator ? QString()
-                                                         : QStringLiteral("%1 is a submitter: only an operator, the "
-                                                                          "fleet's administrator, may release")
-                                                               .arg(by),
-                                           administrator ? QStringLiteral("released worker %1").arg(command->workerId)
-                                                         : QString()});
-            return;
-        }
-        m_listener->send(connectionId,
-                         net::ReplyMsg{command ? command->id : 0, command ? command->action : QString(),
-                                       QStringLiteral("this fleet runs no job now: there is no job to %1")
-                                           .arg(command ? command->action : QStringLiteral("command")),
-                                       {}});
-        return;
-    }
-    case MessageType::Echo:
-        if (const auto echo = decoded<net::EchoMsg>(*m_listener, connectionId, message))
-            m_listener->send(connectionId, *echo);
-        return;
-    case MessageType::Bye:
-        m_listener->close(connectionId, QStringLiteral("%1 said goodbye").arg(person.peer.workerName), false, false);
-        return;
-    default:
-        m_listener->close(connectionId,
-                          QStringLiteral("%1 '%2' sent %3: a person's certificate watches and manages jobs, it never "
-                                         "trains (a worker joins with a worker's token)")
-                              .arg(net::describe(person.peer.role), person.peer.workerName,
-                                   net::describe(message.type)),
-                          true);
-        return;
-    }
+    net::dispatch(
+        message,
+        net::Handlers{
+            [&](const net::WatchMsg &) {
+                net::UpdateMsg idle;
+                idle.reset = true;
+                idle.state = QStringLiteral("idle");
+                idle.message = QStringLiteral("this fleet runs no job now; a submitted job starts when its turn comes");
+                m_listener->send(connectionId, idle, encodeBatch({}));
+            },
+            [&](const net::CommandMsg &command) {
+                const QString by = person.peer.workerName;
+                if (auto answered = OperatorService::fleetCommand(
+                        *m_listener, m_options.hostNames.value(0, QStringLiteral("127.0.0.1")), by, person.peer.role,
+                        command)) {
+                    m_listener->send(connectionId, *answered);
+                    return;
+                }
+                if (command.action == QLatin1String("release")) {
+                    const bool administrator = person.peer.role == net::Role::Operator;
+                    if (administrator)
+                        releaseInFleet(command.workerId, QStringLiteral("operator %1").arg(by));
+                    m_listener->send(
+                        connectionId,
+                        net::ReplyMsg{command.id, command.action,
+                                      administrator ? QString()
+                                                    : QStringLiteral("%1 is a submitter: only an operator, the "
+                                                                     "fleet's administrator, may release")
+                                                          .arg(by),
+                                      administrator ? QStringLiteral("released worker %1").arg(command.workerId)
+                                                    : QString()});
+                    return;
+                }
+                m_listener->send(connectionId,
+                                 net::ReplyMsg{command.id, command.action,
+                                               QStringLiteral("this fleet runs no job now: there is no job to %1")
+                                                   .arg(command.action),
+                                               {}});
+            },
+            [&](const net::EchoMsg &echo) { m_listener->send(connectionId, echo); },
+            [&](const net::ByeMsg &) {
+                m_listener->close(connectionId, QStringLiteral("%1 said goodbye").arg(person.peer.workerName), false,
+                                  false);
+            }},
+        [&](const net::Message &other) {
+            m_listener->close(connectionId,
+                              QStringLiteral("%1 '%2' sent %3: a person's certificate watches and manages jobs, it "
+                                             "never trains (a worker joins with a worker's token)")
+                                  .arg(net::describe(person.peer.role), person.peer.workerName,
+                                       net::describe(other.type)),
+                              true);
+        },
+        [&](const QString &why) { m_listener->close(connectionId, why); });
 }
 
 void FleetServer::onHello(const net::PeerInfo &peer, const net::HelloMsg &hello)
@@ -586,72 +574,57 @@ void FleetServer::onMessage(qint64 connectionId, const net::Message &message)
     if (it == m_connected.end())
         return;
     ConnectedWorker &worker = it->second;
-    switch (message.type) {
-    case MessageType::Watch:
-    case MessageType::Command:
+    const auto onlyForPeople = [&](const net::Message &m) {
         m_listener->close(connectionId,
                           QStringLiteral("worker '%1' sent %2, which only an operator may send (or a submitter): its "
                                          "certificate was issued to a worker (a person attaches with a token from "
                                          "flotilla token --operator or --submitter)")
-                              .arg(worker.name, net::describe(message.type)),
+                              .arg(worker.name, net::describe(m.type)),
                           true);
-        return;
-    case MessageType::Request:
-        if (const auto request = decoded<net::RequestMsg>(*m_listener, connectionId, message))
-            onRequest(connectionId, worker, *request);
-        return;
-    case MessageType::ShardRequest:
-        if (const auto request = decoded<net::ShardRequestMsg>(*m_listener, connectionId, message))
-            sendShard(connectionId, worker, *request);
-        return;
-    case MessageType::ModelRequest:
-        if (const auto request = decoded<net::ModelRequestMsg>(*m_listener, connectionId, message))
-            sendModel(connectionId, *request);
-        return;
-    case MessageType::Echo:
-        if (const auto echo = decoded<net::EchoMsg>(*m_listener, connectionId, message))
-            m_listener->send(connectionId, *echo);
-        return;
-    case MessageType::Heartbeat:
-        if (const auto beat = decoded<net::HeartbeatMsg>(*m_listener, connectionId, message)) {
-            // Every job it works or worked for hears it is alive: one it is not in any more
-            // has let it go already.
-            if (Job *job = jobFor(worker, beat->job))
-                job->coordinator->heartbeat(worker.workerId, beat->job.isEmpty() || beat->job == worker.job
-                                                                 ? beat->lease
-                                                                 : 0,
-                                            beat->done, beat->planned);
-        }
-        return;
-    case MessageType::Result:
-        if (const auto result = decoded<net::ResultMsg>(*m_listener, connectionId, message))
-            receiveResult(connectionId, worker, *result, message.payload);
-        return;
-    case MessageType::HandBack:
-        if (const auto handBack = decoded<net::HandBackMsg>(*m_listener, connectionId, message))
-            if (Job *job = jobFor(worker, handBack->job))
-                job->coordinator->handBack(worker.workerId, handBack->lease,
-                                           QStringLiteral("handed back by the worker: %1").arg(handBack->reason.left(500)),
-                                           handBack->failed);
-        return;
-    case MessageType::Bye: {
-        const auto bye = decoded<net::ByeMsg>(*m_listener, connectionId, message);
-        if (!bye)
-            return;
-        const QString reason = bye->reason.left(500);
-        if (Job *job = jobFor(worker, {})) {
-            if (reason == QLatin1String("preempted"))
-                job->coordinator->recordEvent(EventKind::WorkerPreempted, worker.workerId,
-                                              QStringLiteral("preemption notice: the worker handed in its work and left"));
-            job->coordinator->leave(worker.workerId, QStringLiteral("the worker left: %1").arg(reason));
-        }
-        m_connected.erase(connectionId);
-        m_listener->close(connectionId, QStringLiteral("goodbye"), false, false);
+    };
+    if (message.type == MessageType::Watch || message.type == MessageType::Command) {
+        onlyForPeople(message);
         return;
     }
-    default:
-        m_listener->close(connectionId, QStringLiteral("sent an unexpected %1 message").arg(net::describe(message.type)));
-    }
+    net::dispatch(
+        message,
+        net::Handlers{
+            [&](const net::RequestMsg &request) { onRequest(connectionId, worker, request); },
+            [&](const net::ShardRequestMsg &request) { sendShard(connectionId, worker, request); },
+            [&](const net::ModelRequestMsg &request) { sendModel(connectionId, request); },
+            [&](const net::EchoMsg &echo) { m_listener->send(connectionId, echo); },
+            [&](const net::HeartbeatMsg &beat) {
+                // Every job it works or worked for hears it is alive: one it is not in any more
+                // has let it go already.
+                if (Job *job = jobFor(worker, beat.job))
+                    job->coordinator->heartbeat(worker.workerId,
+                                                beat.job.isEmpty() || beat.job == worker.job ? beat.lease : 0,
+                                                beat.done, beat.planned);
+            },
+            [&](const net::ResultMsg &result) { receiveResult(connectionId, worker, result, message.payload); },
+            [&](const net::HandBackMsg &handBack) {
+                if (Job *job = jobFor(worker, handBack.job))
+                    job->coordinator->handBack(worker.workerId, handBack.lease,
+                                               QStringLiteral("handed back by the worker: %1").arg(handBack.reason.left(500)),
+                                               handBack.failed);
+            },
+            [&](const net::ByeMsg &bye) {
+                const QString reason = bye.reason.left(500);
+                if (Job *job = jobFor(worker, {})) {
+                    if (reason == QLatin1String("preempted"))
+                        job->coordinator->recordEvent(EventKind::WorkerPreempted, worker.workerId,
+                                                      QStringLiteral("preemption notice: the worker handed in its work "
+                                                                     "and left"));
+                    job->coordinator->leave(worker.workerId, QStringLiteral("the worker left: %1").arg(reason));
+                }
+                m_connected.erase(connectionId);
+                m_listener->close(connectionId, QStringLiteral("goodbye"), false, false);
+            }},
+        [&](const net::Message &other) {
+            m_listener->close(connectionId, QStringLiteral("sent an unexpected %1 message").arg(net::describe(other.type)));
+        },
+        // A header that does not decode closes the connection, as any other violation of the protocol.
+        [&](const QString &why) { m_listener->close(connectionId, why); });
 }
 
 void FleetServer::onRequest(qint64 connectionId, ConnectedWorker &worker, const net::RequestMsg &request)

@@ -2,6 +2,7 @@
 
 #include "common/LogCategories.h"
 #include "engine/coordination/Store.h"
+#include "net/Dispatch.h"
 #include "server/WatchStream.h"
 
 #include <QDateTime>
@@ -11,7 +12,6 @@
 
 namespace flotilla {
 
-using net::MessageType;
 
 namespace {
 
@@ -80,39 +80,26 @@ void OperatorService::onMessage(qint64 connectionId, const net::Message &message
     if (it == m_operators.end())
         return;
     Operator &op = it->second;
-    switch (message.type) {
-    case MessageType::Watch: {
-        auto watch = net::WatchMsg::decode(message.header);
-        if (!watch) {
-            m_listener.close(connectionId, watch.error());
-            return;
-        }
-        op.cursor = watch->cursor;
-        op.watching = true;
-        op.tokensSent.clear();
-        read(connectionId);
-        return;
-    }
-    case MessageType::Command: {
-        auto c = net::CommandMsg::decode(message.header);
-        if (!c) {
-            m_listener.close(connectionId, c.error());
-            return;
-        }
-        command(connectionId, *c);
-        return;
-    }
-    case MessageType::Bye:
-        m_listener.close(connectionId, QStringLiteral("the operator said goodbye"), false, false);
-        return;
-    default:
-        m_listener.close(connectionId,
-                         QStringLiteral("operator '%1' sent %2: an operator's certificate watches and commands the "
-                                        "job, it never trains (a worker joins with a worker's token)")
-                             .arg(op.name, net::describe(message.type)),
-                         true);
-        return;
-    }
+    net::dispatch(
+        message,
+        net::Handlers{[&](const net::WatchMsg &watch) {
+                          op.cursor = watch.cursor;
+                          op.watching = true;
+                          op.tokensSent.clear();
+                          read(connectionId);
+                      },
+                      [&](const net::CommandMsg &c) { command(connectionId, c); },
+                      [&](const net::ByeMsg &) {
+                          m_listener.close(connectionId, QStringLiteral("the operator said goodbye"), false, false);
+                      }},
+        [&](const net::Message &other) {
+            m_listener.close(connectionId,
+                             QStringLiteral("operator '%1' sent %2: an operator's certificate watches and commands the "
+                                            "job, it never trains (a worker joins with a worker's token)")
+                                 .arg(op.name, net::describe(other.type)),
+                             true);
+        },
+        [&](const QString &why) { m_listener.close(connectionId, why); });
 }
 
 void OperatorService::onSnapshot(const JobProgress &progress, const std::vector<WorkerStatus> &workers)

@@ -1,6 +1,7 @@
 // The message structs without sockets: every one survives encode then decode with all its
 // fields, writes exactly the field names docs/protocol.md lists, and a malformed header is
 // refused with an error that names the message and the field.
+#include "net/Dispatch.h"
 #include "net/Messages.h"
 
 #include <QCborArray>
@@ -354,6 +355,41 @@ private Q_SLOTS:
         auto decoded = AssignMsg::decode((*message)->header);
         QVERIFY2(decoded, qPrintable(decoded.error()));
         QCOMPARE(decoded->encode(), assign().encode());
+    }
+
+    // Dispatch from the message table: each type's header reaches the handler as its own struct;
+    // a type the handler does not take (here Bye, and a Chunk on its own) goes to `unhandled`;
+    // a header that does not decode goes to `malformed` with the type named, and no handler runs.
+    void dispatchHandsEachTypeItsStruct()
+    {
+        QStringList seen;
+        const auto run = [&](const Message &m) {
+            dispatch(
+                m,
+                Handlers{[&](const HeartbeatMsg &h) { seen << QStringLiteral("heartbeat %1/%2").arg(h.done).arg(h.planned); },
+                         [&](const AssignMsg &a) { seen << QStringLiteral("assign %1").arg(a.lease); },
+                         [&](const CancelMsg &c) { seen << QStringLiteral("cancel %1").arg(c.lease); },
+                         [&](const HandBackMsg &h) { seen << QStringLiteral("hand-back %1").arg(h.lease); }},
+                [&](const Message &other) { seen << QStringLiteral("unhandled ") + describe(other.type); },
+                [&](const QString &why) { seen << QStringLiteral("malformed ") + why; });
+        };
+        run(Message{MessageType::Heartbeat, HeartbeatMsg{7, 3, 9}.encode(), {}});
+        run(Message{MessageType::Assign, assign().encode(), QByteArray("weights")});
+        run(Message{MessageType::Cancel, CancelMsg{11, QStringLiteral("done elsewhere")}.encode(), {}});
+        run(Message{MessageType::HandBack, HandBackMsg{12, QStringLiteral("cannot")}.encode(), {}});
+        run(Message{MessageType::Bye, ByeMsg{QStringLiteral("bye")}.encode(), {}});
+        run(Message{MessageType::Heartbeat, QCborMap{{QStringLiteral("lease"), QStringLiteral("not a number")}}, {}});
+        run(Message{MessageType::Chunk, {}, QByteArray("rest")});
+        QCOMPARE(seen.size(), 7);
+        QCOMPARE(seen[0], QStringLiteral("heartbeat 3/9"));
+        QCOMPARE(seen[1], QStringLiteral("assign %1").arg(assign().lease));
+        QCOMPARE(seen[2], QStringLiteral("cancel 11")); // Cancel and HandBack share a layout, not a handler
+        QCOMPARE(seen[3], QStringLiteral("hand-back 12"));
+        QCOMPARE(seen[4], QStringLiteral("unhandled ") + describe(MessageType::Bye));
+        QVERIFY2(seen[5].startsWith(QLatin1String("malformed ")) && seen[5].contains(describe(MessageType::Heartbeat))
+                     && seen[5].contains(QLatin1String("'lease'")),
+                 qPrintable(seen[5]));
+        QCOMPARE(seen[6], QStringLiteral("unhandled ") + describe(MessageType::Chunk));
     }
 
     // Absent optional fields mean what they always meant: a Hello that says little, a

@@ -1,8 +1,8 @@
 // The SQLite job store on real files: every kind of record reads back field by field and
 // survives closing and reopening, transactions keep or discard what they wrote, and a file
 // or path that cannot hold a store is refused with a message that names it.
-#include "TestFiles.h"
 #include "StoreFiles.h"
+#include "TestFiles.h"
 #include "engine/coordination/Store.h"
 
 #include <QDir>
