@@ -16,7 +16,9 @@
 #include <QChartView>
 #include <QCheckBox>
 #include <QComboBox>
+#include <QDir>
 #include <QDialogButtonBox>
+#include <QFile>
 #include <QImage>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -24,6 +26,7 @@
 #include <QLineEdit>
 #include <QLineSeries>
 #include <QPlainTextEdit>
+#include <QProcess>
 #include <QPushButton>
 #include <QSpinBox>
 #include <QTableWidget>
@@ -385,6 +388,74 @@ private Q_SLOTS:
         tick.stop();
         QVERIFY2(longestGapMs < 450, qPrintable(QStringLiteral("the agent's thread stood still for %1 ms (states %2)")
                                                     .arg(longestGapMs).arg(states.join(u','))));
+    }
+
+    // Hashing a model file (here the worker's own --model-file, 300 MiB and not the job's),
+    // hashing and writing the model it is then sent, and its shards: on the agent's file
+    // thread, never on the thread it lives on (a window's, in the app).
+    void aWorkerHashingFilesKeepsItsThreadResponsive()
+    {
+        // The job's model: a TorchScript file, as `flotilla train` exports one.
+        const QString run = m_dir.filePath(QStringLiteral("script-run"));
+        const auto trained = test::runFlotilla(
+            {QStringLiteral("train"), QStringLiteral("--model"), QStringLiteral("mlp"), QStringLiteral("--epochs"),
+             QStringLiteral("1"), QStringLiteral("--shards"), QStringLiteral("2"), QStringLiteral("--workers"),
+             QStringLiteral("1"), QStringLiteral("--train-limit"), QStringLiteral("600"), QStringLiteral("--test-limit"),
+             QStringLiteral("100"), QStringLiteral("--preempt-mean"), QStringLiteral("0"), QStringLiteral("--run-dir"), run},
+            120000);
+        QVERIFY2(trained.exitCode == 0, qPrintable(trained.err));
+        // A large file that is not the job's model: the worker hashes all of it before asking.
+        const QString other = m_dir.filePath(QStringLiteral("other.pt"));
+        {
+            QFile f(other);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            const QByteArray block(1 << 20, 'x');
+            for (int i = 0; i < 300; ++i)
+                QCOMPARE(f.write(block), qint64(block.size()));
+        }
+        const quint16 port = test::freeLoopbackPort();
+        const QString tokenFile = m_dir.filePath(QStringLiteral("script-token"));
+        QProcess serve;
+        serve.setProcessChannelMode(QProcess::MergedChannels);
+        serve.start(test::flotillaBinary(),
+                    {QStringLiteral("serve"), QStringLiteral("--run-dir"), m_dir.filePath(QStringLiteral("script-serve")),
+                     QStringLiteral("--identity-dir"), m_dir.filePath(QStringLiteral("script-identity")),
+                     QStringLiteral("--listen"), QStringLiteral("127.0.0.1"), QStringLiteral("--host"),
+                     QStringLiteral("127.0.0.1"), QStringLiteral("--port"), QString::number(port),
+                     QStringLiteral("--token-file"), tokenFile, QStringLiteral("--model"), QStringLiteral("torchscript"),
+                     QStringLiteral("--model-file"), run + QStringLiteral("/model.pt"), QStringLiteral("--epochs"),
+                     QStringLiteral("50"), QStringLiteral("--train-limit"), QStringLiteral("600"),
+                     QStringLiteral("--test-limit"), QStringLiteral("100"), QStringLiteral("--preempt-mean"),
+                     QStringLiteral("0")});
+        QVERIFY(serve.waitForStarted());
+        QTRY_VERIFY_WITH_TIMEOUT(QFileInfo(tokenFile).size() > 0, 60000);
+        QFile tokenText(tokenFile);
+        QVERIFY(tokenText.open(QIODevice::ReadOnly));
+        auto token = net::JoinToken::decode(QString::fromUtf8(tokenText.readAll()).trimmed());
+        QVERIFY2(token, qPrintable(token.error()));
+
+        WorkerAgent::Options o;
+        o.stateDir = m_dir.filePath(QStringLiteral("hashing"));
+        o.name = QStringLiteral("lab-11");
+        o.modelFile = other;
+        WorkerAgent agent(o);
+        QElapsedTimer sinceTick;
+        qint64 longestGapMs = 0;
+        QTimer tick;
+        tick.setInterval(10);
+        connect(&tick, &QTimer::timeout, this, [&] { longestGapMs = std::max(longestGapMs, sinceTick.restart()); });
+        QVERIFY(agent.start(*token));
+        sinceTick.start();
+        tick.start();
+        // Until it trains the job's model, which it had to ask for and keep.
+        QTRY_VERIFY2_WITH_TIMEOUT(agent.status().state == QLatin1String("training") || agent.status().subtasksDone > 0,
+                                  qPrintable(agent.status().state + QLatin1Char(' ') + agent.status().message), 120000);
+        tick.stop();
+        QVERIFY(!QDir(o.stateDir + QStringLiteral("/models")).entryList({QStringLiteral("*.pt")}).isEmpty());
+        serve.terminate();
+        QVERIFY(serve.waitForFinished(30000));
+        QVERIFY2(longestGapMs < 450,
+                 qPrintable(QStringLiteral("the agent's thread stood still for %1 ms").arg(longestGapMs)));
     }
 
     void remoteWorkerIsRevoked()
