@@ -1,7 +1,9 @@
 #pragma once
 // One struct per protocol message, each with the one encode and the one decode of its CBOR
 // header: the worker, the coordinator and the load generator write and read headers only
-// through these. docs/protocol.md describes the fields; Chunk has no header and no struct.
+// through these. Both walk the message's one list of fields (net/Messages.cpp), which says
+// each field's name on the wire, whether it is required and whether it travels only when
+// set. docs/protocol.md describes the fields; Chunk has no header and no struct.
 //
 // decode() checks the type of every field that is present and that the required ones are
 // there; its error names the message and the field. A field is required when the receiver
