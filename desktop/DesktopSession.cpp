@@ -100,11 +100,9 @@ void DesktopSession::started(std::shared_ptr<Result<std::unique_ptr<LocalFleet>>
                 Q_EMIT costUpdated(CostPoint{s.atMs, p.cost.costSpot, p.cost.costOnDemand, p.cost.costActual,
                                                  p.cost.usefulSeconds, p.cost.wastedSeconds});
             });
-    connect(coordinator, &CoordinatorThread::assimilated, this,
-            [this](const AssimilationRecord &a) { Q_EMIT assimilated(toPoint(a)); });
-    connect(coordinator, &CoordinatorThread::evaluated, this,
-            [this](const EvaluationRecord &e) { Q_EMIT evaluated(toPoint(e)); });
-    connect(coordinator, &CoordinatorThread::eventRecorded, this, [this](const EventRecord &e) { Q_EMIT eventAdded(toRow(e)); });
+    connect(coordinator, &CoordinatorThread::assimilated, this, &DesktopSession::assimilated);
+    connect(coordinator, &CoordinatorThread::evaluated, this, &DesktopSession::evaluated);
+    connect(coordinator, &CoordinatorThread::eventRecorded, this, &DesktopSession::eventAdded);
     connect(m_fleet.get(), &LocalFleet::finished, this, [this](bool ok, const QString &message) {
         setState(ok ? JobState::Finished : JobState::Failed,
                  ok ? tr("the model is in %1").arg(QDir(m_runDir).filePath(QStringLiteral("model.pt"))) : message);

@@ -2,7 +2,7 @@
 // What the control center shows, as plain values: the facade (ControlSession) fills them
 // from the engine and the network; the widgets know nothing else of either.
 
-#include "job/EventKind.h"
+#include "job/Records.h"
 
 #include <QList>
 #include <QMetaType>
@@ -56,30 +56,6 @@ struct Snapshot
     QList<WorkerRow> workers;
 };
 
-struct AssimilationPoint
-{
-    qint64 atMs = 0;
-    qint64 seq = 0;
-    qint64 version = 0;
-    qint64 staleness = 0;
-    double loss = 0.0;
-    qint64 samples = 0;
-    double seconds = 0.0;
-    qint64 workerId = 0;
-};
-
-struct EvaluationPoint
-{
-    qint64 atMs = 0;
-    int epoch = 0;
-    qint64 version = 0;
-    double accuracy = 0.0; // the task's score: accuracy, R², mean F1 or token accuracy
-    double loss = 0.0;
-    // The task's further metrics by name (top5_accuracy, rmse, f1/<label>, perplexity, …),
-    // where the history's source keeps them (a run's store does).
-    QList<QPair<QString, double>> metrics = {};
-};
-
 // Cumulative cost up to a moment.
 struct CostPoint
 {
@@ -89,18 +65,6 @@ struct CostPoint
     double actual = 0.0;
     double usefulSeconds = 0.0;
     double wastedSeconds = 0.0;
-};
-
-struct EventRow
-{
-    qint64 atMs = 0;
-    QString kind;
-    qint64 workerId = 0;
-    qint64 subtaskId = 0;
-    qint64 leaseId = 0;
-    QString detail;
-
-    bool is(EventKind k) const { return kind == eventName(k); }
 };
 
 struct SubtaskRow
@@ -133,10 +97,10 @@ struct QueueRow
 // Everything recorded so far, for a job opened again after the app restarted.
 struct History
 {
-    QList<AssimilationPoint> assimilations;
-    QList<EvaluationPoint> evaluations;
+    QList<AssimilationRecord> assimilations;
+    QList<EvaluationRecord> evaluations;
     QList<CostPoint> costs;
-    QList<EventRow> events;
+    QList<EventRecord> events;
 };
 
 // A join token as the token dialog lists it (its secret is never kept, so never shown).
@@ -157,8 +121,5 @@ struct JoinTokenRow
 
 Q_DECLARE_METATYPE(flotilla::JobState)
 Q_DECLARE_METATYPE(flotilla::Snapshot)
-Q_DECLARE_METATYPE(flotilla::AssimilationPoint)
-Q_DECLARE_METATYPE(flotilla::EvaluationPoint)
 Q_DECLARE_METATYPE(flotilla::CostPoint)
-Q_DECLARE_METATYPE(flotilla::EventRow)
 Q_DECLARE_METATYPE(flotilla::History)

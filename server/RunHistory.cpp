@@ -7,21 +7,6 @@
 
 namespace flotilla {
 
-EventRow toRow(const EventRecord &e)
-{
-    return EventRow{e.atMs, e.kind, e.workerId, e.subtaskId, e.leaseId, e.detail};
-}
-
-AssimilationPoint toPoint(const AssimilationRecord &a)
-{
-    return AssimilationPoint{a.atMs, a.seq, a.version, a.staleness, a.loss, a.samples, a.trainSeconds, a.workerId};
-}
-
-EvaluationPoint toPoint(const EvaluationRecord &e)
-{
-    return EvaluationPoint{e.atMs, e.epoch, e.version, e.accuracy, e.loss};
-}
-
 Result<History> readRunHistory(const QString &dbPath)
 {
     if (!QFileInfo::exists(dbPath))
@@ -44,7 +29,7 @@ Result<History> readRunHistory(const QString &dbPath)
         if (!error.isEmpty())
             return fail(QStringLiteral("cannot read '%1': %2").arg(dbPath, error));
     for (const auto &a : *assimilations)
-        h.assimilations << toPoint(a);
+        h.assimilations << a;
     // Each evaluation's named metrics, by the seq of the model it evaluated (a store from
     // before they were kept has only the top-5 accuracy, in the details).
     std::map<qint64, QList<QPair<QString, double>>> named;
@@ -57,12 +42,12 @@ Result<History> readRunHistory(const QString &dbPath)
             if (!named[m.seq].contains(qMakePair(m.name, m.value)) && m.name != QLatin1String("top5_accuracy"))
                 named[m.seq] << qMakePair(m.name, m.value);
     for (const auto &e : *evaluations) {
-        h.evaluations << toPoint(e);
+        h.evaluations << e;
         if (const auto it = named.find(e.seq); it != named.end())
             h.evaluations.last().metrics = it->second;
     }
     for (const auto &e : *events)
-        h.events << toRow(e);
+        h.events << e;
     CostPoint sum;
     for (const auto &l : *ledger) {
         sum.atMs = l.atMs;

@@ -3,7 +3,6 @@
 #include "common/Cbor.h"
 #include "engine/coordination/Coordinator.h"
 #include "engine/coordination/Store.h"
-#include "server/RunHistory.h"
 
 #include <QCborArray>
 #include <QCborMap>
@@ -222,7 +221,7 @@ QByteArray encodeBatch(const WatchBatch &batch)
         events.append(QCborArray{e.atMs, e.kind, e.workerId, e.subtaskId, e.leaseId, e.detail});
     for (const auto &a : batch.rows.assimilations)
         assimilations.append(
-            QCborArray{a.atMs, a.seq, a.version, a.staleness, a.loss, a.samples, a.seconds, a.workerId});
+            QCborArray{a.atMs, a.seq, a.version, a.staleness, a.loss, a.samples, a.trainSeconds, a.workerId});
     for (const auto &e : batch.rows.evaluations)
         evaluations.append(QCborArray{e.atMs, e.epoch, e.version, e.accuracy, e.loss});
     for (const auto &c : batch.rows.costs)
@@ -257,7 +256,13 @@ Result<WatchBatch> decodeBatch(const QByteArray &payload)
         eachRow(m, "events",
                 [&h](const QCborValue &v) -> Result<void> {
                     Row r(v, 6, "event");
-                    EventRow e{r.i64(0), r.text(1), r.i64(2), r.i64(3), r.i64(4), r.text(5)};
+                    EventRecord e;
+                    e.atMs = r.i64(0);
+                    e.kind = r.text(1);
+                    e.workerId = r.i64(2);
+                    e.subtaskId = r.i64(3);
+                    e.leaseId = r.i64(4);
+                    e.detail = r.text(5);
                     if (!r.ok())
                         return r.error();
                     h.events << e;
@@ -266,8 +271,15 @@ Result<WatchBatch> decodeBatch(const QByteArray &payload)
         eachRow(m, "assimilations",
                 [&h](const QCborValue &v) -> Result<void> {
                     Row r(v, 8, "assimilation");
-                    AssimilationPoint a{r.i64(0), r.i64(1), r.i64(2), r.i64(3),
-                                            r.f64(4), r.i64(5), r.f64(6), r.i64(7)};
+                    AssimilationRecord a;
+                    a.atMs = r.i64(0);
+                    a.seq = r.i64(1);
+                    a.version = r.i64(2);
+                    a.staleness = r.i64(3);
+                    a.loss = r.f64(4);
+                    a.samples = r.i64(5);
+                    a.trainSeconds = r.f64(6);
+                    a.workerId = r.i64(7);
                     if (!r.ok())
                         return r.error();
                     h.assimilations << a;
@@ -276,7 +288,12 @@ Result<WatchBatch> decodeBatch(const QByteArray &payload)
         eachRow(m, "evaluations",
                 [&h](const QCborValue &v) -> Result<void> {
                     Row r(v, 5, "evaluation");
-                    EvaluationPoint e{r.i64(0), r.i32(1), r.i64(2), r.f64(3), r.f64(4)};
+                    EvaluationRecord e;
+                    e.atMs = r.i64(0);
+                    e.epoch = r.i32(1);
+                    e.version = r.i64(2);
+                    e.accuracy = r.f64(3);
+                    e.loss = r.f64(4);
                     if (!r.ok())
                         return r.error();
                     h.evaluations << e;
@@ -407,15 +424,15 @@ Result<WatchRead> readAfter(Store &store, const net::WatchCursor &from, int limi
             return fail(QStringLiteral("cannot read the job's store: %1").arg(error));
     History &h = out.batch.rows;
     for (const auto &e : *events) {
-        h.events << toRow(e);
+        h.events << e;
         out.cursor.eventId = e.id;
     }
     for (const auto &a : *assimilations) {
-        h.assimilations << toPoint(a);
+        h.assimilations << a;
         out.cursor.assimilationSeq = a.seq;
     }
     for (const auto &e : *evaluations) {
-        h.evaluations << toPoint(e);
+        h.evaluations << e;
         out.cursor.evaluationId = e.rowId;
     }
     for (const auto &l : *ledger) {
@@ -446,7 +463,7 @@ QByteArray metricsCsv(const History &h)
     for (const auto &a : h.assimilations)
         csv += QStringLiteral("%1,%2,%3,%4,%5,%6,%7,%8\n")
                    .arg(a.seq).arg(a.version).arg(a.atMs).arg(a.staleness).arg(a.loss, 0, 'f', 5).arg(a.samples)
-                   .arg(a.seconds, 0, 'f', 3).arg(a.workerId)
+                   .arg(a.trainSeconds, 0, 'f', 3).arg(a.workerId)
                    .toUtf8();
     csv += "\nepoch,version,at_ms,test_accuracy,test_loss\n";
     for (const auto &e : h.evaluations)

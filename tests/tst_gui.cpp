@@ -581,7 +581,7 @@ private Q_SLOTS:
         release->click();
         auto released = [&] {
             for (const auto &e : events)
-                if (e.at(0).value<EventRow>().is(EventKind::WorkerReleased))
+                if (e.at(0).value<EventRecord>().is(EventKind::WorkerReleased))
                     return true;
             return false;
         };

@@ -7,6 +7,7 @@
 // pauses and resumes it, issues a join token, follows the coordinator through a SIGKILL and
 // a restart without a row shown twice or missed, and stops it. Worker certificates that try
 // to watch, ten at once, are refused, as is an operator that tries to train.
+#include "testsupport/Records.h"
 #include "TestSupport.h"
 
 #include "agent/WorkerAgent.h"
@@ -120,9 +121,9 @@ private Q_SLOTS:
     {
         WatchBatch b;
         b.spec = QStringLiteral("{\"name\":\"x\"}");
-        b.rows.assimilations << AssimilationPoint{1000, 7, 6, 2, 0.5, 320, 1.25, 3};
-        b.rows.evaluations << EvaluationPoint{2000, 1, 6, 0.81, 0.52};
-        b.rows.events << EventRow{3000, QStringLiteral("worker-joined"), 3, 0, 0, QStringLiteral("lab-7")};
+        b.rows.assimilations << records::assimilationAt(1000, 7, 6, 2, 0.5, 320, 1.25, 3);
+        b.rows.evaluations << records::evaluationAt(2000, 1, 6, 0.81, 0.52);
+        b.rows.events << records::eventAt(3000, QStringLiteral("worker-joined"), 3, 0, 0, QStringLiteral("lab-7"));
         b.rows.costs << CostPoint{4000, 0.1, 0.3, 0.05, 12.0, 1.5};
         Snapshot s;
         s.job = QStringLiteral("job");
@@ -141,7 +142,7 @@ private Q_SLOTS:
         QCOMPARE(back->spec, b.spec);
         QCOMPARE(back->rows.assimilations.size(), 1);
         QCOMPARE(back->rows.assimilations[0].seq, 7);
-        QCOMPARE(back->rows.assimilations[0].seconds, 1.25);
+        QCOMPARE(back->rows.assimilations[0].trainSeconds, 1.25);
         QCOMPARE(back->rows.evaluations[0].accuracy, 0.81);
         QCOMPARE(back->rows.events[0].detail, QStringLiteral("lab-7"));
         QCOMPARE(back->rows.costs[0].wastedSeconds, 1.5);

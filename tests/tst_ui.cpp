@@ -2,6 +2,7 @@
 // the session, and what the session reports (states, events, points, snapshots) shows where
 // it should. No engine, no network, no LibTorch: this is the UI alone. tst_gui keeps the
 // end-to-end cases with a real job behind the window.
+#include "testsupport/Records.h"
 #include "job/EventKind.h"
 #include "ui/ControlSession.h"
 #include "ui/Dashboard.h"
@@ -97,9 +98,9 @@ private:
     bool m_contributing = false;
 };
 
-EventRow eventOf(EventKind kind, qint64 atMs, const QString &detail = {})
+EventRecord eventOf(EventKind kind, qint64 atMs, const QString &detail = {})
 {
-    return EventRow { atMs, eventName(kind), 1, 2, 3, detail };
+    return records::eventAt(atMs, eventName(kind), 1, 2, 3, detail);
 }
 
 QAction *toolbarAction(const MainWindow &w, const QString &text)
@@ -204,7 +205,7 @@ public:
     void loadHistory(const QString &dir) override
     {
         History h;
-        h.evaluations << EvaluationPoint{1000, 0, 10, 0.8, 0.5};
+        h.evaluations << records::evaluationAt(1000, 0, 10, 0.8, 0.5);
         Q_EMIT historyLoaded(dir, h);
     }
     Result<void> addFolder(const QString &) override { return {}; }
@@ -366,8 +367,8 @@ private Q_SLOTS:
         Dashboard *d = window.dashboard();
         QVERIFY(!d->everyChartHasData());
 
-        Q_EMIT session.assimilated(AssimilationPoint { 1000, 1, 1, 0, 2.0, 500, 1.0, 1 });
-        Q_EMIT session.assimilated(AssimilationPoint { 2000, 2, 2, 1, 1.0, 500, 1.0, 1 });
+        Q_EMIT session.assimilated(records::assimilationAt(1000, 1, 1, 0, 2.0, 500, 1.0, 1));
+        Q_EMIT session.assimilated(records::assimilationAt(2000, 2, 2, 1, 1.0, 500, 1.0, 1));
         QLineSeries *loss = seriesNamed(*d, QStringLiteral("training loss (average)"));
         QVERIFY(loss);
         // Assimilations are drawn in batches, a few times a second.
@@ -375,7 +376,7 @@ private Q_SLOTS:
         QCOMPARE(loss->at(0).y(), 2.0);
         QCOMPARE(loss->at(1).y(), 0.9 * 2.0 + 0.1 * 1.0);
 
-        Q_EMIT session.evaluated(EvaluationPoint { 2500, 0, 2, 0.815, 0.52 });
+        Q_EMIT session.evaluated(records::evaluationAt(2500, 0, 2, 0.815, 0.52));
         QLineSeries *accuracy = seriesNamed(*d, QStringLiteral("test accuracy"));
         QVERIFY(accuracy);
         QCOMPARE(accuracy->count(), 1);
@@ -415,7 +416,7 @@ private Q_SLOTS:
     {
         Dashboard d;
         for (int i = 1; i <= 600; ++i)
-            d.addAssimilation(AssimilationPoint{1000 + i * 50, i, i, i % 3, 1.0, 32, 0.5, i % 100});
+            d.addAssimilation(records::assimilationAt(1000 + i * 50, i, i, i % 3, 1.0, 32, 0.5, i % 100));
         QVERIFY(!d.isEmpty()); // queued points count
         QLineSeries *loss = seriesNamed(d, QStringLiteral("training loss (average)"));
         auto *staleness = qobject_cast<QXYSeries *>(d.chartView(1)->chart()->series().at(0));
@@ -532,7 +533,7 @@ private Q_SLOTS:
         QTRY_COMPARE(problem("empty"), QString());
 
         // One worker, one version, a trickle of samples, a sliver of a cent.
-        d.addAssimilation(AssimilationPoint{1000, 1, 1, 0, 2.3, 32, 1.0, 1});
+        d.addAssimilation(records::assimilationAt(1000, 1, 1, 0, 2.3, 32, 1.0, 1));
         d.addSnapshot(snapshotAt(1000, 1, 0.4));
         d.addSnapshot(snapshotAt(4000, 1, 0.7));
         d.addCost(CostPoint{4000, 0.000012, 0.00004, 0.000012, 3.0, 0.0});

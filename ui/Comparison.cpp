@@ -136,7 +136,7 @@ void ComparisonWindow::onHistory(const QString &dir, const History &history)
     if (!ours || m_histories.count(dir) > 0)
         return;
     m_histories[dir] = history;
-    for (const EvaluationPoint &e : history.evaluations)
+    for (const EvaluationRecord &e : history.evaluations)
         for (const auto &[name, value] : e.metrics)
             if (!m_named.contains(name)) {
                 m_named << name;
@@ -238,18 +238,18 @@ void ComparisonWindow::rebuild()
             const qsizetype step = std::max<qsizetype>(1, (h.assimilations.size() + kMaxLossPoints - 1) / kMaxLossPoints);
             double ema = -1;
             for (qsizetype k = 0; k < h.assimilations.size(); ++k) {
-                const AssimilationPoint &a = h.assimilations[k];
+                const AssimilationRecord &a = h.assimilations[k];
                 ema = ema < 0 ? a.loss : 0.9 * ema + 0.1 * a.loss;
                 if (k % step == 0 || k + 1 == h.assimilations.size())
                     place(a.atMs, a.version, ema);
             }
         } else if (m_metric == Metric::Named) {
-            for (const EvaluationPoint &e : h.evaluations)
+            for (const EvaluationRecord &e : h.evaluations)
                 for (const auto &[name, value] : e.metrics)
                     if (name == m_namedMetric)
                         place(e.atMs, e.version, value);
         } else {
-            for (const EvaluationPoint &e : h.evaluations)
+            for (const EvaluationRecord &e : h.evaluations)
                 place(e.atMs, e.version, m_metric == Metric::TestAccuracy ? 100.0 * e.accuracy : e.loss);
         }
         s->setPointsVisible(m_metric != Metric::TrainingLoss);
@@ -318,13 +318,13 @@ Result<void> ComparisonWindow::exportCsv(const QString &path) const
                        .arg(value, 0, 'g', 8)
                        .toUtf8();
         };
-        for (const EvaluationPoint &e : it->second.evaluations) {
+        for (const EvaluationRecord &e : it->second.evaluations) {
             row(QStringLiteral("test_accuracy"), e.version, e.atMs, e.accuracy);
             row(QStringLiteral("test_loss"), e.version, e.atMs, e.loss);
             for (const auto &[name, value] : e.metrics)
                 row(QStringLiteral("test_") + name, e.version, e.atMs, value);
         }
-        for (const AssimilationPoint &a : it->second.assimilations)
+        for (const AssimilationRecord &a : it->second.assimilations)
             row(QStringLiteral("training_loss"), a.version, a.atMs, a.loss);
     }
     return writeFileAtomically(path, csv);

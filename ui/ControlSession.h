@@ -77,10 +77,10 @@ Q_SIGNALS:
     void stateChanged(flotilla::JobState state, const QString &message);
     void historyLoaded(const flotilla::History &history);
     void snapshot(const flotilla::Snapshot &snapshot);
-    void assimilated(const flotilla::AssimilationPoint &point);
-    void evaluated(const flotilla::EvaluationPoint &point);
+    void assimilated(const flotilla::AssimilationRecord &point);
+    void evaluated(const flotilla::EvaluationRecord &point);
     void costUpdated(const flotilla::CostPoint &point);
-    void eventAdded(const flotilla::EventRow &event);
+    void eventAdded(const flotilla::EventRecord &event);
     void subtasksLoaded(const QList<flotilla::SubtaskRow> &subtasks);
     // error is empty when the token was issued.
     void tokenIssued(const QString &token, const QString &error);

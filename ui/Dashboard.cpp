@@ -419,8 +419,8 @@ void Dashboard::rebuildLossChart()
     else
         integerRange(m_lossX, 1);
     m_lossX->setTitleText(byTime ? timeTitle() : tr("global model version"));
-    const QList<AssimilationPoint> assimilations = m_assimilations;
-    const QList<EvaluationPoint> evaluations = m_evaluations;
+    const QList<AssimilationRecord> assimilations = m_assimilations;
+    const QList<EvaluationRecord> evaluations = m_evaluations;
     m_assimilations.clear();
     m_evaluations.clear();
     m_lossEma = -1.0;
@@ -432,7 +432,7 @@ void Dashboard::rebuildLossChart()
     flushAssimilations();
 }
 
-void Dashboard::addLossPoint(const AssimilationPoint &p)
+void Dashboard::addLossPoint(const AssimilationRecord &p)
 {
     m_assimilations << p;
     const bool byTime = m_lossAxis->currentIndex() == 0;
@@ -445,7 +445,7 @@ void Dashboard::addLossPoint(const AssimilationPoint &p)
     extend(m_lossY, m_lossEma);
 }
 
-void Dashboard::addAssimilation(const AssimilationPoint &p)
+void Dashboard::addAssimilation(const AssimilationRecord &p)
 {
     addLossPoint(p);
     m_pendingStaleness << QPointF(double(p.version), double(p.staleness));
@@ -492,7 +492,7 @@ void Dashboard::flushAssimilations()
     }
 }
 
-void Dashboard::addEvaluation(const EvaluationPoint &p)
+void Dashboard::addEvaluation(const EvaluationRecord &p)
 {
     m_evaluations << p;
     const bool byTime = m_lossAxis->currentIndex() == 0;
@@ -552,7 +552,7 @@ void Dashboard::addCost(const CostPoint &p)
         m_costChart->setTitle(title);
 }
 
-void Dashboard::addEvent(const EventRow &e)
+void Dashboard::addEvent(const EventRecord &e)
 {
     const double x = timeX(e.atMs);
     // Live, the line follows the coordinator's count (snapshots); from history, or before

@@ -35,8 +35,8 @@ public:
 
     void reset();
     void loadHistory(const History &history);
-    void addAssimilation(const AssimilationPoint &p);
-    void addEvaluation(const EvaluationPoint &p);
+    void addAssimilation(const AssimilationRecord &p);
+    void addEvaluation(const EvaluationRecord &p);
     // The job's score as its task names it (job/Tasks.h): "accuracy" is drawn in percent,
     // any other (R², mean F1) × 100 on the same axis.
     void setScore(const QString &task);
@@ -45,7 +45,7 @@ public:
     QString lastEvaluationText() const;
     QString lastEvaluationDetails() const;
     void addCost(const CostPoint &p);
-    void addEvent(const EventRow &e);
+    void addEvent(const EventRecord &e);
     void addSnapshot(const Snapshot &s);
 
     // Whether nothing has been drawn yet (no point on any chart).
@@ -60,7 +60,7 @@ private:
     QChartView *makeView(QChart *chart);
     void rebuildLossChart();
     // The loss line's point for an assimilation (rebuilding the loss chart adds only these).
-    void addLossPoint(const AssimilationPoint &p);
+    void addLossPoint(const AssimilationRecord &p);
     // A point on a series: at once, or, while a history loads, queued for its end.
     void plot(QXYSeries *series, double x, double y);
     // Draws the assimilations' and costs' points queued since the last time.
@@ -85,8 +85,8 @@ private:
     QComboBox *m_lossAxis = nullptr;
 
     // Loss and accuracy, kept raw so the x axis can switch between time and version.
-    QList<AssimilationPoint> m_assimilations;
-    QList<EvaluationPoint> m_evaluations;
+    QList<AssimilationRecord> m_assimilations;
+    QList<EvaluationRecord> m_evaluations;
     QLineSeries *m_loss = nullptr;
     QLineSeries *m_accuracy = nullptr;
     QValueAxis *m_lossX = nullptr;

@@ -133,7 +133,7 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
     connect(m_session, &ControlSession::assimilated, m_dashboard, &Dashboard::addAssimilation);
     connect(m_session, &ControlSession::evaluated, m_dashboard, &Dashboard::addEvaluation);
     connect(m_session, &ControlSession::costUpdated, m_dashboard, &Dashboard::addCost);
-    connect(m_session, &ControlSession::eventAdded, this, [this](const EventRow &e) {
+    connect(m_session, &ControlSession::eventAdded, this, [this](const EventRecord &e) {
         m_dashboard->addEvent(e);
         m_events->addEvent(e);
         // Things that need the user's attention also show in the status bar; the events

@@ -228,7 +228,7 @@ void EventsView::clear()
     m_table->setRowCount(0);
 }
 
-void EventsView::addEvent(const EventRow &e)
+void EventsView::addEvent(const EventRecord &e)
 {
     if (m_table->rowCount() >= kMaxEvents)
         m_table->removeRow(0);
@@ -237,9 +237,9 @@ void EventsView::addEvent(const EventRow &e)
     fillRow(r, e);
 }
 
-void EventsView::addEvents(const QList<EventRow> &events)
+void EventsView::addEvents(const QList<EventRecord> &events)
 {
-    const QList<EventRow> kept = events.mid(std::max<qsizetype>(0, events.size() - kMaxEvents));
+    const QList<EventRecord> kept = events.mid(std::max<qsizetype>(0, events.size() - kMaxEvents));
     const int drop = std::max(0, m_table->rowCount() + int(kept.size()) - kMaxEvents);
     m_table->setUpdatesEnabled(false);
     if (drop > 0)
@@ -251,7 +251,7 @@ void EventsView::addEvents(const QList<EventRow> &events)
     m_table->setUpdatesEnabled(true);
 }
 
-void EventsView::fillRow(int r, const EventRow &e)
+void EventsView::fillRow(int r, const EventRecord &e)
 {
     m_table->setItem(r, 0, cell(clock(e.atMs)));
     m_table->setItem(r, 1, cell(e.kind));

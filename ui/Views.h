@@ -66,16 +66,16 @@ class EventsView : public QWidget
 public:
     explicit EventsView(QWidget *parent = nullptr);
     void clear();
-    void addEvent(const EventRow &e);
+    void addEvent(const EventRecord &e);
     // Many at once (a history): the table is laid out once.
-    void addEvents(const QList<EventRow> &events);
+    void addEvents(const QList<EventRecord> &events);
     QTableWidget *table() const { return m_table; }
     void setFilter(const QString &kind, const QString &text);
     int visibleRows() const;
 
 private:
     void apply(int row);
-    void fillRow(int row, const EventRow &e);
+    void fillRow(int row, const EventRecord &e);
     QTableWidget *m_table = nullptr;
     QLineEdit *m_filter = nullptr;
     QComboBox *m_kind = nullptr;

@@ -137,9 +137,6 @@ private:
 } // namespace flotilla
 
 Q_DECLARE_METATYPE(flotilla::JobProgress)
-Q_DECLARE_METATYPE(flotilla::EventRecord)
-Q_DECLARE_METATYPE(flotilla::AssimilationRecord)
-Q_DECLARE_METATYPE(flotilla::EvaluationRecord)
 Q_DECLARE_METATYPE(std::vector<flotilla::WorkerStatus>)
 Q_DECLARE_METATYPE(flotilla::SubmitReply)
 Q_DECLARE_METATYPE(std::optional<flotilla::Assignment>)

@@ -9,6 +9,7 @@
 #include "common/Result.h"
 #include "engine/coordination/Scheduler.h"
 #include "job/EventKind.h"
+#include "job/Records.h"
 
 #include <QString>
 
@@ -57,25 +58,6 @@ struct StateRecord
     qint64 atMs = 0;
 };
 
-struct AssimilationRecord
-{
-    qint64 seq = 0;
-    qint64 version = 0;
-    int epoch = 0;
-    int shard = 0;
-    qint64 subtaskId = 0;
-    qint64 leaseId = 0;
-    qint64 workerId = 0;
-    qint64 staleness = 0;
-    double credit = 0.0;
-    qint64 samples = 0; // sample-steps trained
-    qint64 begin = 0;   // positions [begin, coveredEnd) of the shard's epoch order
-    qint64 coveredEnd = 0;
-    double loss = 0.0;
-    double trainSeconds = 0.0;
-    qint64 atMs = 0;
-};
-
 // What an evaluation found beyond accuracy and loss: top-5 accuracy (-1 with five classes or
 // fewer) and the confusion matrix, counts[true class × classes + predicted class].
 struct EvaluationDetail
@@ -108,28 +90,6 @@ struct EvaluationMetric
     qint64 seq = 0;
     QString name;
     double value = 0.0;
-};
-
-struct EvaluationRecord
-{
-    int epoch = 0;
-    qint64 version = 0;
-    qint64 seq = 0;
-    double accuracy = 0.0;
-    double loss = 0.0;
-    qint64 atMs = 0;
-    qint64 rowId = 0; // in the order evaluations were recorded (a late retry comes last)
-};
-
-struct EventRecord
-{
-    qint64 id = 0;
-    qint64 atMs = 0;
-    QString kind;
-    qint64 workerId = 0;
-    qint64 subtaskId = 0;
-    qint64 leaseId = 0;
-    QString detail;
 };
 
 struct LedgerRecord
