@@ -11,6 +11,7 @@
 #include <QDateTime>
 
 #include <map>
+#include <tuple>
 
 namespace flotilla {
 
@@ -21,40 +22,45 @@ QString key(const char *k)
     return QString::fromLatin1(k);
 }
 
-// Reads one row (a CBOR array) of a batch; the first field of the wrong type fails it.
+// Reads one row (a CBOR array) of a batch; the first column of the wrong type fails it.
 class Row
 {
 public:
-    Row(const QCborValue &value, qsizetype fields, const char *what) : m_what(what)
+    Row(const QCborValue &value, qsizetype columns, const char *what) : m_what(what)
     {
-        m_ok = value.isArray() && value.toArray().size() == fields;
+        m_ok = value.isArray() && value.toArray().size() == columns;
         if (m_ok)
             m_row = value.toArray();
     }
-    qint64 i64(qsizetype i)
+    void read(qsizetype i, qint64 &out)
     {
         const QCborValue v = m_row.at(i);
         m_ok = m_ok && v.isInteger();
-        return cborInteger(v);
+        out = cborInteger(v);
     }
-    int i32(qsizetype i) { return int(std::clamp<qint64>(i64(i), INT_MIN, INT_MAX)); }
-    double f64(qsizetype i)
+    void read(qsizetype i, int &out)
+    {
+        qint64 value = 0;
+        read(i, value);
+        out = int(std::clamp<qint64>(value, INT_MIN, INT_MAX));
+    }
+    void read(qsizetype i, double &out)
     {
         const QCborValue v = m_row.at(i);
         m_ok = m_ok && (v.isDouble() || v.isInteger());
-        return v.isDouble() ? v.toDouble() : double(cborInteger(v));
+        out = v.isDouble() ? v.toDouble() : double(cborInteger(v));
     }
-    bool boolean(qsizetype i)
+    void read(qsizetype i, bool &out)
     {
         const QCborValue v = m_row.at(i);
         m_ok = m_ok && v.isBool();
-        return v.toBool();
+        out = v.toBool();
     }
-    QString text(qsizetype i)
+    void read(qsizetype i, QString &out)
     {
         const QCborValue v = m_row.at(i);
         m_ok = m_ok && v.isString();
-        return v.toString();
+        out = v.toString();
     }
     bool ok() const { return m_ok; }
     Error error() const { return Error{QStringLiteral("a malformed %1 row in the coordinator's update").arg(QLatin1String(m_what))}; }
@@ -64,6 +70,71 @@ private:
     const char *m_what;
     bool m_ok = false;
 };
+
+// Each row's columns, in the order they travel: the one list that encode and decode share.
+auto columns(EventRecord &e)
+{
+    return std::tie(e.atMs, e.kind, e.workerId, e.subtaskId, e.leaseId, e.detail);
+}
+
+auto columns(AssimilationRecord &a)
+{
+    return std::tie(a.atMs, a.seq, a.version, a.staleness, a.loss, a.samples, a.trainSeconds, a.workerId);
+}
+
+auto columns(EvaluationRecord &e)
+{
+    return std::tie(e.atMs, e.epoch, e.version, e.accuracy, e.loss);
+}
+
+auto columns(CostPoint &c)
+{
+    return std::tie(c.atMs, c.spot, c.onDemand, c.actual, c.usefulSeconds, c.wastedSeconds);
+}
+
+auto columns(WorkerRow &w)
+{
+    return std::tie(w.id, w.name, w.address, w.device, w.threads, w.online, w.samplesPerSecond, w.subtask, w.progress,
+                    w.leasesCompleted, w.leasesLost, w.preemptions, w.instanceType, w.priceClass, w.cost,
+                    w.costOnDemand, w.trust, w.rejected, w.quarantined, w.quarantineReason);
+}
+
+auto columns(SubtaskRow &s)
+{
+    return std::tie(s.id, s.epoch, s.shard, s.begin, s.end, s.state, s.attempts, s.assimilatedSeq, s.history);
+}
+
+auto columns(JoinTokenRow &t)
+{
+    return std::tie(t.id, t.state, t.live, t.usesLeft, t.usesTotal, t.createdMs, t.expiresMs, t.note, t.operatorRole);
+}
+
+template<typename T> QCborArray toRow(T row)
+{
+    QCborArray out;
+    std::apply([&out](const auto &...column) { (out.append(QCborValue(column)), ...); }, columns(row));
+    return out;
+}
+
+template<typename T> QCborArray toRows(const QList<T> &rows)
+{
+    QCborArray out;
+    for (const T &row : rows)
+        out.append(toRow(row));
+    return out;
+}
+
+template<typename T> Result<T> fromRow(const QCborValue &value, const char *what)
+{
+    T row;
+    auto list = columns(row);
+    Row r(value, qsizetype(std::tuple_size_v<decltype(list)>), what);
+    qsizetype i = 0;
+    std::apply([&r, &i](auto &...column) { (r.read(i++, column), ...); }, list);
+    if (!r.ok())
+        return r.error();
+    return row;
+}
 
 // Every item of a list field through read, which returns false for a malformed one.
 template <typename Read>
@@ -80,14 +151,20 @@ Result<void> eachRow(const QCborMap &map, const char *field, Read read)
     return {};
 }
 
+// Every row of a list field, of one kind, appended to out.
+template<typename T> Result<void> readRows(const QCborMap &map, const char *field, const char *what, QList<T> &out)
+{
+    return eachRow(map, field, [&out, what](const QCborValue &v) -> Result<void> {
+        auto row = fromRow<T>(v, what);
+        if (!row)
+            return row.takeError();
+        out << *row;
+        return {};
+    });
+}
+
 QCborMap encodeSnapshot(const Snapshot &s)
 {
-    QCborArray workers;
-    for (const WorkerRow &w : s.workers)
-        workers.append(QCborArray{w.id, w.name, w.address, w.device, w.threads, w.online, w.samplesPerSecond,
-                                  w.subtask, w.progress, w.leasesCompleted, w.leasesLost, w.preemptions,
-                                  w.instanceType, w.priceClass, w.cost, w.costOnDemand, w.trust, w.rejected,
-                                  w.quarantined, w.quarantineReason});
     return QCborMap{{key("job"), s.job},
                     {key("epochs_done"), s.epochsDone},
                     {key("epochs"), s.epochs},
@@ -102,7 +179,7 @@ QCborMap encodeSnapshot(const Snapshot &s)
                     {key("finished"), s.finished},
                     {key("stalled"), s.stalled},
                     {key("at_ms"), s.atMs},
-                    {key("workers"), workers}};
+                    {key("workers"), toRows(s.workers)}};
 }
 
 Result<Snapshot> decodeSnapshot(const QCborValue &value)
@@ -125,34 +202,7 @@ Result<Snapshot> decodeSnapshot(const QCborValue &value)
     s.finished = m.value(key("finished")).toBool();
     s.stalled = m.value(key("stalled")).toString().left(2000);
     s.atMs = cborInteger(m.value(key("at_ms")));
-    auto workers = eachRow(m, "workers", [&s](const QCborValue &v) -> Result<void> {
-        Row r(v, 20, "worker");
-        WorkerRow w;
-        w.id = r.i64(0);
-        w.name = r.text(1);
-        w.address = r.text(2);
-        w.device = r.text(3);
-        w.threads = r.i32(4);
-        w.online = r.boolean(5);
-        w.samplesPerSecond = r.f64(6);
-        w.subtask = r.text(7);
-        w.progress = r.f64(8);
-        w.leasesCompleted = r.i32(9);
-        w.leasesLost = r.i32(10);
-        w.preemptions = r.i32(11);
-        w.instanceType = r.text(12);
-        w.priceClass = r.text(13);
-        w.cost = r.f64(14);
-        w.costOnDemand = r.f64(15);
-        w.trust = r.f64(16);
-        w.rejected = r.i32(17);
-        w.quarantined = r.boolean(18);
-        w.quarantineReason = r.text(19);
-        if (!r.ok())
-            return r.error();
-        s.workers << w;
-        return {};
-    });
+    auto workers = readRows(m, "workers", "worker", s.workers);
     if (!workers)
         return workers.takeError();
     return s;
@@ -216,29 +266,14 @@ QByteArray encodeBatch(const WatchBatch &batch)
     QCborMap m;
     if (!batch.spec.isEmpty())
         m.insert(key("spec"), batch.spec);
-    QCborArray events, assimilations, evaluations, costs;
-    for (const auto &e : batch.rows.events)
-        events.append(QCborArray{e.atMs, e.kind, e.workerId, e.subtaskId, e.leaseId, e.detail});
-    for (const auto &a : batch.rows.assimilations)
-        assimilations.append(
-            QCborArray{a.atMs, a.seq, a.version, a.staleness, a.loss, a.samples, a.trainSeconds, a.workerId});
-    for (const auto &e : batch.rows.evaluations)
-        evaluations.append(QCborArray{e.atMs, e.epoch, e.version, e.accuracy, e.loss});
-    for (const auto &c : batch.rows.costs)
-        costs.append(QCborArray{c.atMs, c.spot, c.onDemand, c.actual, c.usefulSeconds, c.wastedSeconds});
-    m.insert(key("events"), events);
-    m.insert(key("assimilations"), assimilations);
-    m.insert(key("evaluations"), evaluations);
-    m.insert(key("costs"), costs);
+    m.insert(key("events"), toRows(batch.rows.events));
+    m.insert(key("assimilations"), toRows(batch.rows.assimilations));
+    m.insert(key("evaluations"), toRows(batch.rows.evaluations));
+    m.insert(key("costs"), toRows(batch.rows.costs));
     if (batch.snapshot)
         m.insert(key("snapshot"), encodeSnapshot(*batch.snapshot));
-    if (batch.tokens) {
-        QCborArray tokens;
-        for (const auto &t : *batch.tokens)
-            tokens.append(QCborArray{t.id, t.state, t.live, t.usesLeft, t.usesTotal, t.createdMs, t.expiresMs, t.note,
-                                     t.operatorRole});
-        m.insert(key("tokens"), tokens);
-    }
+    if (batch.tokens)
+        m.insert(key("tokens"), toRows(*batch.tokens));
     return m.toCborValue().toCbor();
 }
 
@@ -253,61 +288,10 @@ Result<WatchBatch> decodeBatch(const QByteArray &payload)
     b.spec = m.value(key("spec")).toString();
     History &h = b.rows;
     const Result<void> rows[] = {
-        eachRow(m, "events",
-                [&h](const QCborValue &v) -> Result<void> {
-                    Row r(v, 6, "event");
-                    EventRecord e;
-                    e.atMs = r.i64(0);
-                    e.kind = r.text(1);
-                    e.workerId = r.i64(2);
-                    e.subtaskId = r.i64(3);
-                    e.leaseId = r.i64(4);
-                    e.detail = r.text(5);
-                    if (!r.ok())
-                        return r.error();
-                    h.events << e;
-                    return {};
-                }),
-        eachRow(m, "assimilations",
-                [&h](const QCborValue &v) -> Result<void> {
-                    Row r(v, 8, "assimilation");
-                    AssimilationRecord a;
-                    a.atMs = r.i64(0);
-                    a.seq = r.i64(1);
-                    a.version = r.i64(2);
-                    a.staleness = r.i64(3);
-                    a.loss = r.f64(4);
-                    a.samples = r.i64(5);
-                    a.trainSeconds = r.f64(6);
-                    a.workerId = r.i64(7);
-                    if (!r.ok())
-                        return r.error();
-                    h.assimilations << a;
-                    return {};
-                }),
-        eachRow(m, "evaluations",
-                [&h](const QCborValue &v) -> Result<void> {
-                    Row r(v, 5, "evaluation");
-                    EvaluationRecord e;
-                    e.atMs = r.i64(0);
-                    e.epoch = r.i32(1);
-                    e.version = r.i64(2);
-                    e.accuracy = r.f64(3);
-                    e.loss = r.f64(4);
-                    if (!r.ok())
-                        return r.error();
-                    h.evaluations << e;
-                    return {};
-                }),
-        eachRow(m, "costs",
-                [&h](const QCborValue &v) -> Result<void> {
-                    Row r(v, 6, "cost");
-                    CostPoint c{r.i64(0), r.f64(1), r.f64(2), r.f64(3), r.f64(4), r.f64(5)};
-                    if (!r.ok())
-                        return r.error();
-                    h.costs << c;
-                    return {};
-                }),
+        readRows(m, "events", "event", h.events),
+        readRows(m, "assimilations", "assimilation", h.assimilations),
+        readRows(m, "evaluations", "evaluation", h.evaluations),
+        readRows(m, "costs", "cost", h.costs),
     };
     for (const auto &r : rows)
         if (!r)
@@ -320,15 +304,7 @@ Result<WatchBatch> decodeBatch(const QByteArray &payload)
     }
     if (m.contains(key("tokens"))) {
         QList<JoinTokenRow> tokens;
-        auto read = eachRow(m, "tokens", [&tokens](const QCborValue &v) -> Result<void> {
-            Row r(v, 9, "token");
-            JoinTokenRow t{r.text(0), r.text(1), r.boolean(2), r.i32(3), r.i32(4),
-                               r.i64(5),  r.i64(6),  r.text(7),    r.boolean(8)};
-            if (!r.ok())
-                return r.error();
-            tokens << t;
-            return {};
-        });
+        auto read = readRows(m, "tokens", "token", tokens);
         if (!read)
             return read.takeError();
         b.tokens = tokens;
@@ -338,10 +314,7 @@ Result<WatchBatch> decodeBatch(const QByteArray &payload)
 
 QByteArray encodeSubtasks(const QList<SubtaskRow> &rows)
 {
-    QCborArray list;
-    for (const auto &s : rows)
-        list.append(QCborArray{s.id, s.epoch, s.shard, s.begin, s.end, s.state, s.attempts, s.assimilatedSeq, s.history});
-    return QCborMap{{key("subtasks"), list}}.toCborValue().toCbor();
+    return QCborMap{{key("subtasks"), toRows(rows)}}.toCborValue().toCbor();
 }
 
 Result<QList<SubtaskRow>> decodeSubtasks(const QByteArray &payload)
@@ -351,14 +324,7 @@ Result<QList<SubtaskRow>> decodeSubtasks(const QByteArray &payload)
     if (error.error != QCborError::NoError || !value.isMap())
         return fail(QStringLiteral("the coordinator's subtask list is not a CBOR map (%1)").arg(error.errorString()));
     QList<SubtaskRow> out;
-    auto read = eachRow(value.toMap(), "subtasks", [&out](const QCborValue &v) -> Result<void> {
-        Row r(v, 9, "subtask");
-        SubtaskRow s{r.i64(0), r.i32(1), r.i32(2), r.i64(3), r.i64(4), r.text(5), r.i32(6), r.i64(7), r.text(8)};
-        if (!r.ok())
-            return r.error();
-        out << s;
-        return {};
-    });
+    auto read = readRows(value.toMap(), "subtasks", "subtask", out);
     if (!read)
         return read.takeError();
     return out;
