@@ -1,13 +1,19 @@
 #include "app/JobOptions.h"
 
+#include "app/CommandLine.h"
+#include "common/LogCategories.h"
+#include "engine/coordination/LocalFleet.h"
+
 #include "engine/data/JobData.h"
 #include "engine/training/Device.h"
 #include "job/Tasks.h"
 
+#include <QCoreApplication>
 #include <QDateTime>
 #include <QFileInfo>
 #include <QStandardPaths>
 #include <QThread>
+#include <QTimer>
 
 #include <atomic>
 #include <csignal>
@@ -449,6 +455,52 @@ void ProgressPrinter::endLine()
     if (m_drawn)
         std::printf("\n");
     m_drawn = false;
+}
+
+int runJobToEnd(LocalFleet &f, const JobRun &run)
+{
+    const JobSpec &spec = f.spec();
+    ProgressPrinter printer(run.quiet, spec.fleet.workers, spec.training.task);
+    QElapsedTimer wall;
+    wall.start();
+    int exitCode = ExitOk;
+    QObject::connect(&f, &LocalFleet::progressed, &f, [&](const JobProgress &p, int alive) {
+        printer.update(p, run.countConnected ? p.workersOnline : alive);
+    });
+    QObject::connect(&f, &LocalFleet::finished, &f, [&](bool done, const QString &message) {
+        if (!done) {
+            qCCritical(lcApp).noquote() << "the job stopped:" << message;
+            if (!run.failureHint.isEmpty())
+                std::fprintf(stderr, "%s\n", run.failureHint.toUtf8().constData());
+            exitCode = ExitFailure;
+        }
+        QTimer::singleShot(done ? run.quitDelayMs : 0, qApp, &QCoreApplication::quit);
+    });
+    installStopSignals();
+    QTimer signalPoll;
+    QObject::connect(&signalPoll, &QTimer::timeout, &f, [&] {
+        if (pendingStopSignal() == 0)
+            return;
+        std::fprintf(stderr, "\n%s\n", run.stopMessage.toUtf8().constData());
+        exitCode = ExitInterrupted;
+        QCoreApplication::quit();
+    });
+    signalPoll.start(100);
+    if (run.connectMore)
+        run.connectMore(exitCode);
+
+    f.start();
+    QCoreApplication::exec();
+    signalPoll.stop();
+    if (run.beforeStop)
+        run.beforeStop();
+    f.stop();
+    if (exitCode == ExitOk) {
+        printer.endLine();
+        printSummary(printer.last(), f.runDir(), wall.elapsed(), spec.training.task);
+    }
+    setLogFile({});
+    return exitCode;
 }
 
 } // namespace flotilla

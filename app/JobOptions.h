@@ -11,9 +11,12 @@
 #include <QElapsedTimer>
 
 #include <cstdio>
+#include <functional>
 #include <optional>
 
 namespace flotilla {
+
+class LocalFleet;
 
 void addJobOptions(QCommandLineParser &parser);
 // The job from --job (or the default job) with the other flags applied, validated.
@@ -56,5 +59,24 @@ private:
     QElapsedTimer m_sinceLine;
     JobProgress m_last;
 };
+
+// How a command runs its job's fleet to the end (train: its own workers; serve: the
+// network's too): the progress line, graceful stops on SIGINT/SIGTERM and the summary of a
+// finished job.
+struct JobRun
+{
+    bool quiet = false;
+    bool countConnected = false; // the line's live workers: all connected (serve), else the fleet's own
+    QString failureHint;         // printed after a failure (how to resume); empty: nothing
+    QString stopMessage;         // printed when a stop signal comes
+    int quitDelayMs = 0;         // after a finished job, so that the workers hear it before the endpoint goes
+    // Further reasons to stop (an operator's Stop), connected before the fleet starts; they
+    // set the exit code and quit the event loop.
+    std::function<void(int &exitCode)> connectMore = {};
+    std::function<void()> beforeStop = {}; // after the event loop, before the fleet stops
+};
+// Starts the fleet, runs the event loop until the job ends or is stopped, stops the fleet and
+// closes the log file. Returns the command's exit code.
+int runJobToEnd(LocalFleet &fleet, const JobRun &run);
 
 } // namespace flotilla

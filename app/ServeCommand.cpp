@@ -13,7 +13,6 @@
 #include <QCryptographicHash>
 #include <QDateTime>
 #include <QDir>
-#include <QElapsedTimer>
 #include <QFile>
 #include <QFileInfo>
 #include <QHostInfo>
@@ -270,52 +269,26 @@ int runServeCommand(const QStringList &arguments)
     if (fleetMode)
         return runFleetService(network, options.identityDir, concurrentJobs, parser.isSet(QStringLiteral("quiet")));
 
-    LocalFleet &f = *single;
-    const JobSpec &spec = f.spec();
-    ProgressPrinter printer(parser.isSet(QStringLiteral("quiet")), spec.fleet.workers, spec.training.task);
-    QElapsedTimer wall;
-    wall.start();
-    int exitCode = ExitOk;
-    QObject::connect(&f, &LocalFleet::progressed, &f,
-                     [&](const JobProgress &p, int) { printer.update(p, p.workersOnline); });
-    QObject::connect(&f, &LocalFleet::finished, &f, [&](bool done, const QString &message) {
-        if (!done) {
-            qCCritical(lcApp).noquote() << "the job stopped:" << message;
-            exitCode = ExitFailure;
-        }
-        // Let the workers hear that the job is finished before the endpoint goes.
-        QTimer::singleShot(done ? 1500 : 0, qApp, &QCoreApplication::quit);
-    });
-    installStopSignals();
-    QTimer signalPoll;
-    QObject::connect(&signalPoll, &QTimer::timeout, &f, [&] {
-        if (pendingStopSignal() == 0)
-            return;
-        std::fprintf(stderr, "\nStopping the coordinator. Resume with the same command; workers reconnect.\n");
-        exitCode = ExitInterrupted;
-        QCoreApplication::quit();
-    });
-    signalPoll.start(100);
+    JobRun run;
+    run.quiet = parser.isSet(QStringLiteral("quiet"));
+    run.countConnected = true;
+    run.stopMessage = QStringLiteral("Stopping the coordinator. Resume with the same command; workers reconnect.");
+    // Let the workers hear that the job is finished before the endpoint goes.
+    run.quitDelayMs = 1500;
     // An operator's Stop (a control center attached with an operator token): as a SIGTERM,
     // once its answer has had a moment to leave.
-    QObject::connect(network.server(), &FleetServer::stopRequested, &f, [&](const QString &by) {
-        std::fprintf(stderr, "\nStopping the coordinator: operator %s asked to. Resume with the same command; workers "
-                             "reconnect.\n",
-                     by.toUtf8().constData());
-        exitCode = ExitInterrupted;
-        QTimer::singleShot(500, qApp, &QCoreApplication::quit);
-    });
-    f.start();
-    QCoreApplication::exec();
-    signalPoll.stop();
-    network.stop();
-    f.stop();
-    if (exitCode == ExitOk) {
-        printer.endLine();
-        printSummary(printer.last(), f.runDir(), wall.elapsed(), f.spec().training.task);
-    }
-    setLogFile({});
-    return exitCode;
+    run.connectMore = [&network, &single](int &exitCode) {
+        QObject::connect(network.server(), &FleetServer::stopRequested, single.get(), [&exitCode](const QString &by) {
+            std::fprintf(stderr,
+                         "\nStopping the coordinator: operator %s asked to. Resume with the same command; workers "
+                         "reconnect.\n",
+                         by.toUtf8().constData());
+            exitCode = ExitInterrupted;
+            QTimer::singleShot(500, qApp, &QCoreApplication::quit);
+        });
+    };
+    run.beforeStop = [&network] { network.stop(); };
+    return runJobToEnd(*single, run);
 }
 
 } // namespace flotilla

@@ -12,14 +12,11 @@
 #include <QCoreApplication>
 #include <QDateTime>
 #include <QDir>
-#include <QElapsedTimer>
 #include <QFileInfo>
 #include <QStandardPaths>
-#include <QTimer>
 
 #include <algorithm>
 #include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <limits>
 
@@ -96,44 +93,13 @@ int runTrainCommand(const QStringList &arguments)
                     : "off");
     std::fflush(stdout);
 
-    ProgressPrinter printer(parser.isSet(QStringLiteral("quiet")), spec.fleet.workers, spec.training.task);
-    QElapsedTimer wall;
-    wall.start();
-    int exitCode = ExitOk;
-
-    QObject::connect(&f, &LocalFleet::progressed, &f,
-                     [&](const JobProgress &p, int alive) { printer.update(p, alive); });
-    QObject::connect(&f, &LocalFleet::finished, &f, [&](bool ok, const QString &message) {
-        if (!ok) {
-            qCCritical(lcApp).noquote() << "the job stopped:" << message;
-            std::fprintf(stderr, "Resume it with: flotilla train --run-dir %s\n", f.runDir().toUtf8().constData());
-            exitCode = ExitFailure;
-        }
-        QCoreApplication::quit();
-    });
-
-    installStopSignals();
-    QTimer signalPoll;
-    QObject::connect(&signalPoll, &QTimer::timeout, &f, [&] {
-        if (pendingStopSignal() == 0)
-            return;
-        std::fprintf(stderr, "\nStopping: the workers hand in what they trained so far. Resume with: flotilla train --run-dir %s\n",
-                     f.runDir().toUtf8().constData());
-        exitCode = ExitInterrupted;
-        QCoreApplication::quit();
-    });
-    signalPoll.start(100);
-
-    f.start();
-    QCoreApplication::exec();
-    signalPoll.stop();
-    f.stop();
-    if (exitCode == ExitOk) {
-        printer.endLine();
-        printSummary(printer.last(), f.runDir(), wall.elapsed(), f.spec().training.task);
-    }
-    setLogFile({});
-    return exitCode;
+    JobRun run;
+    run.quiet = parser.isSet(QStringLiteral("quiet"));
+    run.failureHint = QStringLiteral("Resume it with: flotilla train --run-dir %1").arg(f.runDir());
+    run.stopMessage = QStringLiteral("Stopping: the workers hand in what they trained so far. Resume with: flotilla "
+                                     "train --run-dir %1")
+                          .arg(f.runDir());
+    return runJobToEnd(f, run);
 }
 
 } // namespace flotilla
