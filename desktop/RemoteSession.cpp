@@ -17,16 +17,6 @@ namespace flotilla {
 
 namespace {
 
-net::WorkerClient::Options clientOptions(const RemoteSession::Options &o)
-{
-    net::WorkerClient::Options c;
-    c.stateDir = o.stateDir;
-    c.name = o.name;
-    c.initialBackoffMs = 250;
-    c.maxBackoffMs = o.maxBackoffMs;
-    return c;
-}
-
 std::optional<JobState> stateNamed(const QString &name)
 {
     if (name == QLatin1String("running"))
@@ -47,7 +37,9 @@ std::optional<JobState> stateNamed(const QString &name)
 } // namespace
 
 RemoteSession::RemoteSession(Options options, QObject *parent)
-    : ControlSession(parent), m_options(std::move(options)), m_client(clientOptions(m_options))
+    : ControlSession(parent),
+      m_options(std::move(options)),
+      m_client(net::WorkerClient::Options::forPerson(m_options.stateDir, m_options.name, m_options.maxBackoffMs))
 {
     qRegisterMetaType<JobState>();
     qRegisterMetaType<Snapshot>();

@@ -820,15 +820,8 @@ void TlsListener::drop(qint64 id, const QString &reason, bool fatal, bool error,
     if (TlsSocket *socket = c->socket) {
         socket->disconnect(this);
         if (!socket->isEncrypted()) {
-            // Nothing can be said before TLS: close it on the next turn of the event loop (we
-            // may be inside one of its TLS calls now, which must not see its state freed).
-            QMetaObject::invokeMethod(
-                socket,
-                [socket] {
-                    socket->abort();
-                    socket->deleteLater();
-                },
-                Qt::QueuedConnection);
+            // Nothing can be said before TLS: close it (we may be inside one of its TLS calls).
+            socket->abortLater();
         } else {
             // The Error must leave before the socket goes: close once the bytes are written
             // (or after a few seconds if the peer does not read them), and only then delete it.

@@ -853,6 +853,17 @@ void TlsSocket::abort()
     closeNow(true);
 }
 
+void TlsSocket::abortLater()
+{
+    QMetaObject::invokeMethod(
+        this,
+        [this] {
+            abort();
+            deleteLater();
+        },
+        Qt::QueuedConnection);
+}
+
 void TlsSocket::fail(QAbstractSocket::SocketError error, const QString &text)
 {
     if (m_state == State::Unconnected)

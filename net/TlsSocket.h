@@ -129,6 +129,10 @@ public:
     void disconnectFromHost();
     // Closes now, dropping what is queued.
     void abort();
+    // Aborts and deletes the socket on the next turn of the event loop: for a caller that may
+    // be inside one of its TLS calls now (a handshake's signal), which must not see its state
+    // freed.
+    void abortLater();
     QAbstractSocket::SocketError socketError() const { return m_error; }
 
     bool isSequential() const override { return true; }

@@ -36,6 +36,18 @@ public:
         int initialBackoffMs = 500;
         int maxBackoffMs = 30000;
         int stallTimeoutMs = 15000;
+
+        // A person's connection (a control center attached from elsewhere, a queue command
+        // from this shell): someone waits, so it tries again sooner than a worker does.
+        static Options forPerson(const QString &stateDir, const QString &name, int maxBackoffMs)
+        {
+            Options o;
+            o.stateDir = stateDir;
+            o.name = name;
+            o.initialBackoffMs = 250;
+            o.maxBackoffMs = maxBackoffMs;
+            return o;
+        }
     };
 
     explicit WorkerClient(Options options, QObject *parent = nullptr);

@@ -5,22 +5,10 @@
 
 namespace flotilla {
 
-namespace {
-
-net::WorkerClient::Options clientOptions(const FleetClient::Options &o)
-{
-    net::WorkerClient::Options c;
-    c.stateDir = o.stateDir;
-    c.name = o.name;
-    c.initialBackoffMs = 250;
-    c.maxBackoffMs = 2000;
-    return c;
-}
-
-} // namespace
-
 FleetClient::FleetClient(Options options, QObject *parent)
-    : QObject(parent), m_options(std::move(options)), m_client(clientOptions(m_options))
+    : QObject(parent),
+      m_options(std::move(options)),
+      m_client(net::WorkerClient::Options::forPerson(m_options.stateDir, m_options.name, 2000))
 {
 }
 
