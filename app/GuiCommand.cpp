@@ -2,6 +2,7 @@
 
 #include "agent/WorkerAgent.h"
 #include "app/CommandLine.h"
+#include "app/GuiTours.h"
 #include "app/JobOptions.h"
 #include "app/NetworkCommands.h"
 #include "common/LogCategories.h"
@@ -13,33 +14,19 @@
 #include "machine/WorkPolicy.h"
 
 #include "ui/AppIcon.h"
-#include "ui/Comparison.h"
-#include "ui/Dashboard.h"
-#include "ui/JobWizard.h"
 #include "ui/JoinDialog.h"
 #include "ui/MainWindow.h"
-#include "ui/RunsView.h"
-#include "ui/Views.h"
 #include "ui/WorkerDesk.h"
-#include "ui/WorkerSettingsDialog.h"
 
 #include <QApplication>
-#include <QChartView>
 #include <QCommandLineParser>
 #include <QDir>
-#include <QElapsedTimer>
 #include <QFile>
 #include <QHostInfo>
 #include <QInputDialog>
 #include <QMessageBox>
-#include <QScreen>
 #include <QSettings>
-#include <QSpinBox>
 #include <QStandardPaths>
-#include <QTabWidget>
-#include <QTableWidget>
-#include <QThread>
-#include <QTimer>
 
 #include <cstdio>
 #include <cstring>
@@ -47,9 +34,6 @@
 namespace flotilla {
 
 namespace {
-
-// Milliseconds since main() began, for the start-up measurement.
-QElapsedTimer g_sinceMain;
 
 // A worker started from the desktop: the agent, the policy that says when it may run, and
 // its window. Members are destroyed bottom up: the window before the desk before the agent.
@@ -185,116 +169,9 @@ Result<ui::MainWindow *> connectFromDialog(QWidget *parent)
     return openRemoteWindow(*token, operatorStateDir(*token));
 }
 
-// Tells, once, how long it took from main() to the first painted frame of a window.
-class FirstPaint : public QObject
-{
-public:
-    explicit FirstPaint(bool quitAfter) : m_quitAfter(quitAfter) {}
-
-protected:
-    bool eventFilter(QObject *watched, QEvent *event) override
-    {
-        if (event->type() == QEvent::Paint && !m_seen) {
-            m_seen = true;
-            std::printf("first window painted %.0f ms after main() started\n", double(g_sinceMain.nsecsElapsed()) / 1e6);
-            std::fflush(stdout);
-            if (m_quitAfter)
-                QTimer::singleShot(0, qApp, &QApplication::quit);
-        }
-        return QObject::eventFilter(watched, event);
-    }
-
-private:
-    bool m_quitAfter;
-    bool m_seen = false;
-};
-
-// The longest gap between ticks of a 10 ms timer on the UI thread: how long it stalled.
-class StallMeter : public QObject
-{
-public:
-    StallMeter()
-    {
-        m_timer.setInterval(10);
-        connect(&m_timer, &QTimer::timeout, this, [this] {
-            const qint64 now = m_clock.nsecsElapsed();
-            if (m_last > 0)
-                m_gaps.push_back(double(now - m_last) / 1e6);
-            m_last = now;
-        });
-        m_clock.start();
-        m_timer.start();
-    }
-    void report() const
-    {
-        std::vector<double> gaps = m_gaps;
-        std::sort(gaps.begin(), gaps.end());
-        if (gaps.empty())
-            return;
-        std::printf("UI thread over %.0f s: longest stall %.1f ms (timer interval 10 ms), p99 gap %.1f ms, "
-                    "median %.1f ms, %zu ticks\n",
-                    double(m_clock.elapsed()) / 1000.0, gaps.back(), gaps[gaps.size() * 99 / 100], gaps[gaps.size() / 2],
-                    gaps.size());
-    }
-
-private:
-    QTimer m_timer;
-    QElapsedTimer m_clock;
-    qint64 m_last = 0;
-    std::vector<double> m_gaps;
-};
-
 QString identityDir()
 {
     return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/coordinator");
-}
-
-bool grab(QWidget *w, const QString &path)
-{
-    w->repaint();
-    QApplication::processEvents();
-    const bool ok = w->grab().save(path, "PNG");
-    std::printf("%s %s\n", ok ? "saved" : "could not save", path.toUtf8().constData());
-    return ok;
-}
-
-// The pictures of docs/screenshots that show runs: the list, one run's window and a
-// comparison of the first three, then quits.
-void tourRuns(ui::MainWindow &window, const QDir &dir)
-{
-    QDir().mkpath(dir.path());
-    window.showRuns();
-    auto *once = new QObject(&window);
-    QObject::connect(window.runs(), &ui::RunsView::listed, once, [&window, dir, once] {
-        once->deleteLater();
-        ui::RunsView *view = window.runs();
-        QStringList dirs;
-        for (const QString &d : view->shownDirs())
-            for (const ui::RunSummary &r : view->runs())
-                if (r.dir == d && r.error.isEmpty() && dirs.size() < 3)
-                    dirs << r.dir;
-        view->select(dirs);
-        grab(&window, dir.filePath(QStringLiteral("runs.png")));
-        if (dirs.size() < 2) {
-            std::fprintf(stderr, "flotilla gui: the runs tour needs two readable runs, found %d\n", int(dirs.size()));
-            QApplication::exit(1);
-            return;
-        }
-        ui::RunWindow *run = view->open(dirs.first());
-        ui::ComparisonWindow *comparison = view->compare(dirs);
-        auto *check = new QTimer(comparison);
-        check->setInterval(200);
-        QObject::connect(check, &QTimer::timeout, comparison, [run, comparison, dir, check] {
-            if (!comparison->loaded() || (run && !run->loaded()))
-                return;
-            check->stop();
-            if (run)
-                grab(run, dir.filePath(QStringLiteral("run-window.png")));
-            grab(comparison, dir.filePath(QStringLiteral("comparison.png")));
-            QApplication::quit();
-        });
-        check->start();
-    });
 }
 
 } // namespace
@@ -311,7 +188,7 @@ bool displayAvailable()
 
 StartupMode startupMode(int argc, char **argv)
 {
-    g_sinceMain.start();
+    sinceMain().start();
     if (argc < 2)
         return displayAvailable() ? StartupMode::ControlCenter : StartupMode::HeadlessDefault;
     if (std::strcmp(argv[1], "gui") == 0)
@@ -349,18 +226,6 @@ int runControlCenter(const QStringList &arguments)
         {QStringLiteral("runs"),
          QStringLiteral("Folder whose run folders the Runs tab lists (default: the data location's runs folder)."),
          QStringLiteral("dir")},
-        {QStringLiteral("exit-after-paint"), QStringLiteral("Print the start-up time to the first painted window and quit.")},
-        {QStringLiteral("runs-screenshots"),
-         QStringLiteral("Save pictures of the Runs tab, of the first run's window and of a comparison of the first "
-                        "three runs into this folder, and quit."),
-         QStringLiteral("dir")},
-        {QStringLiteral("exit-after-runs-listed"),
-         QStringLiteral("Print how long after main() the Runs tab had listed every run, and quit.")},
-        {QStringLiteral("measure-ui-stalls"),
-         QStringLiteral("Start the job, measure the UI thread's longest stall for this many seconds, print it and quit."),
-         QStringLiteral("seconds")},
-        {QStringLiteral("screenshots"), QStringLiteral("Run a short job and save screenshots of every view into this folder."),
-         QStringLiteral("dir")},
         {QStringLiteral("connect"),
          QStringLiteral("Watch and command a coordinator that runs elsewhere: an operator token (flotilla token "
                         "--operator), or a file holding one."),
@@ -369,10 +234,8 @@ int runControlCenter(const QStringList &arguments)
          QStringLiteral("With --connect: the operator's identity folder (default: one per coordinator); without a "
                         "token, attach again from it."),
          QStringLiteral("dir")},
-        {QStringLiteral("connect-screenshot"),
-         QStringLiteral("With --connect: once the job's charts are drawn, save a picture of the window here and quit."),
-         QStringLiteral("file")},
     });
+    parser.addOptions(GuiTours::options());
     if (const auto stop = parseOrExit(parser, arguments.mid(1).isEmpty() ? QStringList{QStringLiteral("gui")}
                                                                           : arguments.mid(arguments.value(1) == QLatin1String("gui") ? 1 : 0),
                                       QStringLiteral("gui")))
@@ -388,19 +251,10 @@ int runControlCenter(const QStringList &arguments)
         }
         job = *loaded;
     }
-    const bool screenshots = parser.isSet(QStringLiteral("screenshots"));
-    if (screenshots) {
-        // A short job, so that every chart has something to show within a minute.
-        job.dataset.trainLimit = 12000;
-        job.dataset.testLimit = 2000;
-        job.training.epochs = 6;
-        job.training.shards = 12;
-        job.fleet.preemption.meanIntervalSeconds = 4;
-        job.fleet.preemption.rejoinDelaySeconds = 1;
-    }
+    GuiTours tours(parser);
     QSettings settings;
     QString runDir = parser.value(QStringLiteral("run-dir"));
-    if (runDir.isEmpty() && !screenshots && !parser.isSet(QStringLiteral("measure-ui-stalls"))) {
+    if (runDir.isEmpty() && !tours.runsItsOwnJob()) {
         // The last job, if it did not finish, resumes with its charts.
         const QString last = settings.value(QStringLiteral("job/runDir")).toString();
         if (!last.isEmpty() && QFile::exists(last + QStringLiteral("/flotilla.db"))
@@ -412,26 +266,13 @@ int runControlCenter(const QStringList &arguments)
         hosts = {QHostInfo::localHostName(), QStringLiteral("localhost"), QStringLiteral("127.0.0.1")};
     DesktopSession::Options options{parser.value(QStringLiteral("identity-dir")),
                                     quint16(parser.value(QStringLiteral("port")).toUInt()), hosts};
-    if (screenshots)
-        options.identityDir = QDir(parser.value(QStringLiteral("screenshots"))).filePath(QStringLiteral(".identity"));
+    tours.prepare(job, options);
     DesktopSession session(options);
     RunLibrary runs(parser.isSet(QStringLiteral("runs"))
                         ? parser.value(QStringLiteral("runs"))
                         : QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + QStringLiteral("/runs"));
     ui::MainWindow window(&session, job, runDir, &runs);
-    if (parser.isSet(QStringLiteral("exit-after-runs-listed"))) {
-        window.showRuns();
-        QObject::connect(window.runs(), &ui::RunsView::listed, qApp, [](int count) {
-            std::printf("runs view listed %d runs %.0f ms after main() started\n", count,
-                        double(g_sinceMain.nsecsElapsed()) / 1e6);
-            std::fflush(stdout);
-            QTimer::singleShot(0, qApp, &QApplication::quit);
-        });
-    }
-    if (parser.isSet(QStringLiteral("runs-screenshots")))
-        tourRuns(window, QDir(parser.value(QStringLiteral("runs-screenshots"))));
-    FirstPaint firstPaint(parser.isSet(QStringLiteral("exit-after-paint")));
-    window.installEventFilter(&firstPaint);
+    tours.watchWindow(window);
     window.resize(1500, 900);
     QObject::connect(&window, &ui::MainWindow::connectRequested, &window, [&window] {
         if (auto opened = connectFromDialog(&window); !opened)
@@ -460,44 +301,13 @@ int runControlCenter(const QStringList &arguments)
             return ExitFailure;
         }
         attached = *opened;
-        if (parser.isSet(QStringLiteral("connect-screenshot"))) {
-            const QString path = parser.value(QStringLiteral("connect-screenshot"));
-            auto *check = new QTimer(attached);
-            check->setInterval(500);
-            QObject::connect(check, &QTimer::timeout, attached, [attached, path, check] {
-                if (!attached->dashboard()->everyChartHasData())
-                    return;
-                check->stop();
-                attached->tabs()->setCurrentIndex(0);
-                grab(attached, path);
-                QApplication::quit();
-            });
-            check->start();
-        }
+        tours.watchAttached(attached);
     } else {
         window.show();
     }
 
-    std::unique_ptr<StallMeter> stalls;
-    if (attach && parser.isSet(QStringLiteral("measure-ui-stalls"))) {
-        // Attached to a coordinator elsewhere: how long the stream and the charts hold the UI.
-        const int seconds = std::max(5, parser.value(QStringLiteral("measure-ui-stalls")).toInt());
-        stalls = std::make_unique<StallMeter>();
-        QTimer::singleShot(seconds * 1000, qApp, [&] {
-            stalls->report();
-            QApplication::quit();
-        });
-    } else if (parser.isSet(QStringLiteral("measure-ui-stalls"))) {
-        const int seconds = std::max(5, parser.value(QStringLiteral("measure-ui-stalls")).toInt());
+    if (!attach && !tours.watchJob(window, session) && parser.isSet(QStringLiteral("start")))
         window.startJob();
-        stalls = std::make_unique<StallMeter>();
-        QTimer::singleShot(seconds * 1000, qApp, [&] {
-            stalls->report();
-            QApplication::quit();
-        });
-    } else if (parser.isSet(QStringLiteral("start")) && !attach) {
-        window.startJob();
-    }
 
     // Join a fleet…: this machine's worker for someone else's coordinator, in its own window.
     std::unique_ptr<DesktopWorker> joined;
@@ -515,89 +325,8 @@ int runControlCenter(const QStringList &arguments)
             joined = std::move(started).value();
     });
 
-    std::unique_ptr<WorkerAgent> remote;
-    SystemClock clock;
-    std::unique_ptr<WorkPolicy> policy;
-    std::unique_ptr<AgentDesk> desk;
-    std::unique_ptr<ui::WorkerWindow> workerWindow;
-    if (screenshots && !attach) {
-        const QDir dir(parser.value(QStringLiteral("screenshots")));
-        QDir().mkpath(dir.path());
-        window.startJob();
-        auto *tour = new QTimer(&window);
-        tour->setInterval(500);
-        int step = 0;
-        QObject::connect(tour, &QTimer::timeout, &window, [&, tour, dir, step]() mutable {
-            // A remote worker joins once the endpoint is up, as a lab machine would.
-            if (!remote && !session.endpoint().isEmpty()) {
-                auto token = session.issueTokenNow(1, 3600);
-                WorkerAgent::Options w;
-                w.stateDir = dir.filePath(QStringLiteral(".worker"));
-                w.name = QStringLiteral("lab-desktop-7");
-                w.instanceType = QStringLiteral("local");
-                w.priceClass = QStringLiteral("volunteer");
-                remote = std::make_unique<WorkerAgent>(w);
-                if (token)
-                    (void)remote->start(net::JoinToken::decode(*token).value());
-                WorkerSettings always; // the tour's worker runs whatever the machine is doing
-                always.pauseWhenActive = false;
-                policy = std::make_unique<WorkPolicy>(always, nullptr, &clock);
-                desk = std::make_unique<AgentDesk>(remote.get(), policy.get(), w.stateDir);
-                workerWindow = std::make_unique<ui::WorkerWindow>(desk.get());
-                workerWindow->resize(480, 300);
-                workerWindow->show();
-            }
-            if (step == 0 && window.dashboard()->everyChartHasData() && session.state() == JobState::Running) {
-                int evaluations = 0;
-                for (int i = 0; i < window.events()->table()->rowCount(); ++i)
-                    evaluations += window.events()->table()->item(i, 1)->text() == eventName(EventKind::Evaluation) ? 1 : 0;
-                if (evaluations < 2)
-                    return;
-                step = 1;
-                window.tabs()->setCurrentIndex(0);
-                grab(&window, dir.filePath(QStringLiteral("dashboard.png")));
-                window.tabs()->setCurrentWidget(window.workers());
-                grab(&window, dir.filePath(QStringLiteral("workers.png")));
-                window.tabs()->setCurrentWidget(window.subtasks());
-                session.refreshSubtasks();
-                return;
-            }
-            if (step == 1) {
-                step = 2;
-                grab(&window, dir.filePath(QStringLiteral("subtasks.png")));
-                window.tabs()->setCurrentWidget(window.events());
-                grab(&window, dir.filePath(QStringLiteral("events.png")));
-                if (workerWindow) {
-                    grab(workerWindow.get(), dir.filePath(QStringLiteral("worker-window.png")));
-                    // The settings of a lab desktop that gives its nights and its idle minutes.
-                    WorkerSettings example;
-                    example.idleMinutes = 10;
-                    example.useWindow = true;
-                    example.exclusivePrograms = {QStringLiteral("blender"), QStringLiteral("steam")};
-                    example.threads = std::min(4, QThread::idealThreadCount());
-                    example.startAtLogin = true;
-                    ui::WorkerSettingsDialog settingsDialog(example, desk->deviceChoices(), workerWindow.get());
-                    settingsDialog.show();
-                    grab(&settingsDialog, dir.filePath(QStringLiteral("worker-settings.png")));
-                }
-                ui::JobWizard wizard(JobSpec::defaultJob(), 1, &window);
-                wizard.show();
-                qobject_cast<QSpinBox *>(wizard.field(QStringLiteral("training.epochs")))->setValue(0);
-                wizard.findChild<QTabWidget *>()->setCurrentIndex(2); // Training, where the problem is
-                grab(&wizard, dir.filePath(QStringLiteral("wizard.png")));
-                tour->stop();
-                QApplication::quit();
-            }
-        });
-        tour->start();
-        QTimer::singleShot(300000, qApp, [] {
-            std::fprintf(stderr, "flotilla gui: the screenshot tour did not finish in 5 minutes\n");
-            QApplication::exit(1);
-        });
-    }
     const int code = QApplication::exec();
-    if (remote)
-        remote->preemptionNotice();
+    tours.finish();
     if (joined)
         joined->agent->preemptionNotice();
     return code;
