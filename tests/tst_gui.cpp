@@ -8,6 +8,7 @@
 #include "desktop/DesktopSession.h"
 #include "machine/WorkPolicy.h"
 #include "ui/Dashboard.h"
+#include "ui/Dialogs.h"
 #include "ui/JobWizard.h"
 #include "ui/MainWindow.h"
 #include "ui/TokenDialog.h"
@@ -291,7 +292,7 @@ private Q_SLOTS:
         QVERIFY(!image.isNull());
         QVERIFY(image.width() > 300 && image.height() > 200);
         const QString metrics = m_dir.filePath(QStringLiteral("metrics.csv"));
-        m_window->askSavePath = [&](const QString &, const QString &, const QString &) { return metrics; };
+        ui::dialogs::answerSavePaths([&](const QString &, const QString &, const QString &) { return metrics; });
         m_window->exportMetrics();
         QFile csv(metrics);
         QVERIFY(csv.open(QIODevice::ReadOnly));
@@ -471,7 +472,7 @@ private Q_SLOTS:
         m_window->tabs()->setCurrentWidget(m_window->workers());
         QTRY_VERIFY_WITH_TIMEOUT(hasName(m_window->workers()->table(), QStringLiteral("lab-7"), QStringLiteral("online")),
                                  60000);
-        m_window->askConfirmation = [](const QString &) { return true; };
+        ui::dialogs::answerConfirmations([](const QString &) { return true; });
         m_window->revokeWorker(QStringLiteral("lab-7"));
         QTRY_VERIFY_WITH_TIMEOUT(!finished.isEmpty(), 30000);
         QCOMPARE(finished.first().at(0).toInt(), 1);
@@ -491,10 +492,10 @@ private Q_SLOTS:
     {
         ui::TokenDialog dialog(m_session.get());
         QStringList asked;
-        dialog.askConfirmation = [&](const QString &question) {
+        ui::dialogs::answerConfirmations([&](const QString &question) {
             asked << question;
             return true;
-        };
+        });
         const auto rowOf = [&](const QString &id) {
             for (int r = 0; r < dialog.table()->rowCount(); ++r)
                 if (dialog.table()->item(r, 0)->text() == id)

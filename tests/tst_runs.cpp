@@ -7,6 +7,7 @@
 #include "desktop/RunLibrary.h"
 #include "ui/Comparison.h"
 #include "ui/Dashboard.h"
+#include "ui/Dialogs.h"
 #include "ui/RunsView.h"
 #include "ui/Views.h"
 
@@ -281,7 +282,7 @@ private Q_SLOTS:
 
         // The run this window trains is neither renamed nor deleted.
         library.setCurrentRun(second);
-        view.askConfirmation = [](const QString &) { return true; };
+        ui::dialogs::answerConfirmations([](const QString &) { return true; });
         r = view.deleteRun(second);
         QVERIFY(!r);
         QVERIFY2(r.error().contains(QStringLiteral("stop it first")), qPrintable(r.error()));
@@ -289,10 +290,10 @@ private Q_SLOTS:
         library.setCurrentRun({});
 
         // Delete: nothing happens unless confirmed.
-        view.askConfirmation = [](const QString &) { return false; };
+        ui::dialogs::answerConfirmations([](const QString &) { return false; });
         QVERIFY(view.deleteRun(second));
         QVERIFY(QFileInfo::exists(second));
-        view.askConfirmation = [](const QString &) { return true; };
+        ui::dialogs::answerConfirmations([](const QString &) { return true; });
         QVERIFY(view.deleteRun(second));
         QVERIFY(listed.wait(30000));
         QVERIFY(!QFileInfo::exists(second));
@@ -337,7 +338,7 @@ private Q_SLOTS:
         QCOMPARE(runs.size(), 1);
         QCOMPARE(runs[0].state, QStringLiteral("running"));
         view.askText = [](const QString &, const QString &, const QString &) { return QStringLiteral("renamed"); };
-        view.askConfirmation = [](const QString &) { return true; };
+        ui::dialogs::answerConfirmations([](const QString &) { return true; });
         auto r = view.renameRun(runs[0].dir);
         QVERIFY(!r);
         QVERIFY2(r.error().contains(QStringLiteral("another Flotilla process is training it")), qPrintable(r.error()));

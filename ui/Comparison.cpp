@@ -1,5 +1,7 @@
 #include "ui/Comparison.h"
 
+#include "ui/Dialogs.h"
+
 #include "common/AtomicFile.h"
 
 #include <QChart>
@@ -68,7 +70,6 @@ ComparisonWindow::ComparisonWindow(RunCatalog *catalog, const QList<RunSummary> 
     }
     m_differences = differences(jobs);
     setWindowTitle(tr("Compare %1 — Flotilla").arg(names.join(QStringLiteral(", "))));
-    askSavePath = [](const QString &, const QString &, const QString &) { return QString(); };
 
     m_metricBox = new QComboBox;
     m_metricBox->addItems({tr("Test accuracy"), tr("Test loss"), tr("Training loss")});
@@ -111,7 +112,7 @@ ComparisonWindow::ComparisonWindow(RunCatalog *catalog, const QList<RunSummary> 
     });
     connect(m_axisBox, &QComboBox::currentIndexChanged, this, [this](int i) { setAxis(Axis(i)); });
     const auto save = [this](bool asPng) {
-        const QString path = askSavePath(asPng ? tr("Save the comparison chart") : tr("Save the compared curves"),
+        const QString path = dialogs::savePath(this, asPng ? tr("Save the comparison chart") : tr("Save the compared curves"),
                                          asPng ? QStringLiteral("comparison.png") : QStringLiteral("comparison.csv"),
                                          asPng ? tr("PNG image (*.png)") : tr("CSV (*.csv)"));
         if (path.isEmpty())

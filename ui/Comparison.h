@@ -52,8 +52,6 @@ public:
     // run's evaluations and assimilations (the raw training loss, not its average).
     Result<void> exportCsv(const QString &path) const;
 
-    // Seam for tests: where a save dialog would point.
-    std::function<QString(const QString &title, const QString &suggested, const QString &filter)> askSavePath;
 
 Q_SIGNALS:
     void allLoaded();

@@ -1,5 +1,7 @@
 #include "ui/JobWizard.h"
 
+#include "ui/Dialogs.h"
+
 #include "job/PriceTable.h"
 #include "job/Tasks.h"
 
@@ -358,8 +360,8 @@ void JobWizard::build()
         }
     });
     connect(save, &QPushButton::clicked, this, [this] {
-        const QString path = QFileDialog::getSaveFileName(this, tr("Save job file"), m_name->text() + QStringLiteral(".json"),
-                                                          tr("Job files (*.json)"));
+        const QString path = dialogs::savePath(this, tr("Save job file"), m_name->text() + QStringLiteral(".json"),
+                                               tr("Job files (*.json)"));
         if (!path.isEmpty())
             (void)saveJobFile(path);
     });

@@ -5,6 +5,7 @@
 
 #include "ui/AppIcon.h"
 #include "ui/Dashboard.h"
+#include "ui/Dialogs.h"
 #include "ui/JobWizard.h"
 #include "ui/JobsView.h"
 #include "ui/RunsView.h"
@@ -72,12 +73,6 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
     : QMainWindow(parent), m_session(session), m_job(job), m_runDir(runDir), m_catalog(runs)
 {
     setWindowTitle(tr("Flotilla — control center"));
-    askConfirmation = [this](const QString &question) {
-        return QMessageBox::question(this, tr("Flotilla"), question) == QMessageBox::Yes;
-    };
-    askSavePath = [this](const QString &title, const QString &suggested, const QString &filter) {
-        return QFileDialog::getSaveFileName(this, title, suggested, filter);
-    };
     buildActions();
     buildTray();
 
@@ -150,7 +145,7 @@ MainWindow::MainWindow(ControlSession *session, const JobSpec &job, const QStrin
         statusBar()->showMessage(error.isEmpty() ? done : error, 8000);
     });
     connect(m_workers, &WorkersView::revokeRequested, this, [this](const QString &name) {
-        if (askConfirmation(tr("Revoke worker '%1'? Its certificate will be refused from now on.").arg(name)))
+        if (dialogs::confirm(this, tr("Revoke worker '%1'? Its certificate will be refused from now on.").arg(name)))
             revokeWorker(name);
     });
     connect(m_workers, &WorkersView::releaseRequested, m_session, &ControlSession::release);
@@ -535,7 +530,7 @@ void MainWindow::togglePause()
 void MainWindow::stopJob()
 {
     if (m_session->remote()
-        && !askConfirmation(tr("Stop the job on %1? Its coordinator stops; started again there, it resumes where it "
+        && !dialogs::confirm(this, tr("Stop the job on %1? Its coordinator stops; started again there, it resumes where it "
                                "stopped.")
                                 .arg(m_session->endpoint())))
         return;
@@ -550,7 +545,6 @@ void MainWindow::revokeWorker(const QString &name)
 void MainWindow::showTokenDialog()
 {
     TokenDialog dialog(m_session, this);
-    dialog.askConfirmation = askConfirmation;
     dialog.exec();
 }
 
@@ -561,7 +555,7 @@ void MainWindow::exportChart()
                                                false, &ok);
     if (!ok)
         return;
-    const QString path = askSavePath(tr("Save chart"), name + QStringLiteral(".png"), tr("PNG image (*.png)"));
+    const QString path = dialogs::savePath(this, tr("Save chart"), name + QStringLiteral(".png"), tr("PNG image (*.png)"));
     if (path.isEmpty())
         return;
     auto r = m_dashboard->exportChart(int(m_dashboard->chartNames().indexOf(name)), path);
@@ -570,7 +564,7 @@ void MainWindow::exportChart()
 
 void MainWindow::exportMetrics()
 {
-    const QString path = askSavePath(tr("Save metrics"), QStringLiteral("metrics.csv"), tr("CSV (*.csv)"));
+    const QString path = dialogs::savePath(this, tr("Save metrics"), QStringLiteral("metrics.csv"), tr("CSV (*.csv)"));
     if (path.isEmpty())
         return;
     auto r = m_session->exportMetrics(path);
@@ -579,7 +573,7 @@ void MainWindow::exportMetrics()
 
 void MainWindow::exportModel()
 {
-    const QString path = askSavePath(tr("Save the trained model"), QStringLiteral("model.pt"), tr("Model (*.pt)"));
+    const QString path = dialogs::savePath(this, tr("Save the trained model"), QStringLiteral("model.pt"), tr("Model (*.pt)"));
     if (path.isEmpty())
         return;
     auto r = m_session->exportModel(path);

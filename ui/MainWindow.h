@@ -2,8 +2,8 @@
 // The control center's window: the job's controls, the dashboard, workers, subtasks and
 // events, and this machine's own worker. Everything it shows comes from a ControlSession.
 //
-// Threads: UI thread. Dialogs that ask the user something, and the desktop notification
-// when a job ends, go through seams that tests replace (askConfirmation, askSavePath, notify).
+// Threads: UI thread. Its questions and save dialogs go through ui/Dialogs.h, and the desktop
+// notification when a job ends through a seam (notify), which tests answer or replace.
 
 #include "common/Clock.h"
 #include "machine/WorkPolicy.h"
@@ -68,9 +68,7 @@ public:
     QAction *joinFleetAction() const { return m_joinFleet; }
     QAction *connectAction() const { return m_connect; }
 
-    // Seams for tests: what a dialog would answer.
-    std::function<bool(const QString &question)> askConfirmation;
-    std::function<QString(const QString &title, const QString &suggested, const QString &filter)> askSavePath;
+    // Its questions and save dialogs go through ui/Dialogs.h, which tests answer.
     // A job finished or failed: by default a tray message, where the desktop has a tray.
     std::function<void(const QString &title, const QString &text, bool failed)> notify;
 

@@ -2,6 +2,7 @@
 
 #include "ui/Comparison.h"
 #include "ui/Dashboard.h"
+#include "ui/Dialogs.h"
 #include "ui/Views.h"
 
 #include <QDateTime>
@@ -12,7 +13,6 @@
 #include <QHeaderView>
 #include <QInputDialog>
 #include <QLabel>
-#include <QMessageBox>
 #include <QPushButton>
 #include <QTabWidget>
 #include <QTableWidget>
@@ -154,9 +154,6 @@ void RunWindow::onHistory(const QString &dir, const History &history)
 
 RunsView::RunsView(RunCatalog *catalog, QWidget *parent) : QWidget(parent), m_catalog(catalog)
 {
-    askConfirmation = [this](const QString &question) {
-        return QMessageBox::question(this, tr("Flotilla"), question) == QMessageBox::Yes;
-    };
     askText = [this](const QString &title, const QString &label, const QString &initial) {
         return QInputDialog::getText(this, title, label, QLineEdit::Normal, initial);
     };
@@ -380,9 +377,6 @@ ComparisonWindow *RunsView::compare(const QStringList &dirs)
     }
     auto *window = new ComparisonWindow(m_catalog, runs, this);
     window->setAttribute(Qt::WA_DeleteOnClose);
-    window->askSavePath = [window](const QString &title, const QString &suggested, const QString &filter) {
-        return QFileDialog::getSaveFileName(window, title, suggested, filter);
-    };
     window->resize(1100, 700);
     window->show();
     return window;
@@ -422,7 +416,7 @@ Result<void> RunsView::deleteRun(const QString &dir)
     const RunSummary *run = find(dir);
     if (!run)
         return fail(tr("'%1' is not listed").arg(dir));
-    if (!askConfirmation(tr("Delete the run '%1'?\n\nIts folder %2 and everything in it (store, checkpoints, trained "
+    if (!dialogs::confirm(this, tr("Delete the run '%1'?\n\nIts folder %2 and everything in it (store, checkpoints, trained "
                             "model) are deleted; this cannot be undone.")
                              .arg(run->name, run->dir)))
         return {};

@@ -81,8 +81,7 @@ public:
     Result<void> renameRun(const QString &dir);
     Result<void> deleteRun(const QString &dir);
 
-    // Seams for tests: what a dialog would answer.
-    std::function<bool(const QString &question)> askConfirmation;
+    // Seams for tests: what a dialog would answer (its questions: ui/Dialogs.h).
     std::function<QString(const QString &title, const QString &label, const QString &initial)> askText;
     std::function<QString()> askFolder;
 

@@ -1,5 +1,7 @@
 #include "ui/TokenDialog.h"
 
+#include "ui/Dialogs.h"
+
 #include <QApplication>
 #include <QCheckBox>
 #include <QClipboard>
@@ -10,7 +12,6 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
-#include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSpinBox>
@@ -28,9 +29,6 @@ enum Column { IdColumn, StateColumn, UsesColumn, ExpiresColumn, NoteColumn, Colu
 TokenDialog::TokenDialog(ControlSession *session, QWidget *parent) : QDialog(parent), m_session(session)
 {
     setWindowTitle(tr("Join tokens"));
-    askConfirmation = [this](const QString &question) {
-        return QMessageBox::question(this, tr("Flotilla"), question) == QMessageBox::Yes;
-    };
     auto *layout = new QVBoxLayout(this);
 
     auto *issueBox = new QGroupBox(tr("Issue a token"));
@@ -166,7 +164,7 @@ void TokenDialog::revokeSelected()
     const int row = selected.first()->row();
     const QString id = m_table->item(row, IdColumn)->text();
     const QString note = m_table->item(row, NoteColumn)->text();
-    if (!askConfirmation(tr("Revoke join token %1%2? No worker can join with it any more.")
+    if (!dialogs::confirm(this, tr("Revoke join token %1%2? No worker can join with it any more.")
                              .arg(id, note.isEmpty() ? QString() : tr(" (issued for: %1)").arg(note))))
         return;
     m_session->revokeToken(id); // answered with commandAnswered, then tokensChanged

@@ -3,8 +3,7 @@
 // (what each was issued for, uses left, expiry) and revokes one. It works through the
 // ControlSession facade only.
 //
-// Threads: UI thread. The question before a revocation goes through a seam that tests
-// replace (askConfirmation).
+// Threads: UI thread. The question before a revocation goes through ui/Dialogs.h.
 
 #include "ui/ControlSession.h"
 
@@ -27,9 +26,6 @@ class TokenDialog : public QDialog
 
 public:
     explicit TokenDialog(ControlSession *session, QWidget *parent = nullptr);
-
-    // Seam for tests: what the confirmation dialog would answer.
-    std::function<bool(const QString &question)> askConfirmation;
 
     QSpinBox *uses() const { return m_uses; }
     QSpinBox *hours() const { return m_hours; }
