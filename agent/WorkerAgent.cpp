@@ -8,6 +8,7 @@
 #include "engine/training/Precision.h"
 #include "engine/wire/WireFormat.h"
 #include "net/Dispatch.h"
+#include "protocol/TrainingFields.h"
 
 #include <QCryptographicHash>
 #include <QDir>
@@ -542,36 +543,8 @@ void WorkerAgent::onAssign(const net::AssignMsg &a, const QByteArray &payload)
     c.work.begin = a.begin;
     c.work.end = a.end;
     c.work.jobSeed = m_jobSeed;
-    c.work.config.optimizer = a.optimizer;
-    c.work.config.learningRate = a.learningRate;
-    c.work.config.momentum = a.momentum;
-    c.work.config.weightDecay = a.weightDecay;
-    c.work.config.nesterov = a.nesterov;
-    c.work.config.beta1 = a.beta1;
-    c.work.config.beta2 = a.beta2;
-    c.work.config.eps = a.eps;
-    c.work.config.clipGradNorm = a.clipGradNorm;
-    c.work.config.labelSmoothing = a.labelSmoothing;
-    c.work.config.precision = a.precision;
-    c.work.config.task = a.task;
-    c.work.config.regressionLoss = a.regressionLoss;
-    c.work.config.batchSize = int(a.batchSize);
-    c.work.config.localEpochs = int(a.localEpochs);
-    c.work.config.localSteps = int(a.localSteps);
-    c.work.config.seed = a.seed;
+    c.work.config = readTraining(a);
     c.work.config.threads = m_options.threads;
-    if (a.lrTotalSteps > 0) {
-        LearningRateSchedule &schedule = c.work.config.schedule;
-        schedule.kind = a.lrSchedule;
-        schedule.base = a.lrBase;
-        schedule.totalSteps = a.lrTotalSteps;
-        schedule.warmupSteps = a.lrWarmupSteps;
-        schedule.floor = a.lrFloor;
-        schedule.stepEvery = a.lrStepEvery;
-        schedule.gamma = a.lrGamma;
-        c.work.config.firstStep = a.firstStep;
-    }
-    c.work.config.freshOptimizer = a.freshOptimizer;
     QString problem = c.work.config.problem();
     if (problem.isEmpty() && m_session) {
         if (auto precision = precisionOn(a.precision, m_session->device()); !precision)

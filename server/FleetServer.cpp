@@ -4,6 +4,7 @@
 #include "common/Sha256.h"
 #include "engine/wire/WireFormat.h"
 #include "net/Dispatch.h"
+#include "protocol/TrainingFields.h"
 #include "server/FleetRequests.h"
 #include "server/WatchStream.h"
 
@@ -718,7 +719,6 @@ void FleetServer::onAssigned(Job &job, qint64 ticket, const std::optional<Assign
         m_listener->send(connectionId, net::NoWorkMsg{retryMs, finished, dismissed});
         return;
     }
-    const TrainConfig &c = a->config;
     net::AssignMsg assign;
     assign.lease = a->leaseId;
     assign.subtask = a->subtaskId;
@@ -730,34 +730,7 @@ void FleetServer::onAssigned(Job &job, qint64 ticket, const std::optional<Assign
     assign.deadlineMs = a->deadlineMs;
     assign.shardSamples = qint64(job.data->plan.shardSize(a->shard));
     assign.shardSha256 = shardSha(job, a->shard);
-    assign.optimizer = c.optimizer;
-    assign.learningRate = c.learningRate;
-    assign.momentum = c.momentum;
-    assign.weightDecay = c.weightDecay;
-    assign.nesterov = c.nesterov;
-    assign.beta1 = c.beta1;
-    assign.beta2 = c.beta2;
-    assign.eps = c.eps;
-    assign.clipGradNorm = c.clipGradNorm;
-    assign.labelSmoothing = c.labelSmoothing;
-    assign.precision = c.precision;
-    assign.task = c.task;
-    assign.regressionLoss = c.regressionLoss;
-    assign.batchSize = c.batchSize;
-    assign.localEpochs = c.localEpochs;
-    assign.localSteps = c.localSteps;
-    assign.seed = c.seed;
-    if (c.schedule.active()) {
-        assign.lrSchedule = c.schedule.kind;
-        assign.lrBase = c.schedule.base;
-        assign.lrTotalSteps = c.schedule.totalSteps;
-        assign.lrWarmupSteps = c.schedule.warmupSteps;
-        assign.lrFloor = c.schedule.floor;
-        assign.lrStepEvery = c.schedule.stepEvery;
-        assign.lrGamma = c.schedule.gamma;
-        assign.firstStep = c.firstStep;
-    }
-    assign.freshOptimizer = c.freshOptimizer;
+    writeTraining(a->config, assign);
     // A new anchor every 8 assimilations per worker connected: with about one assimilation per
     // subtask, a worker is sent an anchor whole once per 8 to 16 of its subtasks, and a change
     // from it for the others.

@@ -679,7 +679,11 @@ private Q_SLOTS:
         c->tick();
         QCOMPARE(int(asked.size()), 3);
         QVERIFY(asked.back().onCpu);
-        c->recordEvaluation(asked.back(), Evaluation{0.9, 0.3, 200});
+        Evaluation onCpu;
+        onCpu.accuracy = 0.9;
+        onCpu.loss = 0.3;
+        onCpu.samples = 200;
+        c->recordEvaluation(asked.back(), onCpu);
         QVERIFY(c->finished());
         QCOMPARE(c->progress().testAccuracy, 0.9);
         QCOMPARE(countEvents(*c, QStringLiteral("evaluation-failed")), 2);

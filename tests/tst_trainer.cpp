@@ -3,6 +3,7 @@
 #include "TestSupport.h"
 #include "common/ProcessSetup.h"
 #include "engine/training/Trainer.h"
+#include "protocol/TrainingFields.h"
 
 #include <QtTest>
 
@@ -48,6 +49,83 @@ class TestTrainer : public QObject
     Q_OBJECT
 
 private Q_SLOTS:
+    // Every setting of a subtask reaches a remote worker as the coordinator had it: through
+    // the Assign message's header and back (a setting left out of the list would arrive as
+    // the worker's default).
+    void everySettingTravelsInTheAssignMessage()
+    {
+        TrainConfig c;
+        c.optimizer = QStringLiteral("adamw");
+        c.learningRate = 0.0031;
+        c.schedule.kind = QStringLiteral("cosine");
+        c.schedule.base = 0.004;
+        c.schedule.totalSteps = 9000;
+        c.schedule.warmupSteps = 120;
+        c.schedule.floor = 0.02;
+        c.schedule.stepEvery = 450;
+        c.schedule.gamma = 0.7;
+        c.firstStep = 1234;
+        c.freshOptimizer = true;
+        c.momentum = 0.8;
+        c.nesterov = true;
+        c.weightDecay = 0.05;
+        c.beta1 = 0.85;
+        c.beta2 = 0.95;
+        c.eps = 1e-6;
+        c.clipGradNorm = 2.5;
+        c.labelSmoothing = 0.1;
+        c.task = QStringLiteral("multilabel");
+        c.regressionLoss = QStringLiteral("l1");
+        c.precision = QStringLiteral("bf16");
+        c.batchSize = 48;
+        c.localEpochs = 3;
+        c.localSteps = 17;
+        c.seed = 0xfedcba9876543210ull;
+        c.threads = 6;
+        net::AssignMsg assign;
+        assign.lease = 1;
+        writeTraining(c, assign);
+        const auto decoded = net::AssignMsg::decode(assign.encode());
+        QVERIFY2(decoded, qPrintable(decoded.error()));
+        const TrainConfig back = readTraining(*decoded);
+        QCOMPARE(back.optimizer, c.optimizer);
+        QCOMPARE(back.learningRate, c.learningRate);
+        QCOMPARE(back.schedule.kind, c.schedule.kind);
+        QCOMPARE(back.schedule.base, c.schedule.base);
+        QCOMPARE(back.schedule.totalSteps, c.schedule.totalSteps);
+        QCOMPARE(back.schedule.warmupSteps, c.schedule.warmupSteps);
+        QCOMPARE(back.schedule.floor, c.schedule.floor);
+        QCOMPARE(back.schedule.stepEvery, c.schedule.stepEvery);
+        QCOMPARE(back.schedule.gamma, c.schedule.gamma);
+        QCOMPARE(back.firstStep, c.firstStep);
+        QCOMPARE(back.freshOptimizer, c.freshOptimizer);
+        QCOMPARE(back.momentum, c.momentum);
+        QCOMPARE(back.nesterov, c.nesterov);
+        QCOMPARE(back.weightDecay, c.weightDecay);
+        QCOMPARE(back.beta1, c.beta1);
+        QCOMPARE(back.beta2, c.beta2);
+        QCOMPARE(back.eps, c.eps);
+        QCOMPARE(back.clipGradNorm, c.clipGradNorm);
+        QCOMPARE(back.labelSmoothing, c.labelSmoothing);
+        QCOMPARE(back.task, c.task);
+        QCOMPARE(back.regressionLoss, c.regressionLoss);
+        QCOMPARE(back.precision, c.precision);
+        QCOMPARE(back.batchSize, c.batchSize);
+        QCOMPARE(back.localEpochs, c.localEpochs);
+        QCOMPARE(back.localSteps, c.localSteps);
+        QCOMPARE(back.seed, c.seed);
+        QCOMPARE(back.threads, TrainConfig{}.threads); // the worker's own to say
+
+        // Without a schedule, none of it travels, and the worker keeps its schedule's defaults.
+        TrainConfig plain;
+        net::AssignMsg plainAssign;
+        writeTraining(plain, plainAssign);
+        QVERIFY(!plainAssign.encode().contains(QStringLiteral("lr_schedule")));
+        const TrainConfig plainBack = readTraining(*net::AssignMsg::decode(plainAssign.encode()));
+        QVERIFY(!plainBack.schedule.active());
+        QCOMPARE(plainBack.schedule.floor, LearningRateSchedule{}.floor);
+    }
+
     void learnsAndReportsMetrics()
     {
         Setup s;
