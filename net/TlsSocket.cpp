@@ -191,10 +191,15 @@ BIO_METHOD *socketMethod()
     return method;
 }
 
-void setNoDelay(qintptr fd)
+// Every connection's socket options: no Nagle delay (messages are small and waited for), and
+// where the system has it, no SIGPIPE for a write to a peer that has gone.
+void setSocketOptions(qintptr fd)
 {
     int on = 1;
     ::setsockopt(Native(fd), IPPROTO_TCP, TCP_NODELAY, reinterpret_cast<const char *>(&on), sizeof on);
+#ifdef SO_NOSIGPIPE
+    ::setsockopt(Native(fd), SOL_SOCKET, SO_NOSIGPIPE, &on, sizeof on);
+#endif
 }
 
 } // namespace
@@ -310,11 +315,7 @@ bool TlsSocket::setSocketDescriptor(qintptr descriptor)
     m_peerAddress = QHostAddress(reinterpret_cast<const sockaddr *>(&peer));
     m_peerPort = peer.ss_family == AF_INET6 ? ntohs(reinterpret_cast<const sockaddr_in6 *>(&peer)->sin6_port)
                                             : ntohs(reinterpret_cast<const sockaddr_in *>(&peer)->sin_port);
-    setNoDelay(descriptor);
-#ifdef SO_NOSIGPIPE
-    int on = 1;
-    ::setsockopt(Native(descriptor), SOL_SOCKET, SO_NOSIGPIPE, &on, sizeof on);
-#endif
+    setSocketOptions(descriptor);
     m_fd = descriptor;
     m_state = State::Connected;
     open(QIODevice::ReadWrite | QIODevice::Unbuffered);
@@ -381,11 +382,7 @@ void TlsSocket::connectTo(const QList<QHostAddress> &addresses, quint16 port)
                 closeSocket(fd);
             continue;
         }
-        setNoDelay(fd);
-#ifdef SO_NOSIGPIPE
-        int on = 1;
-        ::setsockopt(Native(fd), SOL_SOCKET, SO_NOSIGPIPE, &on, sizeof on);
-#endif
+        setSocketOptions(fd);
         m_peerAddress = address;
         if (::connect(Native(fd), reinterpret_cast<const sockaddr *>(&to), size) == 0 || wouldBlock(lastSocketError())) {
             m_fd = fd;
