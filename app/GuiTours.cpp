@@ -201,6 +201,7 @@ struct GuiTours::Tour
         }
         if (step != 1)
             return false;
+        step = 2; // the pictures below turn the event loop: no second round of them
         grab(&window, dir.filePath(QStringLiteral("subtasks.png")));
         window.tabs()->setCurrentWidget(window.events());
         grab(&window, dir.filePath(QStringLiteral("events.png")));

@@ -106,6 +106,13 @@ private:
     }
 
 private Q_SLOTS:
+    // A test's answers to the windows' dialogs end with it (they may hold its locals).
+    void cleanup()
+    {
+        ui::dialogs::answerConfirmations({});
+        ui::dialogs::answerSavePaths({});
+    }
+
     void initTestCase()
     {
         QStandardPaths::setTestModeEnabled(true);
