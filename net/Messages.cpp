@@ -453,6 +453,7 @@ template<> struct Fields<ErrorMsg>
     {
         f("reason", &ErrorMsg::reason);
         f("fatal", &ErrorMsg::fatal);
+        f("retry_after_ms", &ErrorMsg::retryAfterMs, NonNegative | Sparse);
     }
 };
 

@@ -290,6 +290,9 @@ struct ErrorMsg
     static constexpr MessageType type = MessageType::Error;
     QString reason;
     bool fatal = false; // the peer must not come back with the same credentials
+    // Not before this many milliseconds (a connection closed for going over a budget, or a
+    // certificate refused for a while): a worker waits at least this long to reconnect.
+    qint64 retryAfterMs = 0;
 
     QCborMap encode() const;
     static Result<ErrorMsg> decode(const QCborMap &header);

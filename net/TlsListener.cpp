@@ -490,7 +490,7 @@ void TlsListener::onEncrypted(qint64 id)
                      .arg((*record)->workerName, duration(int(budget.barredUntil - now)))
                      .arg(m_options.maxBudgetClosings)
                      .arg(duration(m_options.budgetWindowMs), budget.lastReason),
-             false);
+             false, true, false, budget.barredUntil - now);
         return;
     }
     if (!budget.sessions.take(m_options.sessions, now)) {
@@ -802,7 +802,7 @@ void TlsListener::close(qint64 connectionId, const QString &reason, bool fatal, 
     drop(connectionId, reason, fatal, error);
 }
 
-void TlsListener::drop(qint64 id, const QString &reason, bool fatal, bool error, bool throttled)
+void TlsListener::drop(qint64 id, const QString &reason, bool fatal, bool error, bool throttled, qint64 retryAfterMs)
 {
     std::unique_ptr<Connection> c = take(id);
     if (!c)
@@ -835,7 +835,7 @@ void TlsListener::drop(qint64 id, const QString &reason, bool fatal, bool error,
             c->outbox.clear();
             c->outboxBytes = 0;
             socket->discardUnstarted();
-            socket->send(std::make_unique<OutgoingMessage>(ErrorMsg::type, ErrorMsg{reason, fatal}.encode()));
+            socket->send(std::make_unique<OutgoingMessage>(ErrorMsg::type, ErrorMsg{reason, fatal, retryAfterMs}.encode()));
             socket->disconnectFromHost();
         }
     }
@@ -895,6 +895,8 @@ void TlsListener::overBudgetClose(Connection &c, const QString &reason)
     const qint64 now = m_clock.elapsed();
     budget.closings.push_back(now);
     budget.lastReason = reason;
+    budget.workerId = peer.workerId;
+    budget.workerName = peer.workerName;
     const bool barred = budget.barredUntil == 0 && int(budget.closings.size()) >= m_options.maxBudgetClosings;
     QString line = QStringLiteral("went over its budget: %1").arg(reason);
     if (barred) {
@@ -912,16 +914,40 @@ void TlsListener::overBudgetClose(Connection &c, const QString &reason)
         }
     }
     Q_EMIT overBudget(peer, reason, barred);
+    // The peer is told when to come back: a worker with a bug that storms waits longer after
+    // each closing (30 s, 1 min, ...) instead of reconnecting into the next closing at once.
+    const qint64 retryAfter = barred ? budget.barredUntil - now
+                                     : std::min<qint64>(m_options.budgetWindowMs, 30000 * qint64(budget.closings.size()));
     // Logged within the refusal budget: a storm of sessions under one certificate must not
     // become a storm of log lines.
-    drop(id, line, false, true, true);
+    drop(id, line, false, true, true, retryAfter);
     if (barred) {
         // The bar is the certificate's, not this session's: its other sessions go too.
         const std::set<qint64> others = budgetOf(peer.fingerprint).connections;
         for (const qint64 other : others)
             drop(other, QStringLiteral("its certificate is refused for %1: %2").arg(duration(m_options.budgetWindowMs), line),
-                 false, true, true);
+                 false, true, true, retryAfter);
     }
+}
+
+std::vector<TlsListener::Barred> TlsListener::barred() const
+{
+    const qint64 now = m_clock.elapsed();
+    std::vector<Barred> out;
+    for (auto it = m_budgets.begin(); it != m_budgets.end(); ++it)
+        if (it.value().barredUntil > now)
+            out.push_back(Barred{it.value().workerId, it.value().workerName, it.value().barredUntil - now,
+                                 it.value().lastReason});
+    return out;
+}
+
+void TlsListener::forgive(qint64 workerId)
+{
+    for (auto it = m_budgets.begin(); it != m_budgets.end(); ++it)
+        if (it.value().workerId == workerId && workerId != 0) {
+            it.value().barredUntil = 0;
+            it.value().closings.clear();
+        }
 }
 
 void TlsListener::forgetIdleBudgets()

@@ -39,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <vector>
 
 namespace flotilla::net {
 
@@ -155,6 +156,18 @@ public:
     qint64 pendingBytes(qint64 connectionId) const;
     int unauthenticatedCount() const { return int(m_unauthenticated.size()); }
 
+    // Certificates refused for now for going over their budgets, by worker.
+    struct Barred
+    {
+        qint64 workerId = 0;
+        QString workerName;
+        qint64 remainingMs = 0;
+        QString reason; // the last budget it went over
+    };
+    std::vector<Barred> barred() const;
+    // An operator released the worker: its certificates' bars and closings are forgotten.
+    void forgive(qint64 workerId);
+
     // The key that per-source limits count by: an IPv4 address, or the /64 prefix of an
     // IPv6 one (one host owns a whole /64).
     static QString sourceOf(const QHostAddress &address);
@@ -214,6 +227,8 @@ private:
         std::deque<qint64> closings;  // times on m_clock of closings for budgets
         qint64 barredUntil = 0;
         QString lastReason;
+        qint64 workerId = 0; // whose certificate it is, once it went over a budget
+        QString workerName;
         qint64 lastUsedMs = 0;
     };
 
@@ -246,7 +261,9 @@ private:
     void joinFailed(const QString &source);
     // fatal: the worker must not come back with the same credentials (it is told so).
     // throttled: logged within the refusal log's budget (a flood must not flood the log).
-    void drop(qint64 id, const QString &reason, bool fatal, bool error = true, bool throttled = false);
+    // retryAfterMs: told to the peer, which reconnects no sooner (budgets).
+    void drop(qint64 id, const QString &reason, bool fatal, bool error = true, bool throttled = false,
+              qint64 retryAfterMs = 0);
     void logRefusal(const QString &line, bool warning);
     void flushRefusalLog();
     void checkRevocations();

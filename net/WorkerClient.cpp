@@ -315,7 +315,7 @@ void WorkerClient::handle(Message message)
                                               .arg(m_options.stateDir)
                                         : QString()));
         else
-            lost(QStringLiteral("the coordinator closed the connection: %1").arg(reason));
+            lost(QStringLiteral("the coordinator closed the connection: %1").arg(reason), error->retryAfterMs);
         return;
     }
     if (m_phase == Phase::Enrolling) {
@@ -350,7 +350,7 @@ void WorkerClient::handle(Message message)
         Q_EMIT messageReceived(message);
 }
 
-void WorkerClient::lost(const QString &reason)
+void WorkerClient::lost(const QString &reason, qint64 retryAfterMs)
 {
     if (m_stopped || m_retry.isActive())
         return;
@@ -365,7 +365,11 @@ void WorkerClient::lost(const QString &reason)
     m_phase = Phase::Idle;
     // Exponential backoff with jitter, so a fleet does not reconnect in lockstep.
     const double base = std::min<double>(m_options.maxBackoffMs, m_options.initialBackoffMs * std::pow(2.0, m_attempt));
-    const int delay = int(base * (0.5 + QRandomGenerator::global()->generateDouble()));
+    int delay = int(base * (0.5 + QRandomGenerator::global()->generateDouble()));
+    // Told to stay away (a budget): at least that long, a little more so a fleet spreads out.
+    if (retryAfterMs > 0)
+        delay = std::max(delay, int(std::min<qint64>(retryAfterMs, 24 * 3600 * 1000)
+                                    * (1.0 + 0.25 * QRandomGenerator::global()->generateDouble())));
     ++m_attempt;
     qCInfo(lcNet).noquote() << "lost the coordinator at" << coordinatorAddress() << "-" << reason << "- retrying in"
                             << delay << "ms";

@@ -93,7 +93,8 @@ private:
     TlsSocket *newSocket(bool withCertificate);
     void onReadyRead();
     void handle(Message message);
-    void lost(const QString &reason);
+    // retryAfterMs: what the coordinator asked (its budgets): no reconnection sooner.
+    void lost(const QString &reason, qint64 retryAfterMs = 0);
     void giveUp(const QString &reason);
     Result<void> loadIdentity();
     Result<void> saveIdentity();
