@@ -60,6 +60,7 @@ WorkerAgent::WorkerAgent(Options options, QObject *parent)
 {
     m_pool.setMaxThreadCount(1);
     m_files.setMaxThreadCount(1);
+    m_paceClock.start();
     m_client = std::make_unique<net::WorkerClient>(net::WorkerClient::Options{m_options.stateDir, m_options.name});
     connect(m_client.get(), &net::WorkerClient::welcomed, this, &WorkerAgent::onWelcomed);
     connect(m_client.get(), &net::WorkerClient::messageReceived, this, &WorkerAgent::onMessage);
@@ -127,6 +128,12 @@ void WorkerAgent::onWelcomed(const QCborMap &header)
 void WorkerAgent::onWelcome(const net::WelcomeMsg &w)
 {
     m_asked = false;
+    // Welcome after Welcome with nothing trained between (moved from job to job, or told to
+    // wait and then not): the next Request waits longer each time.
+    if (m_welcomedBefore && !m_trainedSinceWelcome)
+        m_pacer.answeredWithout(m_paceClock.elapsed());
+    m_welcomedBefore = true;
+    m_trainedSinceWelcome = false;
     m_awaitingModel.reset();
     const quint64 generation = ++m_welcomes;
     // The coordinator says how often to beat; a value that would miss its own timeout (or an
@@ -446,8 +453,25 @@ void WorkerAgent::requestWork()
     if (m_preempting || m_finished || m_suspended || m_current || m_asked || m_waiting || m_awaitingModel
         || !m_session || !m_client->isConnected())
         return;
+    const qint64 now = m_paceClock.elapsed();
+    if (const qint64 wait = m_pacer.delayMs(now); wait > 0) {
+        // The retry timer asks again; a sooner one already set stays.
+        if (!m_retry.isActive() || m_retry.remainingTime() > wait)
+            m_retry.start(int(std::min<qint64>(wait, 60000)));
+        return;
+    }
+    m_retry.stop();
     m_asked = true;
+    m_pacer.asked(now);
+    qCDebug(lcAgent).noquote() << "asking for work (request" << m_pacer.requests() << "- at most"
+                               << m_pacer.peakPerSecond() << "in a second so far)";
     m_client->send(net::RequestMsg{m_speed, true, m_downlink.anchor()});
+}
+
+void WorkerAgent::answeredWithout()
+{
+    m_pacer.answeredWithout(m_paceClock.elapsed());
+    requestWork();
 }
 
 void WorkerAgent::onMessage(const net::Message &message)
@@ -474,7 +498,8 @@ void WorkerAgent::onMessage(const net::Message &message)
                                              "are with other workers)"));
                     return;
                 }
-                m_retry.start(int(std::clamp<qint64>(noWork.retryMs, 50, 10000)));
+                m_pacer.noWork(m_paceClock.elapsed(), noWork.retryMs);
+                requestWork();
             },
             [&](const net::AckMsg &ack) {
                 if (m_pending && m_pending->leaseId == ack.lease && (ack.job.isEmpty() || ack.job == m_pending->header.job))
@@ -512,13 +537,14 @@ void WorkerAgent::onAssign(const net::AssignMsg &a, const QByteArray &payload)
     m_asked = false;
     if (!m_session || m_current) {
         m_client->send(net::HandBackMsg{a.lease, QStringLiteral("the worker was not ready")});
+        m_pacer.answeredWithout(m_paceClock.elapsed());
         return;
     }
     const auto change = compressionFromName(a.change);
     if (!change) {
         m_client->send(net::HandBackMsg{
             a.lease, QStringLiteral("the weights came as '%1', which is not none, fp16 or int8").arg(a.change.left(40))});
-        m_retry.start(1000);
+        answeredWithout();
         return;
     }
     auto weights = m_downlink.decode(WeightsForm{*change, a.anchor, a.anchorIncluded}, payload,
@@ -529,7 +555,7 @@ void WorkerAgent::onAssign(const net::AssignMsg &a, const QByteArray &payload)
         qCWarning(lcAgent).noquote() << "handing back lease" << a.lease << "-" << weights.error();
         m_downlink.reset();
         m_client->send(net::HandBackMsg{a.lease, weights.error()});
-        m_retry.start(1000);
+        answeredWithout();
         return;
     }
     Current c;
@@ -555,7 +581,7 @@ void WorkerAgent::onAssign(const net::AssignMsg &a, const QByteArray &payload)
         // As a failure: a worker that can never train these settings counts against the job,
         // which then says that no connected worker can train it instead of waiting unseen.
         m_client->send(net::HandBackMsg{a.lease, problem, true});
-        m_retry.start(1000);
+        answeredWithout();
         return;
     }
     c.weights = *weights;
@@ -603,7 +629,7 @@ void WorkerAgent::onShard(const net::ShardDataMsg &shardData, const QByteArray &
             if (!*shard) {
                 m_client->send(net::HandBackMsg{m_current->leaseId, shard->error(), false, m_current->jobKey});
                 m_current.reset();
-                requestWork();
+                answeredWithout();
                 return;
             }
             m_current->samples = std::move(*shard).value();
@@ -622,6 +648,8 @@ void WorkerAgent::train()
     }
     Q_EMIT trainingStarted(c.leaseId);
     Q_EMIT statusChanged();
+    m_pacer.trained();
+    m_trainedSinceWelcome = true;
     m_cancel = false;
     m_superseded = false;
     m_done = 0;
@@ -654,7 +682,7 @@ void WorkerAgent::onTrained()
         if (m_preempting)
             finish(0, QStringLiteral("preempted"));
         else
-            requestWork();
+            answeredWithout();
         return;
     }
     if (outcome->covered == 0) {

@@ -8,6 +8,7 @@
 // Threads: the agent and the client live on the main thread; training runs on one thread
 // of the agent's pool and owns the WorkerJob while it runs.
 
+#include "agent/RequestPacer.h"
 #include "engine/training/WorkerJob.h"
 #include "engine/wire/Compression.h"
 #include "engine/wire/Downlink.h"
@@ -132,7 +133,10 @@ private:
     void dropCurrent(const QString &reason);
     QString modelCachePath(const QString &sha256) const;
     void onMessage(const net::Message &message);
+    // Asks for work when the worker may (RequestPacer: now, or later by the retry timer).
     void requestWork();
+    // What it was answered held nothing to train: the pacer backs off, then it asks again.
+    void answeredWithout();
     void onAssign(const net::AssignMsg &assign, const QByteArray &payload);
     void onShard(const net::ShardDataMsg &shard, const QByteArray &payload);
     void train();
@@ -160,6 +164,10 @@ private:
     // A Request is on its way and not answered (Assign or NoWork) on this connection yet: the
     // coordinator takes a second one as the worker dropping the lease the first one got.
     bool m_asked = false;
+    RequestPacer m_pacer;
+    QElapsedTimer m_paceClock;
+    bool m_welcomedBefore = false;
+    bool m_trainedSinceWelcome = false;
     QThreadPool m_pool;
     // Hashing, reading and writing files (the job's model, shards and the shard cache) run on
     // this one thread, never on the agent's (a window's, in the desktop app).

@@ -48,6 +48,12 @@ void sink(QtMsgType type, const QMessageLogContext &context, const QString &mess
         g_file->write(line);
         g_file->flush();
     }
+    if (type == QtDebugMsg) {
+        // Debug reaches the sink only for a category someone switched on (QT_LOGGING_RULES):
+        // in full, with its time, since it is read to see when things happened.
+        std::fputs(line.constData(), stderr);
+        return;
+    }
     if (type == QtWarningMsg || type == QtCriticalMsg || type == QtFatalMsg || (g_verbose && type == QtInfoMsg)) {
         // The progress line may be mid-redraw on a terminal: start on a fresh line.
         static const bool terminal = isTerminal(stderr);

@@ -452,14 +452,20 @@ private Q_SLOTS:
                      qPrintable(QStringLiteral("lease %1 handed back with '%2', not '%3'")
                                     .arg(100 + i).arg(handBacks[i].reason, script[i].refusal)));
         }
-        // After each refusal it asked again a second later, still taking changes, and holding no
-        // anchor: not the 7 of NaN weights, nor the 9 of a NaN anchor, which it must not keep.
+        // After each refusal it asked again, still taking changes, and holding no anchor: not the
+        // 7 of NaN weights, nor the 9 of a NaN anchor, which it must not keep. Not at once: the
+        // pacer backs off after each lease it could not use (200 ms, then twice as long each
+        // time, within half and one and a half times that).
         QCOMPARE(requests.size(), script.size());
         for (std::size_t i = 1; i < requests.size(); ++i) {
             QVERIFY2(requests[i].request.takesChanges, qPrintable(QString::number(i)));
             QCOMPARE(requests[i].request.anchor, qint64(0));
-            QVERIFY2(requests[i].atMs - handBackMs[i - 1] >= 900,
-                     qPrintable(QStringLiteral("asked again %1 ms after a refusal").arg(requests[i].atMs - handBackMs[i - 1])));
+            const qint64 least = std::min<qint64>(2500, qint64(100) << (i - 1));
+            QVERIFY2(requests[i].atMs - handBackMs[i - 1] >= least,
+                     qPrintable(QStringLiteral("asked again %1 ms after refusal %2, not after at least %3 ms")
+                                    .arg(requests[i].atMs - handBackMs[i - 1])
+                                    .arg(i)
+                                    .arg(least)));
         }
         // And with weights it could use, it went on to fetch the shard to train on.
         QCOMPARE(shardsAsked, std::vector<qint64>{0});
