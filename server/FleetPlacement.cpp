@@ -33,18 +33,25 @@ std::map<QString, int> FleetServer::counts() const
     return out;
 }
 
+bool FleetServer::takesWorkers(const Job &job) const
+{
+    return !job.finished && m_clock.elapsed() >= job.closedUntilMs;
+}
+
 std::map<QString, double> FleetServer::targets() const
 {
     double total = 0;
     for (const auto &[key, job] : m_jobs)
-        total += job->weight;
+        if (takesWorkers(*job))
+            total += job->weight;
     // Shares of the workers that may train: the fleet's quarantine holds the others.
     double workers = 0;
     for (const auto &[connection, worker] : m_connected)
         workers += m_quarantined.count(worker.workerId) ? 0.0 : 1.0;
     std::map<QString, double> out;
     for (const auto &[key, job] : m_jobs)
-        out[key] = total > 0 ? workers * job->weight / total : 0.0;
+        if (takesWorkers(*job))
+            out[key] = total > 0 ? workers * job->weight / total : 0.0;
     return out;
 }
 
@@ -91,16 +98,22 @@ QString FleetServer::waitingReason(const ConnectedWorker &worker) const
 
 std::map<QString, QString> FleetServer::unmetRequirements() const
 {
+    // The workers the fleet holds back: those connected that it quarantined, and those refused
+    // for now for going over their budgets (not connected, then).
+    const std::vector<net::TlsListener::Barred> barred = m_listener->barred();
     std::map<QString, QString> out;
     for (const auto &[key, job] : m_jobs) {
         int connected = 0;
         int quarantined = 0;
         QString example;
         bool someone = false;
+        std::map<qint64, std::pair<QString, QString>> held; // by worker id: name, and why
         for (const auto &[connection, worker] : m_connected) {
             ++connected;
-            if (m_quarantined.count(worker.workerId)) {
+            if (const auto q = m_quarantined.find(worker.workerId); q != m_quarantined.end()) {
                 ++quarantined;
+                held[worker.workerId] = {worker.name,
+                                         QStringLiteral("%1 is quarantined (%2)").arg(worker.name, q->second.left(200))};
                 continue;
             }
             const QString missing = lacks(worker, *job);
@@ -108,17 +121,35 @@ std::map<QString, QString> FleetServer::unmetRequirements() const
             if (example.isEmpty() && !missing.isEmpty())
                 example = QStringLiteral("%1 lacks %2").arg(worker.name, missing);
         }
-        // No worker connected at all: the job's own progress says so.
-        if (someone || connected == 0)
+        for (const net::TlsListener::Barred &b : barred)
+            if (!held.count(b.workerId))
+                held[b.workerId] = {b.workerName,
+                                    QStringLiteral("%1 is refused for another %2 min for going over its budgets (%3)")
+                                        .arg(b.workerName)
+                                        .arg((b.remainingMs + 59999) / 60000)
+                                        .arg(b.reason.left(200))};
+        // No worker connected or held back at all: the job's own progress says so.
+        if (someone || (connected == 0 && held.empty()))
             continue;
-        const FleetSpec &f = job->spec.fleet;
-        out[key] = quarantined == connected
-                       ? QStringLiteral("every connected worker is quarantined by the fleet (an operator releases them)")
-                       : QStringLiteral("no connected worker meets its requirements (fleet.require_device %1, "
-                                        "fleet.require_memory_mb %2): %3")
-                             .arg(f.requireDevice)
-                             .arg(f.requireMemoryMb)
-                             .arg(example);
+        QStringList heldText;
+        QStringList names;
+        for (const auto &[id, h] : held) {
+            names << h.first;
+            heldText << h.second;
+        }
+        const QString release = QStringLiteral("; `flotilla release NAME --identity-dir %1` lets one train again (%2)")
+                                    .arg(m_options.identityDir, names.join(QStringLiteral(", ")));
+        if (connected > quarantined) {
+            const FleetSpec &f = job->spec.fleet;
+            out[key] = QStringLiteral("no connected worker meets its requirements (fleet.require_device %1, "
+                                      "fleet.require_memory_mb %2): %3")
+                           .arg(f.requireDevice)
+                           .arg(f.requireMemoryMb)
+                           .arg(example)
+                       + (held.empty() ? QString() : u"; and " + heldText.join(QStringLiteral("; ")) + release);
+            continue;
+        }
+        out[key] = QStringLiteral("every worker is held back by the fleet: %1%2").arg(heldText.join(QStringLiteral("; ")), release);
     }
     return out;
 }
@@ -160,7 +191,7 @@ void FleetServer::place(qint64 connectionId, const QString &except)
     const Job *best = nullptr;
     double most = -1e300;
     for (const auto &[key, job] : m_jobs) {
-        if ((key == except && m_jobs.size() > 1) || !lacks(worker, *job).isEmpty())
+        if ((key == except && m_jobs.size() > 1) || !takesWorkers(*job) || !lacks(worker, *job).isEmpty())
             continue;
         const double under = target.at(key) - double(count.at(key));
         if (!best || under > most + 1e-9 || (std::abs(under - most) <= 1e-9 && job->order < best->order)) {
@@ -222,6 +253,8 @@ void FleetServer::rereadQuarantine()
 void FleetServer::releaseInFleet(qint64 workerId, const QString &by)
 {
     m_released.insert(workerId);
+    // Released means released: a bar for budgets is lifted too.
+    m_listener->forgive(workerId);
     const bool wasQuarantined = m_quarantined.erase(workerId) > 0;
     // Every job that quarantined it lets it go too, in the fleet's quarantine or not.
     for (const auto &[key, job] : m_jobs)

@@ -22,6 +22,10 @@ using net::MessageType;
 
 // Encoded shards kept for the next connection that asks, per job.
 constexpr qint64 kShardCacheBytes = qint64(256) << 20;
+// How long a job that dismissed an idle worker is left out of placement: long enough that a
+// dismissed worker is not moved back at once, short enough that a job whose tail fails (a
+// worker killed with its lease) gets workers again soon.
+constexpr qint64 kDismissedClosedMs = 10000;
 // A TorchScript model a fleet holds in memory and sends to its workers.
 constexpr qint64 kModelBytes = qint64(512) << 20;
 
@@ -54,6 +58,7 @@ Result<void> FleetServer::setUp(const net::TlsListener::Options &options, bool f
     if (!endpoint)
         return endpoint.takeError();
     m_fleet = fleet;
+    m_clock.start();
     m_options = options;
     m_listener = std::move(endpoint).value();
     // A fleet's quarantine outlives its jobs and the service's restarts, and `flotilla
@@ -707,6 +712,9 @@ void FleetServer::onAssigned(Job &job, qint64 ticket, const std::optional<Assign
         return;
     }
     if (!a) {
+        job.finished = job.finished || finished;
+        if (dismissed)
+            job.closedUntilMs = m_clock.elapsed() + kDismissedClosedMs;
         if (m_fleet && (finished || dismissed)) {
             // Nothing left here for this machine: the fleet has other work for it, or it waits.
             leaveJob(connected->second, finished ? QStringLiteral("the job is finished")
@@ -719,6 +727,7 @@ void FleetServer::onAssigned(Job &job, qint64 ticket, const std::optional<Assign
         m_listener->send(connectionId, net::NoWorkMsg{retryMs, finished, dismissed});
         return;
     }
+    job.closedUntilMs = 0; // it has work again
     net::AssignMsg assign;
     assign.lease = a->leaseId;
     assign.subtask = a->subtaskId;

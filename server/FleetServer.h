@@ -22,6 +22,7 @@
 #include "net/TlsListener.h"
 #include "server/OperatorService.h"
 
+#include <QElapsedTimer>
 #include <QHash>
 #include <QMutex>
 #include <QObject>
@@ -138,6 +139,15 @@ private:
         qint64 shardCacheBytes = 0;
         qint64 shardUses = 0;
         std::unique_ptr<DownlinkEncoder> downlink;
+        // Its coordinator answered a Request with "finished": no worker is placed or moved
+        // here again (the fleet service removes the job a moment later).
+        bool finished = false;
+        // It dismissed an idle worker (fleet.dismiss_idle): nothing is queued at its tail, so
+        // no worker is placed or moved here until this time on m_clock, or until it grants a
+        // lease again. Without it a dismissed worker was placed in another job, moved back
+        // here by the shares at its next Request, dismissed again, and so on, Requests in a
+        // tight loop.
+        qint64 closedUntilMs = 0;
         OperatorService *operators = nullptr; // a child of the server
         std::vector<QMetaObject::Connection> connections;
     };
@@ -189,12 +199,16 @@ private:
     // The quarantine as the trust database has it now (flotilla release --identity-dir).
     void rereadQuarantine();
     void sendWelcome(qint64 connectionId, const ConnectedWorker &worker, const Job *job, const QString &waiting = {});
+    // Whether workers may be placed in or moved to a job (not finished, not dismissing).
+    bool takesWorkers(const Job &job) const;
+    // The shares of the jobs that take workers.
     std::map<QString, double> targets() const;
     std::map<QString, int> counts() const;
     const EncodedShard &encodedShard(Job &job, int shard);
     QByteArray shardSha(Job &job, int shard);
 
     bool m_fleet = false;
+    QElapsedTimer m_clock;
     qint64 m_jobsAdded = 0;
     std::unique_ptr<net::TlsListener> m_listener;
     net::TlsListener::Options m_options;

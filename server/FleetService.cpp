@@ -1,6 +1,7 @@
 #include "server/FleetService.h"
 
 #include "common/LogCategories.h"
+#include "engine/coordination/Journal.h"
 #include "server/FleetRequests.h"
 
 #include <QDateTime>
@@ -163,6 +164,17 @@ void FleetService::stop()
     m_running.clear();
 }
 
+void FleetService::writeState(qint64 id, const QString &state, const QString &message)
+{
+    m_unwritten.erase(id);
+    if (auto r = m_queue->setState(id, state, message, now()); !r) {
+        // Kept, and written at the next tick: a queue that says "running" for a job that ended
+        // would start it again after a restart (and call it failed), or never end it.
+        qCWarning(lcStore).noquote() << "cannot write that job" << id << "is" << state << "- trying again:" << r.error();
+        m_unwritten[id] = {state, message};
+    }
+}
+
 void FleetService::record(qint64 id, const QString &name, const QString &state, const QString &message)
 {
     qCInfo(lcScheduling).noquote() << "job" << id << name << state << (message.isEmpty() ? QString() : u"- " + message);
@@ -180,6 +192,8 @@ void FleetService::tick()
         if (const auto it = placement.find(keyOf(id)); it != placement.end() && it->second > 0)
             (void)m_queue->addWorkerSeconds(id, it->second * seconds);
 
+    for (const auto &[id, unwritten] : std::map<qint64, std::pair<QString, QString>>(m_unwritten))
+        writeState(id, unwritten.first, unwritten.second);
     auto jobs = m_queue->jobs();
     if (!jobs) {
         qCWarning(lcStore).noquote() << "cannot read the fleet queue:" << jobs.error();
@@ -222,6 +236,10 @@ void FleetService::tick()
     for (const QueuedJob &job : *order) {
         if (int(m_running.size()) >= m_options.concurrentJobs)
             break;
+        // Queued in the file but running here (its "running" is not written yet), or ended here
+        // with that not written yet: never started twice.
+        if (m_running.count(job.id) || m_unwritten.count(job.id))
+            continue;
         startJob(job);
     }
 }
@@ -235,19 +253,33 @@ void FleetService::startJob(const QueuedJob &job)
                                     : Result<JobSpec>(fail(QStringLiteral("its job file is not a JSON object: %1")
                                                                .arg(parseError.errorString())));
     if (!spec) {
-        (void)m_queue->setState(id, QStringLiteral("failed"), spec.error(), now());
+        writeState(id, QStringLiteral("failed"), spec.error());
         record(id, job.name, QStringLiteral("failed"), spec.error());
+        return;
+    }
+    // The service was killed between the job's last fold and the queue's update: its run
+    // folder says it finished, and so does the queue now. It is not started again (its
+    // coordinator would refuse a finished run folder, and the queue would call it failed).
+    const auto stored = Journal::storedJob(job.runDir);
+    if (!stored) {
+        qCWarning(lcStore).noquote() << "cannot read the store of job" << id << "in" << job.runDir << "-"
+                                     << stored.error();
+    } else if (*stored && (*stored)->state == QLatin1String("finished")) {
+        const QString why = QStringLiteral("finished (its run folder says so: the fleet service stopped before the "
+                                           "queue noted it)");
+        writeState(id, QStringLiteral("finished"), why);
+        record(id, job.name, QStringLiteral("finished"), why);
         return;
     }
     if (!QDir().mkpath(job.runDir)) {
         const QString why = QStringLiteral("cannot create its run folder '%1'").arg(job.runDir);
-        (void)m_queue->setState(id, QStringLiteral("failed"), why, now());
+        writeState(id, QStringLiteral("failed"), why);
         record(id, job.name, QStringLiteral("failed"), why);
         return;
     }
     auto fleet = LocalFleet::create(*spec, job.runDir, 0);
     if (!fleet) {
-        (void)m_queue->setState(id, QStringLiteral("failed"), fleet.error(), now());
+        writeState(id, QStringLiteral("failed"), fleet.error());
         record(id, job.name, QStringLiteral("failed"), fleet.error());
         return;
     }
@@ -255,7 +287,7 @@ void FleetService::startJob(const QueuedJob &job)
     if (auto added = m_network.addJob(keyOf(id), f->coordinator(), job.weight, job.submitter,
                                       job.origin != QLatin1String("submitter"));
         !added) {
-        (void)m_queue->setState(id, QStringLiteral("failed"), added.error(), now());
+        writeState(id, QStringLiteral("failed"), added.error());
         record(id, job.name, QStringLiteral("failed"), added.error());
         return;
     }
@@ -269,7 +301,7 @@ void FleetService::startJob(const QueuedJob &job)
             [this, id](const JobProgress &progress, int) { Q_EMIT jobProgressed(id, progress); });
     const QString message = f->resumed() ? QStringLiteral("resumed in %1").arg(job.runDir)
                                          : QStringLiteral("started in %1").arg(job.runDir);
-    (void)m_queue->setState(id, QStringLiteral("running"), message, now());
+    writeState(id, QStringLiteral("running"), message);
     m_running[id] = Running{job.name, std::move(fleet).value(), job.weight, false, message, {}};
     record(id, job.name, QStringLiteral("running"), message);
     f->start();
@@ -286,7 +318,7 @@ void FleetService::endJob(qint64 id, const QString &state, const QString &messag
     it->second.fleet->stop();
     const QString name = it->second.name;
     m_running.erase(it);
-    (void)m_queue->setState(id, state, message, now());
+    writeState(id, state, message);
     record(id, name, state, message);
     if (!m_stopping)
         QTimer::singleShot(0, this, &FleetService::tick);

@@ -72,6 +72,9 @@ private:
     void startJob(const QueuedJob &job);
     void endJob(qint64 id, const QString &state, const QString &message);
     void record(qint64 id, const QString &name, const QString &state, const QString &message);
+    // Writes a job's state to the queue; one that cannot be written (the file busy, the disk
+    // full) is kept and written again at each tick until it is.
+    void writeState(qint64 id, const QString &state, const QString &message);
 
     NetworkHost &m_network;
     std::unique_ptr<FleetQueue> m_queue;
@@ -80,6 +83,7 @@ private:
     QElapsedTimer m_sinceTick;
     std::map<qint64, Running> m_running;
     std::set<qint64> m_busy; // connections with a submission or download being handled
+    std::map<qint64, std::pair<QString, QString>> m_unwritten; // states not written yet: state, message
     bool m_stopping = false;
 };
 

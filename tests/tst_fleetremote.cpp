@@ -503,8 +503,13 @@ private Q_SLOTS:
         QTRY_COMPARE_WITH_TIMEOUT(fleet.stateOf(id), QStringLiteral("running"), 30000);
         QTRY_VERIFY2_WITH_TIMEOUT(fleet.log(QStringLiteral("worker")).contains(QLatin1String("quarantined by the fleet")),
                                   qPrintable(fleet.log(QStringLiteral("worker"))), 30000);
-        QTRY_VERIFY2_WITH_TIMEOUT(fleet.queue().at(id).message.contains(QLatin1String("quarantined by the fleet")),
-                                  qPrintable(fleet.queue().at(id).message), 20000);
+        // The job says why it waits, who, and the remedy.
+        const auto saysWhy = [&] {
+            const QString m = fleet.queue().at(id).message;
+            return m.contains(QLatin1String("every worker is held back by the fleet"))
+                   && m.contains(QLatin1String("w1 is quarantined")) && m.contains(QLatin1String("flotilla release"));
+        };
+        QTRY_VERIFY2_WITH_TIMEOUT(saysWhy(), qPrintable(fleet.queue().at(id).message), 20000);
         QCOMPARE(fleet.stateOf(id), QStringLiteral("running"));
         {
             auto store = Store::open(QDir(fleet.queue().at(id).runDir).filePath(QStringLiteral("flotilla.db")));
@@ -536,7 +541,7 @@ private Q_SLOTS:
                      .exitCode,
                  0);
         const qint64 second = fleet.queue().rbegin()->first;
-        QTRY_VERIFY2_WITH_TIMEOUT(fleet.queue().at(second).message.contains(QLatin1String("quarantined by the fleet")),
+        QTRY_VERIFY2_WITH_TIMEOUT(fleet.queue().at(second).message.contains(QLatin1String("is held back by the fleet")),
                                   qPrintable(fleet.stateOf(second) + QStringLiteral(": ") + fleet.queue().at(second).message
                                              + QStringLiteral("\n") + fleet.log() + fleet.log(QStringLiteral("worker"))),
                                   30000);

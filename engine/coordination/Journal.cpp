@@ -28,6 +28,17 @@ Result<std::unique_ptr<Journal>> Journal::open(const QString &runDir, const Cloc
     return j;
 }
 
+Result<std::optional<JobRecord>> Journal::storedJob(const QString &runDir)
+{
+    const QString path = runDir + u'/' + kStoreFile;
+    if (!QFileInfo::exists(path))
+        return std::optional<JobRecord>();
+    auto store = Store::open(path);
+    if (!store)
+        return store.takeError();
+    return (*store)->latestJob();
+}
+
 void Journal::follow(const Assimilator &core, const QString &layoutDigest)
 {
     m_core = &core;

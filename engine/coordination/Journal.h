@@ -36,6 +36,9 @@ class Journal
 public:
     // Opens the store of runDir (creating it, and the checkpoints folder, for a new job).
     static Result<std::unique_ptr<Journal>> open(const QString &runDir, const Clock *clock);
+    // The job recorded in runDir's store, without creating anything: none when the folder
+    // holds no store (a job never started there).
+    static Result<std::optional<JobRecord>> storedJob(const QString &runDir);
 
     Store &store() { return *m_store; }
     // The core whose global state the checkpoints hold, and the layout recorded with them.
