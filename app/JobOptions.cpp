@@ -44,6 +44,8 @@ const Flag kFlags[] = {
                        "holds an unfinished job, that job is resumed (its stored settings win). Default: a new "
                        "folder under the user's data location."},
     {"save-job", "file", "Write the effective job file and exit without training."},
+    {"job-name", "name", "The job's name, as its run folder, the queue and the control center show it. Default: the "
+                         "job file's, else one made from the data and the model (fashion-mnist-cnn, photos-resnet)."},
     {"workers", "n", "Number of local workers (threads of this process)."},
     {"epochs", "n", "Epochs to train: every shard trained once per epoch."},
     {"shards", "n", "Shards the training set is split into (one subtask per shard per epoch; 0 = from the data and the "
@@ -290,6 +292,12 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
     text("require-device", job.fleet.requireDevice);
     if (p.isSet(QStringLiteral("price-table")))
         job.fleet.priceTable = QFileInfo(p.value(QStringLiteral("price-table"))).absoluteFilePath();
+    // A job trained on other data or another model than the default job's says so in its name,
+    // rather than carry the default job's.
+    if (p.isSet(QStringLiteral("job-name")))
+        job.name = p.value(QStringLiteral("job-name")).trimmed();
+    else if (job.name == JobSpec::defaultJob().name)
+        job.name = job.describedName();
     return job.validate();
 }
 
@@ -307,7 +315,9 @@ QString progressLine(const JobProgress &p, int alive, int workers, const QString
 {
     const bool classes = task == QLatin1String("classification");
     const QString scoreName = classes ? QStringLiteral("acc") : taskInfo(task).score;
-    const QString accuracy = p.testAccuracy < 0 && p.epochsDone == 0 ? QStringLiteral("  -  ") : scoreValue(task, p.testAccuracy);
+    // No evaluation yet (the first epoch runs, or its evaluation is under way): a dash, not the
+    // -1 that stands for "none" (an R² may be negative, so the epoch evaluated says it).
+    const QString accuracy = p.evaluatedEpoch < 0 ? QStringLiteral("–") : scoreValue(task, p.testAccuracy);
     if (!p.stalled.isEmpty())
         return QStringLiteral("epoch %1/%2 | version %3 | test %4 %5 | STALLED: %6 | %7")
             .arg(p.epochsDone).arg(p.epochs).arg(p.version)

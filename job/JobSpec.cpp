@@ -5,9 +5,12 @@
 #include "common/AtomicFile.h"
 
 #include <QDateTime>
+#include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
+#include <QRegularExpression>
 #include <QSet>
 #include <QStandardPaths>
 
@@ -546,6 +549,23 @@ QString JobSpec::fieldOf(const QString &problem)
     if (!problem.startsWith(u'\''))
         return {};
     return problem.mid(1, problem.indexOf(u'\'', 1) - 1);
+}
+
+QString JobSpec::describedName() const
+{
+    const auto stem = [](const QString &path) {
+        const QFileInfo info(QDir::cleanPath(path));
+        return info.isDir() || info.suffix().isEmpty() ? info.fileName() : info.completeBaseName();
+    };
+    QString data = dataset.kind;
+    if (dataset.kind != QLatin1String("fashion-mnist") && !dataset.path.isEmpty() && !stem(dataset.path).isEmpty())
+        data = stem(dataset.path);
+    QString net = model.kind;
+    if (model.kind == QLatin1String("torchscript") && !model.path.isEmpty() && !stem(model.path).isEmpty())
+        net = stem(model.path);
+    QString out = (data + u'-' + net).toLower();
+    out.replace(QRegularExpression(QStringLiteral("[^a-z0-9._-]+")), QStringLiteral("-"));
+    return out.left(60);
 }
 
 QString defaultRunDir(const JobSpec &job)

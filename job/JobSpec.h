@@ -191,6 +191,9 @@ struct JobSpec
 
     // The default job: a small CNN on Fashion-MNIST, four local workers, preemptions on.
     static JobSpec defaultJob();
+    // A name that says what the job trains: its data and its model ("fashion-mnist-cnn",
+    // "photos-resnet", "iris-mlp", "houses-net" for net.pt), in characters every file system takes.
+    QString describedName() const;
 
     // Unknown keys are errors (a typo must not silently fall back to a default).
     static Result<JobSpec> fromJson(const QJsonObject &json);
