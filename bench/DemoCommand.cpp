@@ -4,6 +4,7 @@
 #include "app/CommandLine.h"
 #include "app/JobOptions.h"
 #include "bench/Attacks.h"
+#include "bench/FleetChaos.h"
 #include "bench/LinkShaper.h"
 #include "bench/MeasurementCommands.h"
 #include "common/LogCategories.h"
@@ -137,7 +138,9 @@ int runDemoCommand(const QStringList &arguments)
     parser.setApplicationDescription(QStringLiteral(
         "Run a fleet on this machine: a coordinator process and --workers worker processes on loopback with real\n"
         "TLS. With --chaos-mean, a random worker is SIGKILLed every so many seconds on average (like a spot\n"
-        "instance taken back) and a new one started after --rejoin-delay. Prints a summary at the end."));
+        "instance taken back) and a new one started after --rejoin-delay. Prints a summary at the end.\n"
+        "With --fleet: a fleet service with a queue of jobs from several submitters, the SIGKILLs hitting the\n"
+        "service too, and every job checked at the end (finished, exactly once, nobody quarantined)."));
     parser.addHelpOption();
     addJobOptions(parser);
     parser.addOption({QStringLiteral("chaos-mean"), QStringLiteral("Mean seconds between SIGKILLs of workers (0: none)."),
@@ -159,6 +162,7 @@ int runDemoCommand(const QStringList &arguments)
     parser.addOption({QStringLiteral("attackers"),
                       QStringLiteral("How many of the --workers are attackers (with --attack)."), QStringLiteral("n"),
                       QStringLiteral("1")});
+    addFleetChaosOptions(parser);
     if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("demo")))
         return *stop;
     installLogSink(parser.isSet(QStringLiteral("verbose")));
@@ -168,6 +172,8 @@ int runDemoCommand(const QStringList &arguments)
         return ExitUsage;
     }
     JobSpec job = *parsed;
+    if (parser.isSet(QStringLiteral("fleet")))
+        return runFleetChaos(parser, job);
     const int workers = std::max(1, job.fleet.workers);
     DemoStats stats;
     int attackers = 0;
@@ -322,7 +328,7 @@ int runDemoCommand(const QStringList &arguments)
     chaos.setSingleShot(true);
     auto scheduleChaos = [&] {
         if (chaosMean > 0)
-            chaos.start(int((chaosFixed ? chaosMean : -chaosMean * std::log(1.0 - random.uniform())) * 1000.0));
+            chaos.start(chaosGapMs(chaosMean, chaosFixed, random));
     };
     QObject::connect(&chaos, &QTimer::timeout, &chaos, [&] {
         std::vector<QProcess *> running;

@@ -7,7 +7,11 @@
 // fleet service resumes its running jobs and runs its queue, every shard of every epoch of
 // every job assimilated exactly once.
 #include "TestSupport.h"
+#include "bench/FleetChaos.h"
 #include "engine/coordination/FleetQueue.h"
+#include "net/TrustStore.h"
+
+#include <sqlite3.h>
 
 #include <QtTest>
 
@@ -53,6 +57,10 @@ struct Lab
         auto p = std::make_unique<QProcess>();
         p->setProcessChannelMode(QProcess::MergedChannels);
         p->setStandardOutputFile(path(state + QStringLiteral(".out")), QIODevice::Append);
+        // Each Request it sends is logged with its time: the tests count them.
+        QProcessEnvironment environment = QProcessEnvironment::systemEnvironment();
+        environment.insert(QStringLiteral("QT_LOGGING_RULES"), QStringLiteral("flotilla.agent.debug=true"));
+        p->setProcessEnvironment(environment);
         QStringList args{QStringLiteral("worker"), QStringLiteral("--state-dir"), path(QStringLiteral("workers/") + state),
                          QStringLiteral("--grace"), QStringLiteral("5")};
         if (!joinAs.isEmpty())
@@ -160,6 +168,27 @@ struct Lab
     }
 
     QString queueText() const { return flotilla({QStringLiteral("jobs")}).out; }
+
+    // An honest fleet's workers pace their Requests, and the coordinator's budgets never
+    // catch them: empty when so, else what went wrong.
+    QString honestFleetProblems(const QStringList &workers) const
+    {
+        QStringList problems;
+        for (const QString &name : workers) {
+            const RequestTally t = tallyRequests(log(name));
+            qInfo("%s sent %d Requests, at most %d in a second", qPrintable(name), t.total, t.peakPerSecond);
+            if (t.total == 0)
+                problems << QStringLiteral("%1 logged no Request").arg(name);
+            if (t.peakPerSecond > kHonestRequestPeak)
+                problems << QStringLiteral("%1 sent %2 Requests in one second").arg(name).arg(t.peakPerSecond);
+        }
+        const QString serve = log(QStringLiteral("serve"));
+        if (serve.contains(QLatin1String("went over its budget")))
+            problems << QStringLiteral("the service closed an honest worker for its budgets");
+        if (serve.contains(QLatin1String("is quarantined in the fleet")))
+            problems << QStringLiteral("the service quarantined an honest worker");
+        return problems.join(QStringLiteral("; "));
+    }
 };
 
 std::vector<qint64> shardSizes()
@@ -340,8 +369,16 @@ private Q_SLOTS:
         serve->kill();
         QVERIFY(serve->waitForFinished(10000));
         serve = lab.serve(2);
+        // Killed again once the resumed jobs and the next ones are under way: the honest
+        // workers reconnect, are moved between jobs and see jobs resume and end, and none of
+        // it makes them send Requests in a loop.
+        QTRY_VERIFY2_WITH_TIMEOUT(test::assimilations(lab.runDb(ids[2])) >= 2,
+                                  qPrintable(lab.queueText() + lab.log(QStringLiteral("serve")).right(3000)), 150000);
+        serve->kill();
+        QVERIFY(serve->waitForFinished(10000));
+        serve = lab.serve(2);
         QTRY_VERIFY2_WITH_TIMEOUT(lab.allFinished(ids),
-                                  qPrintable(lab.queueText() + lab.log(QStringLiteral("serve")).right(3000)), 300000);
+                                  qPrintable(lab.queueText() + lab.log(QStringLiteral("serve")).right(3000)), 240000);
         for (const qint64 id : ids) {
             const QString wrong = exactlyOnce(lab.runDb(id), 3);
             QVERIFY2(wrong.isEmpty(), qPrintable(QStringLiteral("job %1: %2").arg(id).arg(wrong)));
@@ -354,8 +391,102 @@ private Q_SLOTS:
         }
         for (auto &w : workers)
             QCOMPARE(w->state(), QProcess::Running);
+        const QString problems = lab.honestFleetProblems({QStringLiteral("w1"), QStringLiteral("w2"), QStringLiteral("w3")});
+        QVERIFY2(problems.isEmpty(), qPrintable(problems));
         for (auto &w : workers)
             stop(*w);
+        stop(*serve);
+    }
+
+    // The service is SIGKILLed in the window between a job's last fold and the queue's note
+    // of it: the test holds the queue's file locked for writing, so the service cannot write
+    // that the job finished while the job's own store says so. Started again, the service
+    // finds the job finished in its run folder: finished in the queue, not started again,
+    // never failed.
+    void aJobThatFinishedJustBeforeAKillStaysFinished()
+    {
+        Lab lab;
+        auto serve = lab.serve(1);
+        QTRY_VERIFY_WITH_TIMEOUT(!lab.token().isEmpty(), 60000);
+        const qint64 id = lab.submit(QStringLiteral("last"), 2, QStringLiteral("alice"));
+        QVERIFY(id > 0);
+        auto w1 = lab.worker(QStringLiteral("w1"), QStringLiteral("w1"));
+        QTRY_VERIFY2_WITH_TIMEOUT(test::assimilations(lab.runDb(id)) >= 1, qPrintable(lab.queueText()), 90000);
+        sqlite3 *db = nullptr;
+        QCOMPARE(sqlite3_open(QDir(lab.identity()).filePath(QStringLiteral("fleet.db")).toUtf8().constData(), &db),
+                 SQLITE_OK);
+        const auto closeDb = qScopeGuard([db] { sqlite3_close(db); });
+        sqlite3_busy_timeout(db, 20000);
+        QCOMPARE(sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+        const QString store = lab.runDb(id);
+        const auto finishedInStore = [&] {
+            auto s = Store::open(store);
+            auto job = s ? (*s)->latestJob() : Result<std::optional<JobRecord>>(fail(QString()));
+            return job && job->has_value() && (*job)->state == QLatin1String("finished");
+        };
+        QTRY_VERIFY2_WITH_TIMEOUT(finishedInStore(), qPrintable(lab.log(QStringLiteral("serve")).right(3000)), 120000);
+        // The service tried to write it, and could not.
+        QTRY_VERIFY2_WITH_TIMEOUT(lab.log(QStringLiteral("serve")).contains(QLatin1String("cannot write that job")),
+                                  qPrintable(lab.log(QStringLiteral("serve")).right(3000)), 60000);
+        serve->kill();
+        QVERIFY(serve->waitForFinished(10000));
+        QCOMPARE(sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
+        QCOMPARE(lab.stateOf(id), QStringLiteral("running"));
+        serve = lab.serve(1);
+        QTRY_VERIFY2_WITH_TIMEOUT(lab.stateOf(id) == QLatin1String("finished"),
+                                  qPrintable(lab.queueText() + lab.log(QStringLiteral("serve")).right(3000)), 60000);
+        QVERIFY2(lab.queue().at(id).message.contains(QLatin1String("its run folder says so")),
+                 qPrintable(lab.queue().at(id).message));
+        // Not started again: no resumption in its store, no refusal in the service's log.
+        auto s = Store::open(store);
+        QVERIFY(s);
+        QCOMPARE(int((*s)->events(1, EventKind::JobResumed)->size()), 0);
+        QVERIFY(!lab.log(QStringLiteral("serve")).contains(QLatin1String("has already finished")));
+        const QString wrong = exactlyOnce(store, 2);
+        QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
+        // And it stays finished.
+        QTest::qWait(1500);
+        QCOMPARE(lab.stateOf(id), QStringLiteral("finished"));
+        stop(*w1);
+        stop(*serve);
+    }
+
+    // A running job whose every worker the fleet holds back says why, and what to do, in
+    // `flotilla jobs` and in the service's output; released, its worker trains it to the end.
+    void aJobHeldBackByTheFleetSaysWhy()
+    {
+        Lab lab;
+        auto serve = lab.serve(1);
+        QTRY_VERIFY_WITH_TIMEOUT(!lab.token().isEmpty(), 60000);
+        const qint64 id = lab.submit(QStringLiteral("held"), 2, QStringLiteral("alice"));
+        QVERIFY(id > 0);
+        auto w1 = lab.worker(QStringLiteral("w1"), QStringLiteral("w1"));
+        QTRY_VERIFY2_WITH_TIMEOUT(test::assimilations(lab.runDb(id)) >= 1, qPrintable(lab.queueText()), 90000);
+        // Quarantined in the fleet as an operator's tools write it: the service rereads its
+        // trust database every 2 s.
+        net::TrustStore trust(lab.identity());
+        auto certificates = trust.certificates();
+        QVERIFY(certificates);
+        qint64 workerId = 0;
+        for (const auto &c : *certificates)
+            if (c.workerName == QLatin1String("w1"))
+                workerId = c.workerId;
+        QVERIFY(workerId > 0);
+        QVERIFY(trust.quarantine(workerId, QStringLiteral("held back by the test"), QDateTime::currentMSecsSinceEpoch()));
+        const auto says = [&](const QString &text) {
+            return text.contains(QLatin1String("every worker is held back by the fleet"))
+                   && text.contains(QLatin1String("w1 is quarantined")) && text.contains(QLatin1String("flotilla release"));
+        };
+        QTRY_VERIFY2_WITH_TIMEOUT(says(lab.queueText()), qPrintable(lab.queueText()), 30000);
+        QVERIFY2(says(lab.log(QStringLiteral("serve"))), qPrintable(lab.log(QStringLiteral("serve")).right(3000)));
+        QCOMPARE(lab.stateOf(id), QStringLiteral("running"));
+        const test::ProcessRun released = lab.flotilla({QStringLiteral("release"), QStringLiteral("w1")});
+        QVERIFY2(released.exitCode == 0, qPrintable(released.out + released.err));
+        QTRY_VERIFY2_WITH_TIMEOUT(lab.allFinished({id}),
+                                  qPrintable(lab.queueText() + lab.log(QStringLiteral("serve")).right(3000)), 120000);
+        const QString wrong = exactlyOnce(lab.runDb(id), 2);
+        QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
+        stop(*w1);
         stop(*serve);
     }
 

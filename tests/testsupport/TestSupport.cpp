@@ -1,5 +1,7 @@
 #include "TestSupport.h"
 
+#include "engine/coordination/RunAudit.h"
+
 #include <QTcpServer>
 
 #include <QDir>
@@ -96,43 +98,7 @@ QByteArray gzip(const QByteArray &raw)
 
 QString verifyExactlyOnce(Store &store, const std::vector<qint64> &shardSizes, int epochs)
 {
-    auto job = store.latestJob();
-    if (!job || !job->has_value())
-        return QStringLiteral("no job in the store");
-    const qint64 jobId = (*job)->id;
-    if ((*job)->state != QLatin1String("finished"))
-        return QStringLiteral("the job is '%1', not finished").arg((*job)->state);
-    auto rows = store.assimilations(jobId);
-    if (!rows)
-        return rows.error();
-    std::map<std::pair<int, int>, std::vector<std::pair<qint64, qint64>>> pieces;
-    qint64 expectedSeq = 1;
-    qint64 lastVersion = 0;
-    for (const auto &a : *rows) {
-        if (a.seq != expectedSeq++)
-            return QStringLiteral("assimilation %1 follows %2").arg(a.seq).arg(expectedSeq - 2);
-        if (a.version < lastVersion || a.version > lastVersion + 1)
-            return QStringLiteral("version jumps from %1 to %2 at seq %3").arg(lastVersion).arg(a.version).arg(a.seq);
-        lastVersion = a.version;
-        pieces[{a.epoch, a.shard}].push_back({a.begin, a.coveredEnd});
-    }
-    if (int(pieces.size()) != epochs * int(shardSizes.size()))
-        return QStringLiteral("%1 (epoch, shard) pairs assimilated, expected %2")
-            .arg(pieces.size()).arg(epochs * int(shardSizes.size()));
-    for (auto &[key, ranges] : pieces) {
-        std::sort(ranges.begin(), ranges.end());
-        qint64 at = 0;
-        for (const auto &[b, e] : ranges) {
-            if (b != at || e <= b)
-                return QStringLiteral("epoch %1 shard %2: piece [%3, %4) after position %5 (gap or overlap)")
-                    .arg(key.first).arg(key.second).arg(b).arg(e).arg(at);
-            at = e;
-        }
-        if (at != shardSizes[std::size_t(key.second)])
-            return QStringLiteral("epoch %1 shard %2 covered up to %3 of %4")
-                .arg(key.first).arg(key.second).arg(at).arg(shardSizes[std::size_t(key.second)]);
-    }
-    return {};
+    return auditExactlyOnce(store, shardSizes, epochs);
 }
 
 qint64 assimilations(const QString &db)
