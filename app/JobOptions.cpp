@@ -115,6 +115,14 @@ const Flag kFlags[] = {
     {"staleness-damping", "p", "async-delta: a result s versions stale counts (1+s)^-p (default 1; 0: fully)."},
     {"buffer", "k", "Asynchronous rules: fold the mean of k results as one version (1 = each result is its own; "
                     "auto or 0 = the square root of the workers online, rounded up). Default: 1."},
+    {"rounds", "on|off", "async-delta: version-synchronous rounds, one subtask of every worker online from the same "
+                         "version, their mean change folded as one step."},
+    {"round-steps", "n", "Rounds: a subtask takes at most n optimizer steps (0: as the lease policy sizes it)."},
+    {"outer-scaled", "on|off", "async-delta: the outer momentum and rate follow the workers online (none and 1 with one "
+                               "worker; with N, momentum --outer-momentum and rate --outer-lr x N x (1 - momentum))."},
+    {"normalize-staleness", "on|off", "async-delta: staleness weights divided by their running mean (fold weight about "
+                                      "1), reached over the first epoch."},
+    {"worker-momentum-scaled", "on|off", "Workers' momentum falls with the workers online: 1 - N x (1 - momentum)."},
     {"epochs-ahead", "n", "Asynchronous rules: how many epochs past the oldest unfinished one may be open (default 1)."},
     {"share-tail", nullptr, "Near an epoch's end, no subtask takes more than its share of the queued work."},
     {"speculate", nullptr, "At the job's end, idle workers train copies of the most overdue subtasks; the first "
@@ -176,6 +184,16 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
         field = v;
         return {};
     };
+    auto onOff = [&](const char *flag, bool &field) -> Result<void> {
+        const QString name = QString::fromLatin1(flag);
+        if (!p.isSet(name))
+            return {};
+        const QString v = p.value(name).toLower();
+        if (v != QLatin1String("on") && v != QLatin1String("off"))
+            return fail(QStringLiteral("--%1 is on or off, not '%2'").arg(name, p.value(name)));
+        field = v == QLatin1String("on");
+        return {};
+    };
     auto text = [&](const char *flag, QString &field) {
         if (p.isSet(QString::fromLatin1(flag)))
             field = p.value(QString::fromLatin1(flag));
@@ -219,6 +237,11 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
             return {};
         }(),
         integer("epochs-ahead", job.fleet.epochsAhead),
+        integer("round-steps", job.aggregation.roundSteps),
+        onOff("rounds", job.aggregation.rounds),
+        onOff("outer-scaled", job.aggregation.outerScaledByFleet),
+        onOff("normalize-staleness", job.aggregation.normalizeStaleness),
+        onOff("worker-momentum-scaled", job.aggregation.workerMomentumScaledByFleet),
         number("lease-timeout", job.fleet.leaseTimeoutSeconds),
         number("preempt-mean", job.fleet.preemption.meanIntervalSeconds),
         number("preempt-notice", job.fleet.preemption.noticeFraction),

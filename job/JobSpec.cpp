@@ -84,6 +84,11 @@ void forEachField(Job &job, Visit &&visit)
     visit("aggregation.momentum_period", job.aggregation.momentumPeriod);
     visit("aggregation.staleness_damping", job.aggregation.stalenessDamping);
     visit("aggregation.buffer", job.aggregation.buffer);
+    visit("aggregation.rounds", job.aggregation.rounds);
+    visit("aggregation.round_steps", job.aggregation.roundSteps);
+    visit("aggregation.outer_scaled_by_fleet", job.aggregation.outerScaledByFleet);
+    visit("aggregation.normalize_staleness", job.aggregation.normalizeStaleness);
+    visit("aggregation.worker_momentum_scaled_by_fleet", job.aggregation.workerMomentumScaledByFleet);
     visit("fleet.workers", job.fleet.workers);
     visit("fleet.lease_timeout_s", job.fleet.leaseTimeoutSeconds);
     visit("fleet.target_subtask_s", job.fleet.targetSubtaskSeconds);
@@ -513,6 +518,22 @@ QStringList JobSpec::problems() const
         inRange(QStringLiteral("aggregation.momentum_period"), aggregation.momentumPeriod, 0, 100000),
         inRange(QStringLiteral("aggregation.staleness_damping"), aggregation.stalenessDamping, 0.0, 10.0),
         inRange(QStringLiteral("aggregation.buffer"), aggregation.buffer, 0, 100000),
+        inRange(QStringLiteral("aggregation.round_steps"), aggregation.roundSteps, 0, 1000000),
+        [&]() -> Result<void> {
+            const bool delta = aggregation.rule == QLatin1String("async-delta");
+            if (delta || (!aggregation.rounds && !aggregation.outerScaledByFleet && !aggregation.normalizeStaleness))
+                return {};
+            return fail(QStringLiteral("'aggregation.rounds', 'aggregation.outer_scaled_by_fleet' and "
+                                       "'aggregation.normalize_staleness' apply to async-delta, not %1")
+                            .arg(aggregation.rule));
+        }(),
+        [&]() -> Result<void> {
+            if (!aggregation.rounds || aggregation.buffer == 1)
+                return {};
+            return fail(QStringLiteral("'aggregation.buffer' is %1, but rounds fold one result of every worker online; "
+                                       "leave the buffer at 1")
+                            .arg(aggregation.buffer));
+        }(),
         [&]() -> Result<void> {
             if (aggregation.buffer == 1 || aggregation.rule != QLatin1String("sync-average"))
                 return {};

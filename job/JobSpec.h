@@ -120,6 +120,25 @@ struct AggregationSpec
     // Buffered aggregation (asynchronous rules): the mean of this many results is folded as
     // one version. 1: every result is its own version; 0: ⌈√(workers online)⌉.
     int buffer = 1;
+    // async-delta, version-synchronous rounds: every worker online trains one subtask from the
+    // same version, and the mean of their changes is folded as one step when the last is in;
+    // a worker that delivered waits for the next round. The buffer is the fleet's size.
+    bool rounds = false;
+    // Rounds: a subtask takes at most this many optimizer steps (0: as the lease policy sizes
+    // it), so that a small data set still has many rounds an epoch.
+    int roundSteps = 0;
+    // async-delta: the outer momentum and rate follow the workers online, N: with one worker no
+    // momentum and rate 1 (the plain loop), with N ≥ 2 momentum outer_momentum and rate
+    // outer_learning_rate · N · (1 − outer_momentum): a round's mean change, worth one worker's
+    // steps, is carried about N times as far, smoothly.
+    bool outerScaledByFleet = false;
+    // async-delta: each result's weight (1 + s)^-d divided by the running mean of those
+    // weights, so that the mean fold weight is about 1 whatever the staleness, reached over
+    // the first epoch from the plain damped weights (about 1/N).
+    bool normalizeStaleness = false;
+    // Workers' momentum falls with the workers online, N: μ' = max(0, 1 − N·(1 − μ)), since
+    // asynchrony itself acts as momentum of about 1 − 1/N.
+    bool workerMomentumScaledByFleet = false;
 };
 
 struct PreemptionSpec

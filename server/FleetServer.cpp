@@ -26,6 +26,8 @@ constexpr qint64 kShardCacheBytes = qint64(256) << 20;
 // dismissed worker is not moved back at once, short enough that a job whose tail fails (a
 // worker killed with its lease) gets workers again soon.
 constexpr qint64 kDismissedClosedMs = 10000;
+// How long a Request that found its job's round full waits for the round to fold.
+constexpr int kParkedMs = 10000;
 // A TorchScript model a fleet holds in memory and sends to its workers.
 constexpr qint64 kModelBytes = qint64(512) << 20;
 
@@ -171,10 +173,24 @@ Result<void> FleetServer::addJob(const QString &key, CoordinatorThread *coordina
                                     }));
     j.connections.push_back(connect(coordinator, &CoordinatorThread::requestAnswered, this,
                                     [this, find](qint64 ticket, const std::optional<Assignment> &a, bool finished,
-                                                 bool dismissed) {
+                                                 bool dismissed, bool roundFull) {
                                         if (Job *job = find())
-                                            onAssigned(*job, ticket, a, finished, dismissed);
+                                            onAssigned(*job, ticket, a, finished, dismissed, roundFull);
                                     }));
+    // A fold (of a round) is when parked Requests may be granted: asked again once per turn
+    // of the event loop, however many results the fold assimilated.
+    j.connections.push_back(connect(coordinator, &CoordinatorThread::assimilated, this, [this, find] {
+        Job *job = find();
+        if (!job || job->parked.empty() || job->unparkQueued)
+            return;
+        job->unparkQueued = true;
+        QTimer::singleShot(0, this, [this, find] {
+            if (Job *again = find()) {
+                again->unparkQueued = false;
+                unpark(*again);
+            }
+        });
+    }));
     j.connections.push_back(connect(coordinator, &CoordinatorThread::submitAnswered, this,
                                     [this, find](qint64 ticket, const SubmitReply &reply) {
                                         if (Job *job = find())
@@ -489,6 +505,7 @@ void FleetServer::onClosed(qint64 connectionId)
     m_people.erase(connectionId);
     for (auto &[key, job] : m_jobs) {
         job->operators->onClosed(connectionId);
+        job->parked.erase(connectionId);
         for (auto *pending : {&job->joins, &job->requests, &job->results})
             for (auto &[ticket, p] : *pending)
                 if (p.connectionId == connectionId)
@@ -695,8 +712,20 @@ QByteArray FleetServer::shardSha(Job &job, int shard)
     return it != job.shardSha.end() ? it->second : encodedShard(job, shard).sha;
 }
 
+void FleetServer::unpark(Job &job)
+{
+    std::map<qint64, std::pair<Pending, qint64>> parked;
+    parked.swap(job.parked);
+    for (const auto &[connectionId, entry] : parked) {
+        const auto connected = m_connected.find(connectionId);
+        if (connected == m_connected.end() || connected->second.job != job.key)
+            continue;
+        job.requests[job.coordinator->request(entry.first.workerId, 0.0)] = entry.first;
+    }
+}
+
 void FleetServer::onAssigned(Job &job, qint64 ticket, const std::optional<Assignment> &a, bool finished,
-                             bool dismissed)
+                             bool dismissed, bool roundFull)
 {
     const auto it = job.requests.find(ticket);
     if (it == job.requests.end())
@@ -720,6 +749,25 @@ void FleetServer::onAssigned(Job &job, qint64 ticket, const std::optional<Assign
             leaveJob(connected->second, finished ? QStringLiteral("the job is finished")
                                                  : QStringLiteral("dismissed: the job has no work left for it"));
             place(connectionId, job.key);
+            return;
+        }
+        // The round is full: the Request waits for its fold, up to a while (a straggler's
+        // lease expires meanwhile, or the worker gets NoWork and asks again, paced).
+        if (roundFull && !finished && !dismissed) {
+            const qint64 since = m_clock.elapsed();
+            job.parked[connectionId] = {pending, since};
+            const QString key = job.key;
+            QTimer::singleShot(kParkedMs, this, [this, key, connectionId, since] {
+                const auto it = m_jobs.find(key);
+                if (it == m_jobs.end())
+                    return;
+                const auto parked = it->second->parked.find(connectionId);
+                if (parked == it->second->parked.end() || parked->second.second != since)
+                    return;
+                it->second->parked.erase(parked);
+                if (m_connected.count(connectionId))
+                    m_listener->send(connectionId, net::NoWorkMsg{250, false, false});
+            });
             return;
         }
         // Jittered, so that idle workers at an epoch's end do not all ask again at once.

@@ -133,6 +133,11 @@ private:
         std::map<qint64, Pending> joins; // by ticket
         std::map<qint64, Pending> requests;
         std::map<qint64, Pending> results;
+        // Rounds: Requests that found the round full, by connection, asked again as soon as
+        // the round folds (an assimilation) instead of answered NoWork to ask again later; a
+        // worker otherwise idled up to the NoWork wait in every round. With the time parked.
+        std::map<qint64, std::pair<Pending, qint64>> parked;
+        bool unparkQueued = false;
         std::map<int, QByteArray> shardSha;
         // Bounded: the least recently asked-for shards are encoded again when asked for.
         std::map<int, EncodedShard> shardCache;
@@ -168,7 +173,10 @@ private:
     void onMessage(qint64 connectionId, const net::Message &message);
     void onRequest(qint64 connectionId, ConnectedWorker &worker, const net::RequestMsg &request);
     void onAssigned(Job &job, qint64 ticket, const std::optional<Assignment> &assignment, bool finished,
-                    bool dismissed);
+                    bool dismissed, bool roundFull);
+    // Asks again, for every parked Request of a job, after its round folded; a Request parked
+    // longer than a while is answered NoWork.
+    void unpark(Job &job);
     void sendShard(qint64 connectionId, const ConnectedWorker &worker, const net::ShardRequestMsg &request);
     void sendModel(qint64 connectionId, const net::ModelRequestMsg &request);
     void receiveResult(qint64 connectionId, const ConnectedWorker &worker, const net::ResultMsg &header,

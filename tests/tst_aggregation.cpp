@@ -29,11 +29,40 @@ void expectEqual(const torch::Tensor &actual, std::initializer_list<float> expec
     }
 }
 
+// async-delta as it was before rounds and outer settings that follow the fleet: every test of
+// the older formulas starts from it, whatever the job's defaults are.
+AggregationSpec plainDelta()
+{
+    AggregationSpec spec;
+    spec.rule = QStringLiteral("async-delta");
+    spec.rounds = false;
+    spec.roundSteps = 0;
+    spec.outerScaledByFleet = false;
+    spec.normalizeStaleness = false;
+    spec.workerMomentumScaledByFleet = false;
+    spec.outerLearningRate = 1.0;
+    spec.outerMomentum = 0.0;
+    spec.stalenessDamping = 1.0;
+    return spec;
+}
+
+// A round's fold (aggregation.rounds) with the outer settings following the fleet.
+AggregationSpec roundsSpec(double perWorkerRate, double momentum)
+{
+    AggregationSpec spec = plainDelta();
+    spec.rounds = true;
+    spec.outerScaledByFleet = true;
+    spec.outerLearningRate = perWorkerRate;
+    spec.outerMomentum = momentum;
+    spec.nesterov = true;
+    return spec;
+}
+
 std::unique_ptr<AggregationRule> rule(const QString &name, double alpha = 0.5, double exponent = 0.5,
                                       double outerLr = 1.0, double outerMomentum = 0.0, bool nesterov = true,
                                       const WeightSegments &segments = {})
 {
-    AggregationSpec spec;
+    AggregationSpec spec = plainDelta();
     spec.rule = name;
     spec.alpha = alpha;
     spec.stalenessExponent = exponent;
@@ -186,8 +215,7 @@ private Q_SLOTS:
     // Period 1 is the Nesterov form above (1st: 0.95, 2nd: 2.305 too, in half the results).
     void asyncDeltaDelayedNesterov()
     {
-        AggregationSpec spec;
-        spec.rule = QStringLiteral("async-delta");
+        AggregationSpec spec = plainDelta();
         spec.outerLearningRate = 0.5;
         spec.outerMomentum = 0.9;
         spec.momentumPeriod = 2;
@@ -224,8 +252,7 @@ private Q_SLOTS:
     // FedBuff's staleness weight on the change: (1 + s)^-d.
     void asyncDeltaDampsStaleChanges()
     {
-        AggregationSpec spec;
-        spec.rule = QStringLiteral("async-delta");
+        AggregationSpec spec = plainDelta();
         spec.stalenessDamping = 0.5;
         auto r = createAggregationRule(spec).value();
         AggregationState s;
@@ -594,6 +621,114 @@ private Q_SLOTS:
             }
             QVERIFY2(torch::allclose(one.weights, buffered.weights, 1e-5, 1e-6), name);
         }
+    }
+
+    // A round of two workers, outer settings following the fleet (rate 1.25 per worker,
+    // momentum 0.9, Nesterov): η = 1.25·2·(1 − 0.9) = 0.25. The round's changes are averaged by
+    // credit, not scaled by it: Δ_1 = [2, 0] (credit 0.5), Δ_2 = [0, 4] (credit 1.5) →
+    // Δ = (0.5·[2, 0] + 1.5·[0, 4]) / 2 = [0.5, 3]. m = Δ; W += 0.25·(Δ + 0.9·m) = 0.475·Δ.
+    // Second round, Δ = [1, 1]: m = 0.9·[0.5, 3] + [1, 1] = [1.45, 3.7];
+    // W += 0.25·([1, 1] + 0.9·[1.45, 3.7]) = [0.57625, 1.0825].
+    void aRoundTakesOneOuterStepWithTheMeanChangeScaledByTheFleet()
+    {
+        auto r = createAggregationRule(roundsSpec(1.25, 0.9)).value();
+        r->setFleetSize(2);
+        AggregationState s;
+        s.weights = vec({10, 20});
+        r->initialize(s);
+        r->gather(s, Contribution{vec({3, 1}), vec({1, 1}), 0.5, 0});
+        r->gather(s, Contribution{vec({1, 6}), vec({1, 2}), 1.5, 0});
+        QVERIFY(r->foldGathered(s));
+        expectEqual(s.weights, {10.2375f, 21.425f});
+        expectEqual(s.momentum, {0.5f, 3});
+        r->gather(s, Contribution{vec({2, 2}), vec({1, 1}), 1.0, 0});
+        r->gather(s, Contribution{vec({2, 2}), vec({1, 1}), 1.0, 0});
+        QVERIFY(r->foldGathered(s));
+        expectEqual(s.weights, {10.81375f, 22.5075f});
+        expectEqual(s.momentum, {1.45f, 3.7f});
+
+        // The damped rule as it was the default, each result its own version (the second one
+        // overtaken, staleness 1): W = [10, 20] + 0.5·[2, 0] + 1.5·[0, 4]/2 = [11, 23], not the
+        // round's numbers: these fail against it.
+        auto old = createAggregationRule(plainDelta()).value();
+        old->setFleetSize(2);
+        AggregationState o;
+        o.weights = vec({10, 20});
+        old->initialize(o);
+        old->assimilate(o, Contribution{vec({3, 1}), vec({1, 1}), 0.5, 0});
+        old->assimilate(o, Contribution{vec({1, 6}), vec({1, 2}), 1.5, 1});
+        expectEqual(o.weights, {11, 23});
+        QVERIFY(!torch::allclose(o.weights, vec({10.2375f, 21.425f})));
+    }
+
+    // One worker alone: rate 1, no momentum, its change whatever piece of a shard it trained
+    // (credit 0.25 here): the global model is the worker's own weights, W + (W_c − W), bit for
+    // bit, as the async-delta rule always made it for one worker.
+    void aRoundOfOneIsTheWorkersOwnStep()
+    {
+        torch::manual_seed(5);
+        auto r = createAggregationRule(roundsSpec(1.25, 0.9)).value();
+        r->setFleetSize(1);
+        AggregationState s;
+        s.weights = torch::rand({64});
+        r->initialize(s);
+        for (int i = 0; i < 5; ++i) {
+            const torch::Tensor trained = s.weights + 0.01 * torch::randn({64});
+            const torch::Tensor expected = s.weights + (trained - s.weights);
+            r->assimilate(s, Contribution{trained, s.weights.clone(), 0.25, 0});
+            QVERIFY(torch::equal(s.weights, expected));
+        }
+        QVERIFY(!s.momentum.defined() || s.momentum.abs().sum().item<double>() == 0.0);
+    }
+
+    // The rate and momentum follow the fleet: 1 and none for one worker, c·N·(1 − μ) and μ for N.
+    void theOuterSettingsFollowTheFleet_data()
+    {
+        QTest::addColumn<int>("workers");
+        QTest::addColumn<double>("step"); // what one round of Δ = 1 moves W from 0 (Nesterov, m = Δ)
+        QTest::newRow("1") << 1 << 1.0;
+        QTest::newRow("2") << 2 << 1.25 * 2 * 0.1 * 1.9;
+        QTest::newRow("4") << 4 << 1.25 * 4 * 0.1 * 1.9;
+        QTest::newRow("8") << 8 << 1.25 * 8 * 0.1 * 1.9;
+    }
+    void theOuterSettingsFollowTheFleet()
+    {
+        QFETCH(int, workers);
+        QFETCH(double, step);
+        auto r = createAggregationRule(roundsSpec(1.25, 0.9)).value();
+        r->setFleetSize(workers);
+        AggregationState s;
+        s.weights = vec({0});
+        r->initialize(s);
+        for (int i = 0; i < workers; ++i)
+            r->gather(s, Contribution{vec({1}), vec({0}), 1.0, 0});
+        QVERIFY(r->foldGathered(s));
+        expectEqual(s.weights, {float(step)});
+    }
+
+    // normalize_staleness: weights (1+s)^-1 divided by their running mean (an exponential
+    // average, 0.9 old, 0.1 new, from the first), reached over the first epoch of credits
+    // (4 shards here). Results of staleness 1, credit 1, Δ = 1, rate 1, no momentum:
+    // 1st: d = 0.5, mean 0.5, progress 0   → weight 0.5;            W = 0.5
+    // 2nd: d = 0.5, mean 0.5, progress 1/4 → 0.5·(1 + 1·0.25) = 0.625; W = 1.125
+    // 3rd: progress 2/4 → 0.75;  W = 1.875.   5th on: progress 1 → weight 1.
+    void normalizedStalenessWeighsAboutOneAfterTheFirstEpoch()
+    {
+        AggregationSpec spec = plainDelta();
+        spec.normalizeStaleness = true;
+        auto r = createAggregationRule(spec).value();
+        r->setEpochSize(4);
+        AggregationState s;
+        s.weights = vec({0});
+        const float expected[] = {0.5f, 1.125f, 1.875f, 2.75f, 3.75f, 4.75f};
+        for (const float e : expected) {
+            r->assimilate(s, Contribution{vec({1}), vec({0}), 1.0, 1});
+            expectEqual(s.weights, {e});
+        }
+        // A fresher result among stale ones weighs more than 1: d = 1 against a mean of
+        // 0.9·0.5 + 0.1·1 = 0.55 → 1/0.55.
+        r->assimilate(s, Contribution{vec({1}), vec({0}), 1.0, 0});
+        expectEqual(s.weights, {4.75f + 1.0f / 0.55f});
     }
 
     void unknownRuleIsAnError()

@@ -23,6 +23,13 @@ std::unique_ptr<Assimilator> make(FakeClock &clock, const QString &rule, int epo
     AggregationSpec spec;
     spec.rule = rule;
     spec.alpha = 0.5;
+    // The rule's plain form (the rounds' own settings have tests of their own below).
+    spec.rounds = config.rounds;
+    spec.outerScaledByFleet = false;
+    spec.normalizeStaleness = false;
+    spec.outerMomentum = 0.0;
+    spec.outerLearningRate = 1.0;
+    spec.stalenessDamping = 1.0;
     auto created = createAggregationRule(spec);
     if (!created)
         qFatal("%s", qPrintable(created.error()));
@@ -264,6 +271,61 @@ private Q_SLOTS:
         QCOMPARE(core->seq(), qint64(3));
         QCOMPARE(core->state().weights[0].item<float>(), 3.75f);
         QVERIFY(core->scheduler().finished());
+        QVERIFY(core->scheduler().checkIntegrity().isEmpty());
+    }
+
+    // Version-synchronous rounds: a round holds one subtask per worker online (the buffer
+    // size), all from the same version; the next grant waits for the fold, which comes when the
+    // round's last lease ends, delivered or not.
+    void aRoundGrantsFromOneVersionAndFoldsWhenItsLeasesEnd()
+    {
+        FakeClock clock;
+        AssimilatorConfig config;
+        config.rounds = true;
+        config.batchSize = 2;
+        config.roundSteps = 2; // pieces of 2 steps of 2: 4 positions
+        auto core = make(clock, QStringLiteral("async-delta"), 2, {10, 10}, config);
+        core->setBufferSize(2);
+        auto a = core->grant(1);
+        auto b = core->grant(2);
+        QVERIFY(a && b);
+        QCOMPARE(a->subtask.size(), qint64(4));
+        QCOMPARE(b->lease.baseVersion, qint64(0));
+        QVERIFY(core->roundFull());
+        QVERIFY(!core->grant(3)); // a third worker waits for the round
+        FoldOutcome f = core->fold(a->lease, a->subtask, core->admit(a->subtask, 4, 4), filled(2), filled(0), 1, false);
+        QVERIFY(f.buffered && !f.folded);
+        QVERIFY(core->roundFull());
+        QVERIFY(!core->grant(1)); // nor does the one that delivered get another of this round
+        QVERIFY(!core->flushDue());
+        // The second result folds the round: the mean change, one version, both seqs.
+        f = core->fold(b->lease, b->subtask, core->admit(b->subtask, 4, 4), filled(4), filled(0), 1, false);
+        QVERIFY(f.folded);
+        QCOMPARE(int(f.results.size()), 2);
+        QCOMPARE(core->version(), qint64(1));
+        QCOMPARE(core->state().weights[0].item<float>(), 3.0f);
+        QVERIFY(!core->roundFull());
+        // A lease that ends without a result frees its place: another worker takes one from the
+        // same version, and the round folds when its leases are done.
+        auto c = core->grant(1);
+        auto d = core->grant(2);
+        QVERIFY(c && d && core->roundFull());
+        core->scheduler().handBack(d->lease.id);
+        QVERIFY(!core->roundFull());
+        auto e = core->grant(3);
+        QVERIFY(e);
+        QCOMPARE(e->lease.baseVersion, qint64(1));
+        f = core->fold(c->lease, c->subtask, core->admit(c->subtask, 4, 4), filled(5), filled(3), 1, false);
+        QVERIFY(f.buffered);
+        // e's worker is lost: the round folds with the one result it has.
+        core->scheduler().workerLost(3);
+        QVERIFY(core->flushDue());
+        f = core->flush(false);
+        QVERIFY(f.folded);
+        QCOMPARE(int(f.results.size()), 1);
+        QCOMPARE(core->version(), qint64(2));
+        QCOMPARE(core->state().weights[0].item<float>(), 5.0f);
+        QVERIFY(!core->roundFull());
         QVERIFY(core->scheduler().checkIntegrity().isEmpty());
     }
 

@@ -384,6 +384,70 @@ private Q_SLOTS:
             QCOMPARE(a.staleness, qint64(0));
     }
 
+    // Rounds (aggregation.rounds) through the coordinator: one subtask per worker online from
+    // the same version, a worker that delivered waits for the round, pieces of round_steps
+    // steps; the whole job assimilates every position of every shard exactly once.
+    void roundsAssimilateEveryShardExactlyOnce()
+    {
+        Fixture f;
+        f.spec.aggregation.rule = QStringLiteral("async-delta");
+        f.spec.aggregation.rounds = true;
+        f.spec.aggregation.roundSteps = 1;
+        f.spec.aggregation.outerScaledByFleet = true;
+        f.spec.aggregation.outerMomentum = 0.9;
+        f.spec.aggregation.outerLearningRate = 1.25;
+        auto c = f.open();
+        QVERIFY(c);
+        std::vector<qint64> workers;
+        for (const char *name : {"a", "b", "c"})
+            workers.push_back(c->workerJoined(test::spotWorker(QString::fromLatin1(name))).value());
+        // Round one: three leases from version 0, then nothing until they are in.
+        auto a = c->requestSubtask(workers[0]);
+        auto b = c->requestSubtask(workers[1]);
+        auto d = c->requestSubtask(workers[2]);
+        QVERIFY(a && b && d);
+        QCOMPARE(a->end - a->begin, qint64(f.spec.training.batchSize));
+        QVERIFY(c->roundFull());
+        QCOMPARE(c->submitResult(workers[0], fakeResult(*a)).status, SubmitStatus::Held);
+        QVERIFY(!c->requestSubtask(workers[0]));
+        QCOMPARE(c->submitResult(workers[1], fakeResult(*b)).status, SubmitStatus::Held);
+        QCOMPARE(c->progress().version, qint64(0));
+        QCOMPARE(c->submitResult(workers[2], fakeResult(*d)).status, SubmitStatus::Assimilated);
+        QCOMPARE(c->progress().version, qint64(1));
+        QVERIFY(!c->roundFull());
+        for (int guard = 0; guard < 100000 && !c->finished(); ++guard)
+            for (const qint64 w : workers)
+                if (auto next = c->requestSubtask(w))
+                    c->submitResult(w, fakeResult(*next));
+        QVERIFY(c->finished());
+        std::vector<qint64> sizes;
+        for (int s = 0; s < f.data->plan.numShards(); ++s)
+            sizes.push_back(f.data->plan.shardSize(s));
+        const QString wrong = test::verifyExactlyOnce(c->store(), sizes, f.spec.training.epochs);
+        QVERIFY2(wrong.isEmpty(), qPrintable(wrong));
+    }
+
+    // aggregation.worker_momentum_scaled_by_fleet: a lease's momentum is 1 − N·(1 − μ) for N
+    // workers online, the job's own for one.
+    void workersMomentumFallsWithTheFleet()
+    {
+        Fixture f;
+        f.spec.aggregation.workerMomentumScaledByFleet = true;
+        f.spec.training.momentum = 0.9;
+        auto c = f.open();
+        QVERIFY(c);
+        const qint64 first = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        auto alone = c->requestSubtask(first);
+        QVERIFY(alone);
+        QCOMPARE(alone->config.momentum, 0.9);
+        qint64 last = 0;
+        for (const char *name : {"b", "c", "d"})
+            last = c->workerJoined(test::spotWorker(QString::fromLatin1(name))).value();
+        auto four = c->requestSubtask(last);
+        QVERIFY(four);
+        QVERIFY(std::abs(four->config.momentum - 0.6) < 1e-12);
+    }
+
     void asyncDeltaUsesTheBaseOfStaleResults()
     {
         Fixture f;

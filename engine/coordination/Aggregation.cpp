@@ -148,20 +148,21 @@ private:
 class AsyncDelta final : public AggregationRule
 {
 public:
-    AsyncDelta(double learningRate, double momentum, bool nesterov, int period, double damping,
-               const WeightSegments &segments)
-        : m_lr(learningRate), m_momentum(momentum), m_nesterov(nesterov), m_period(period), m_damping(damping),
-          m_ranges(segments)
+    AsyncDelta(const AggregationSpec &spec, const WeightSegments &segments)
+        : m_lr(spec.outerLearningRate), m_momentum(spec.outerMomentum), m_nesterov(spec.nesterov),
+          m_period(spec.momentumPeriod), m_damping(spec.stalenessDamping), m_scaled(spec.outerScaledByFleet),
+          m_normalize(spec.normalizeStaleness), m_rounds(spec.rounds), m_ranges(segments)
     {
     }
     void setFleetSize(int workers) override { m_fleet = std::max(1, workers); }
+    void setEpochSize(int shards) override { m_epochSize = std::max(1, shards); }
     QString name() const override { return QStringLiteral("async-delta"); }
     bool needsBase() const override { return true; }
     void initialize(AggregationState &state) const override
     {
-        if (m_momentum > 0 && (!state.momentum.defined() || state.momentum.numel() != state.weights.numel()))
+        if (momentum() > 0 && (!state.momentum.defined() || state.momentum.numel() != state.weights.numel()))
             state.momentum = torch::zeros_like(state.weights);
-        if (m_momentum > 0 && period() > 1
+        if (momentum() > 0 && period() > 1
             && (!state.periodSum.defined() || state.periodSum.numel() != state.weights.numel())) {
             state.periodSum = torch::zeros_like(state.weights);
             state.periodResults = 0;
@@ -176,7 +177,8 @@ public:
         // that the statistics stay those of the weights they normalize.
         if (m_ranges.hasBuffers()) {
             torch::Tensor buffers = m_ranges.buffers(state.weights);
-            mixInPlace(buffers, m_ranges.buffers(c.result), std::min(1.0, m_lr) * c.credit * damping(c));
+            mixInPlace(buffers, m_ranges.buffers(c.result),
+                       std::min(1.0, std::min(1.0, rate()) * (m_rounds ? 1.0 : c.credit) * m_weight));
         }
         m_ranges.foldCounters(state.weights, c.result);
         return true;
@@ -188,11 +190,13 @@ public:
         if (m_gathered == 0) {
             m_sum = torch::zeros_like(state.weights);
             m_creditSum = 0.0;
+            m_plainCredit = 0.0;
             if (m_ranges.hasCounters())
                 m_ranges.counters(m_sum).copy_(m_ranges.counters(c.result));
         }
         torch::Tensor delta = m_ranges.parameters(m_sum);
-        const double weight = c.credit * damping(c);
+        const double weight = c.credit * weightOf(c);
+        m_plainCredit += c.credit;
         delta.add_(m_ranges.parameters(c.result), weight).sub_(m_ranges.parameters(c.base), weight);
         if (m_ranges.hasBuffers())
             m_ranges.buffers(m_sum).add_(m_ranges.buffers(c.result), weight);
@@ -204,14 +208,16 @@ public:
     {
         if (m_gathered == 0)
             return false;
-        const double k = double(m_gathered);
+        // A buffer's mean is over its K results; a round's is weighted by credit, since its
+        // results are pieces of one step of the fleet's, however the subtasks were cut.
+        const double k = m_rounds ? std::max(1e-12, m_plainCredit) : double(m_gathered);
         m_delta = m_ranges.parameters(m_sum).div_(k);
         step(state);
         if (m_ranges.hasBuffers() && m_creditSum > 0) {
             torch::Tensor buffers = m_ranges.buffers(state.weights);
             torch::Tensor target = m_ranges.buffers(m_sum);
             target.div_(m_creditSum);
-            mixInPlace(buffers, target, std::min(1.0, m_lr) * m_creditSum / k);
+            mixInPlace(buffers, target, std::min(1.0, std::min(1.0, rate()) * m_creditSum / k));
         }
         m_ranges.foldCounters(state.weights, m_sum);
         m_delta = torch::Tensor();
@@ -227,7 +233,10 @@ private:
         if (!m_delta.defined() || m_delta.numel() != result.numel())
             m_delta = torch::empty_like(result);
         torch::sub_out(m_delta, result, m_ranges.parameters(c.base));
-        if (const double weight = c.credit * damping(c); weight != 1.0)
+        m_weight = weightOf(c);
+        // A round of one (a worker alone) is a step of its own whatever piece of a shard it
+        // trained: the plain loop, however the subtasks are cut.
+        if (const double weight = (m_rounds ? 1.0 : c.credit) * m_weight; weight != 1.0)
             m_delta.mul_(weight);
         step(state);
     }
@@ -237,14 +246,38 @@ private:
     {
         return m_damping > 0 ? std::pow(1.0 + double(std::max<std::int64_t>(0, c.staleness)), -m_damping) : 1.0;
     }
+    // The weight a result's change gets besides its credit: its damping, and with
+    // normalize_staleness that divided by the running mean of the dampings (an exponential
+    // average over about ten results), reached gradually over the first epoch of credits. One
+    // result at a time (a worker alone) always weighs 1.
+    double weightOf(const Contribution &c)
+    {
+        const double d = damping(c);
+        if (!m_normalize)
+            return d;
+        m_meanDamping = m_seen == 0 ? d : 0.9 * m_meanDamping + 0.1 * d;
+        ++m_seen;
+        const double progress = std::min(1.0, m_credits / double(m_epochSize));
+        m_credits += c.credit;
+        return d * (1.0 + (1.0 / std::max(1e-6, m_meanDamping) - 1.0) * progress);
+    }
     int period() const { return m_period > 0 ? m_period : m_fleet; }
+    // The outer settings in force: the job's, or with outer_scaled_by_fleet those the workers
+    // online call for (the plain sum of one worker's changes when it is alone).
+    double momentum() const { return !m_scaled ? m_momentum : (m_fleet >= 2 ? m_momentum : 0.0); }
+    double rate() const
+    {
+        return !m_scaled ? m_lr : (m_fleet >= 2 ? m_lr * double(m_fleet) * (1.0 - m_momentum) : 1.0);
+    }
 
     // The outer step with m_delta.
     void step(AggregationState &state)
     {
         torch::Tensor weights = m_ranges.parameters(state.weights);
-        if (m_momentum <= 0) {
-            weights.add_(m_delta, m_lr);
+        const double lr = rate();
+        const double mu = momentum();
+        if (mu <= 0) {
+            weights.add_(m_delta, lr);
             return;
         }
         initialize(state);
@@ -255,16 +288,16 @@ private:
             // adds its look-ahead step η·μ·m (with the momentum before the update when not
             // Nesterov). With N = 1 these are the two forms below.
             torch::Tensor pending = m_ranges.parameters(state.periodSum);
-            weights.add_(m_delta, m_lr / double(n));
+            weights.add_(m_delta, lr / double(n));
             pending.add_(m_delta);
             if (++state.periodResults < n)
                 return;
             torch::Tensor momentum = m_ranges.parameters(state.momentum);
             if (!m_nesterov)
-                weights.add_(momentum, m_lr * m_momentum);
-            momentum.mul_(m_momentum).add_(pending, 1.0 / double(state.periodResults));
+                weights.add_(momentum, lr * mu);
+            momentum.mul_(mu).add_(pending, 1.0 / double(state.periodResults));
             if (m_nesterov)
-                weights.add_(momentum, m_lr * m_momentum);
+                weights.add_(momentum, lr * mu);
             pending.zero_();
             state.periodResults = 0;
             return;
@@ -272,11 +305,11 @@ private:
         // m ← μ·m + Δ;  W ← W + η·(μ·m + Δ) with Nesterov, W ← W + η·m without. The momentum
         // buffer's entries past the parameters stay zero.
         torch::Tensor momentum = m_ranges.parameters(state.momentum);
-        momentum.mul_(m_momentum).add_(m_delta);
+        momentum.mul_(mu).add_(m_delta);
         if (m_nesterov)
-            weights.add_(m_delta, m_lr).add_(momentum, m_lr * m_momentum);
+            weights.add_(m_delta, lr).add_(momentum, lr * mu);
         else
-            weights.add_(momentum, m_lr);
+            weights.add_(momentum, lr);
     }
 
     double m_lr;
@@ -284,11 +317,20 @@ private:
     bool m_nesterov;
     int m_period;     // 0: the fleet's size
     double m_damping; // d
+    bool m_scaled;    // outer_scaled_by_fleet
+    bool m_normalize; // normalize_staleness
+    bool m_rounds;    // rounds: a round's results are averaged by credit, not scaled by it
     int m_fleet = 1;
+    int m_epochSize = 1;
+    double m_weight = 1.0;      // the last weightOf() of assimilate()
+    double m_meanDamping = 1.0; // normalize_staleness: the running mean of the dampings
+    qint64 m_seen = 0;
+    double m_credits = 0.0;     // credits weighed so far
     Ranges m_ranges;
     torch::Tensor m_delta; // scratch, reused between assimilations
     torch::Tensor m_sum;   // gathered: Σ c_i·Δ_i (parameters), Σ c_i·B_i (buffers), the largest counters
     double m_creditSum = 0.0;
+    double m_plainCredit = 0.0; // gathered: Σ c_i
 };
 
 class SyncAverage final : public AggregationRule
@@ -351,9 +393,7 @@ Result<std::unique_ptr<AggregationRule>> createAggregationRule(const Aggregation
         return std::unique_ptr<AggregationRule>(
             std::make_unique<StalenessAwareVcAsgd>(spec.alpha, spec.stalenessExponent, segments));
     if (spec.rule == QLatin1String("async-delta"))
-        return std::unique_ptr<AggregationRule>(
-            std::make_unique<AsyncDelta>(spec.outerLearningRate, spec.outerMomentum, spec.nesterov, spec.momentumPeriod,
-                                         spec.stalenessDamping, segments));
+        return std::unique_ptr<AggregationRule>(std::make_unique<AsyncDelta>(spec, segments));
     if (spec.rule == QLatin1String("sync-average"))
         return std::unique_ptr<AggregationRule>(std::make_unique<SyncAverage>(segments));
     return fail(QStringLiteral("unknown aggregation rule '%1' (vc-asgd, staleness-aware, async-delta, sync-average)")

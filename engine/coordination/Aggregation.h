@@ -73,8 +73,11 @@ public:
     int gathered() const { return m_gathered; }
     void discardGathered() { m_gathered = 0; }
     // Workers online now, for the settings that follow the fleet's size (a momentum period
-    // of 0); called whenever it changes.
+    // of 0, outer settings scaled by the fleet); called whenever it changes.
     virtual void setFleetSize(int workers) { Q_UNUSED(workers); }
+    // Shards in an epoch: a result's credit is its share of one, so the credits folded so far
+    // over this are the epochs of work assimilated (normalize_staleness's warmup).
+    virtual void setEpochSize(int shards) { Q_UNUSED(shards); }
 
 protected:
     int m_gathered = 0;

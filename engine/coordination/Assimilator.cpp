@@ -47,6 +47,7 @@ Assimilator::Assimilator(AssimilatorConfig config, std::unique_ptr<AggregationRu
 void Assimilator::start(AggregationState state, qint64 seq, qint64 version)
 {
     m_state = std::move(state);
+    m_rule->setEpochSize(m_scheduler.shards());
     m_rule->initialize(m_state);
     m_seq = seq;
     m_version = version;
@@ -88,12 +89,25 @@ void Assimilator::measureSpeed(qint64 workerId, qint64 sampleSteps, double secon
     known = known > 0 ? 0.7 * known + 0.3 * measured : measured;
 }
 
+bool Assimilator::roundFull() const
+{
+    return m_config.rounds && m_scheduler.activeLeaseCount() + int(m_buffer.size()) >= bufferSize();
+}
+
 std::optional<Scheduler::Grant> Assimilator::grant(qint64 workerId)
 {
+    if (roundFull())
+        return std::nullopt;
     const qint64 largest = m_scheduler.shards() > 0 ? m_scheduler.shardSize(0) + 1 : 1;
     const LeaseSizing sizing = sizeLease(speed(workerId), m_config.targetSubtaskSeconds, m_config.leaseTimeoutSeconds,
                                          m_config.batchSize, m_config.localEpochs, m_config.localSteps > 0, largest);
     qint64 maxPositions = sizing.maxPositions;
+    // A round's subtask takes at most roundSteps steps (local epochs count each pass).
+    if (m_config.rounds && m_config.roundSteps > 0 && m_config.localSteps == 0) {
+        const qint64 cap = std::max<qint64>(1, qint64(m_config.roundSteps) * m_config.batchSize
+                                                   / std::max(1, m_config.localEpochs));
+        maxPositions = maxPositions > 0 ? std::min(maxPositions, cap) : cap;
+    }
     // Nothing queued yet: the grant opens an epoch, and takes a whole subtask of it.
     if (m_config.shareTail && m_scheduler.queuedPositions() > 0) {
         const qint64 holders = qint64(m_scheduler.activeLeaseCount()) + 1;
@@ -255,7 +269,10 @@ FoldOutcome Assimilator::fold(const Lease &lease, const Subtask &subtask, const 
 
 bool Assimilator::flushDue() const
 {
-    return !m_buffer.empty() && m_scheduler.queuedCount() == 0 && m_scheduler.activeLeaseCount() == 0;
+    // A round ends with its last lease; otherwise the buffer waits to be full unless nothing
+    // else can come to fill it.
+    return !m_buffer.empty() && m_scheduler.activeLeaseCount() == 0
+           && (m_config.rounds || m_scheduler.queuedCount() == 0);
 }
 
 FoldOutcome Assimilator::flush(bool keepUndo)

@@ -44,6 +44,12 @@ struct AssimilatorConfig
     bool shareTail = false;
     bool speculate = false;   // fleet.speculate
     bool dismissIdle = false; // fleet.dismiss_idle
+    // Version-synchronous rounds (aggregation.rounds): a round is a buffer's worth of subtasks
+    // (setBufferSize: the workers online), all granted from the same version; no grant once
+    // the round's leases and delivered results fill it, and the buffer folds when the round's
+    // last lease has ended (delivered, expired, lost or handed back), not only when full.
+    bool rounds = false;
+    int roundSteps = 0; // rounds: a subtask takes at most this many optimizer steps (0: no cap)
 };
 
 // One result folded into the global model.
@@ -114,7 +120,10 @@ public:
     void measureSpeed(qint64 workerId, qint64 sampleSteps, double seconds);
 
     // Leases the next subtask to a worker, sized by its speed, based on the current version.
+    // With rounds, none while the round is full (roundFull()).
     std::optional<Scheduler::Grant> grant(qint64 workerId);
+    // Rounds: every place of the round is leased or delivered; the worker waits for the fold.
+    bool roundFull() const;
 
     // What the caller adds to the lease policy for a worker that gets no subtask (decideIdle).
     struct IdleConditions

@@ -151,6 +151,8 @@ Result<void> Coordinator::prepare()
     config.localEpochs = m_spec.training.localEpochs;
     config.localSteps = m_spec.training.localSteps;
     config.buffer = std::max(1, m_spec.aggregation.buffer);
+    config.rounds = m_spec.aggregation.rounds && m_spec.aggregation.rule == QLatin1String("async-delta");
+    config.roundSteps = m_spec.aggregation.roundSteps;
     config.shareTail = m_spec.fleet.shareTail;
     config.speculate = m_spec.fleet.speculate;
     config.dismissIdle = m_spec.fleet.dismissIdle;
@@ -457,6 +459,7 @@ void Coordinator::workerLeft(qint64 workerId, const QString &reason)
     event(EventKind::WorkerLeft, workerId, 0, 0, reason);
     handleChanges(m_scheduler->workerLost(workerId), reason);
     sizeBuffer();
+    flushBufferIfDue();
 }
 
 void Coordinator::recordEvent(EventKind kind, qint64 workerId, const QString &detail)
@@ -524,6 +527,14 @@ TrainConfig Coordinator::trainConfigFor(const Subtask &subtask) const
     // Replicas are compared with each other: they start alike, from no optimizer state.
     c.freshOptimizer = !t.carryOptimizer || m_quorums.count(subtask.id) > 0;
     c.momentum = t.momentum;
+    if (m_spec.aggregation.workerMomentumScaledByFleet && t.optimizer == QLatin1String("sgd")) {
+        // Asynchrony itself acts as momentum of about 1 − 1/N: the workers' own falls so that
+        // the two together amplify a step about as much as the job's momentum alone.
+        int online = 0;
+        for (const auto &[id, w] : m_workers)
+            online += w.online ? 1 : 0;
+        c.momentum = std::max(0.0, 1.0 - double(std::max(1, online)) * (1.0 - t.momentum));
+    }
     c.nesterov = t.nesterov;
     c.weightDecay = t.weightDecay;
     c.beta1 = t.beta1;
@@ -603,6 +614,11 @@ Assimilator::IdleConditions Coordinator::idleConditions() const
     // A quorum's subtask is trained by several workers already, whose results are compared.
     c.mayCopy = [this](qint64 subtaskId) { return !m_quorums.count(subtaskId); };
     return c;
+}
+
+bool Coordinator::roundFull() const
+{
+    return m_core->roundFull() && !finished();
 }
 
 bool Coordinator::dismissesIdle() const
@@ -714,6 +730,7 @@ void Coordinator::handBack(qint64 workerId, qint64 leaseId, const QString &reaso
     if (failed)
         noteFailure(workerId, reason);
     handleChanges(m_scheduler->handBack(leaseId), reason);
+    flushBufferIfDue();
 }
 
 void Coordinator::noteFailure(qint64 workerId, const QString &reason)

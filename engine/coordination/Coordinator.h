@@ -266,6 +266,8 @@ public:
     // fleet.dismiss_idle: a worker that got nothing from requestSubtask() now is to stop, as
     // nothing is left to give it (the last epoch open, nothing queued, no copy to make).
     bool dismissesIdle() const;
+    // Rounds (aggregation.rounds): the round is full, a worker asking now waits for its fold.
+    bool roundFull() const;
     SubmitReply submitResult(qint64 workerId, SubtaskResult result);
     // failed: the worker could not train the subtask (an error, not a cancellation or a
     // shutdown); a worker whose every recent subtask failed cannot train this job.

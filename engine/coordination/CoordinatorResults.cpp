@@ -386,6 +386,11 @@ void Coordinator::sizeBuffer()
     for (const auto &[id, w] : m_workers)
         online += w.online ? 1 : 0;
     m_core->setFleetSize(std::max(1, online));
+    // Rounds: one result of every worker online.
+    if (m_spec.aggregation.rounds && m_spec.aggregation.rule == QLatin1String("async-delta")) {
+        m_core->setBufferSize(std::max(1, online));
+        return;
+    }
     if (m_spec.aggregation.buffer != 0)
         return;
     m_core->setBufferSize(int(std::ceil(std::sqrt(double(std::max(1, online))))));

@@ -271,10 +271,13 @@ qint64 CoordinatorThread::request(qint64 workerId, double samplesPerSecond)
             c.reportSpeed(workerId, samplesPerSecond);
             auto assignment = c.requestSubtask(workerId);
             const bool dismissed = !assignment && c.dismissesIdle();
-            return RequestAnswer{std::move(assignment), c.finished(), dismissed};
+            const bool roundFull = !assignment && c.roundFull();
+            return RequestAnswer{std::move(assignment), c.finished(), dismissed, roundFull};
         },
         [](const QString &) { return RequestAnswer{}; },
-        [this, ticket](RequestAnswer a) { Q_EMIT requestAnswered(ticket, a.assignment, a.finished, a.dismissed); });
+        [this, ticket](RequestAnswer a) {
+            Q_EMIT requestAnswered(ticket, a.assignment, a.finished, a.dismissed, a.roundFull);
+        });
     return ticket;
 }
 

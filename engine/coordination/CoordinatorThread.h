@@ -75,8 +75,10 @@ Q_SIGNALS:
     void joinAnswered(qint64 ticket, qint64 workerId, const QString &error);
     // No assignment: nothing to do now; finished says whether the job is over.
     // dismissed: no assignment, and none will come (fleet.dismiss_idle): the worker is to stop.
+    // roundFull: no assignment because the round (aggregation.rounds) is full: there will be
+    // one when it folds, which an assimilated() signal tells.
     void requestAnswered(qint64 ticket, const std::optional<flotilla::Assignment> &assignment, bool finished,
-                         bool dismissed);
+                         bool dismissed, bool roundFull);
     void submitAnswered(qint64 ticket, const flotilla::SubmitReply &reply);
 
     void progressed(const flotilla::JobProgress &progress);
@@ -95,6 +97,7 @@ private:
         std::optional<Assignment> assignment;
         bool finished = false;
         bool dismissed = false;
+        bool roundFull = false;
     };
     // Queues op on the coordinator's thread, inside the open group; deliver gets op's answer
     // once the group ended (or what lost() makes of the reason when it could not be made
