@@ -199,6 +199,10 @@ StartupMode startupMode(int argc, char **argv)
         for (int i = 2; i < argc; ++i)
             if (std::strncmp(argv[i], "--charts", 8) == 0)
                 return StartupMode::CommandLineDrawing;
+    if (std::strcmp(argv[1], "bench") == 0 && argc > 2 && std::strcmp(argv[2], "scaling") == 0)
+        for (int i = 3; i < argc; ++i)
+            if (std::strncmp(argv[i], "--plot", 6) == 0)
+                return StartupMode::CommandLineDrawing;
     return StartupMode::CommandLine;
 }
 

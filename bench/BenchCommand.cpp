@@ -9,6 +9,7 @@
 #include "bench/BenchParity.h"
 #include "bench/BenchPeers.h"
 #include "bench/BenchScale.h"
+#include "bench/BenchScaling.h"
 #include "bench/Insider.h"
 #include "bench/MeasurementCommands.h"
 
@@ -366,6 +367,8 @@ int runBenchCommand(const QStringList &arguments)
         return runBenchParity(arguments.mid(1));
     if (arguments.value(1) == QLatin1String("parity-loop"))
         return runBenchParityLoop(arguments.mid(1));
+    if (arguments.value(1) == QLatin1String("scaling"))
+        return runBenchScaling(arguments.mid(1));
     QCommandLineParser parser;
     parser.setApplicationDescription(QStringLiteral(
         "Benchmarks against a peer run in the same invocation, alternating, with min/median/max over repeats.\n"
@@ -378,6 +381,8 @@ int runBenchCommand(const QStringList &arguments)
         "  parity       Flotilla vs the plain single-process loop and DDP on several jobs and data sets, 1, 2 and 4\n"
         "               workers, each rule (flotilla bench parity --help)\n"
         "  scale        K simulated workers over TLS against one coordinator (flotilla bench scale --help)\n"
+        "  scaling      W emulated machines (cgroup CPU quotas) to a target: speedup over the loop, against DDP\n"
+        "               (flotilla bench scaling --help)\n"
         "  flood        idle and stalled connections against a coordinator training with honest workers\n"
         "               (flotilla bench flood --help)\n"
         "  insider      a peer with a valid certificate floods, does not read, claims too much, storms sessions\n"

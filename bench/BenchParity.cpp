@@ -34,15 +34,6 @@ namespace flotilla {
 
 namespace {
 
-// One job of the suite: its spec at Flotilla's defaults (rule and workers set per run).
-struct ParityJob
-{
-    QString name;
-    QString description;
-    JobSpec spec;
-    bool python = false; // its model is made by bench/parity_models.py
-};
-
 struct Run
 {
     QString job;
@@ -55,6 +46,8 @@ struct Run
     double finalAccuracy() const { return epochs.empty() ? -1.0 : epochs.back().accuracy; }
 };
 
+} // namespace
+
 QString findBenchFile(const QString &name)
 {
     const QString app = QCoreApplication::applicationDirPath();
@@ -65,6 +58,8 @@ QString findBenchFile(const QString &name)
             return QFileInfo(candidate).canonicalFilePath();
     return {};
 }
+
+namespace {
 
 // NumPy's .npy format, version 1.0: magic, header length, a Python dict literal padded to a
 // multiple of 64 bytes, the raw little-endian data.
@@ -87,8 +82,8 @@ Result<void> writeNpy(const QString &path, const torch::Tensor &tensor)
     return writeFileAtomically(path, bytes);
 }
 
-// The data as the loop and Flotilla see it (standardized), and the initial model, for the
-// Python peer.
+} // namespace
+
 Result<void> exportForPython(const JobSpec &spec, const QString &dir)
 {
     auto data = loadJobData(spec);
@@ -109,6 +104,8 @@ Result<void> exportForPython(const JobSpec &spec, const QString &dir)
         return model.takeError();
     return (*model)->save(QDir(dir).filePath(QStringLiteral("model.pt")));
 }
+
+namespace {
 
 // The plain loop: the job's model with its initial weights (the same seed as the
 // coordinator's), its optimizer, batch and schedule per step, the whole training set
@@ -190,9 +187,9 @@ Result<void> runPlainLoop(const JobSpec &spec, int threads,
     return {};
 }
 
-// A rule as --rules names it: a rule's name, then settings of its own after slashes, e.g.
-// async-delta/damping=0 or async-delta/outer-lr=0.7/outer-momentum=0.9/period=0.
-Result<void> applyRule(JobSpec &job, const QString &text)
+} // namespace
+
+Result<void> applyParityRule(JobSpec &job, const QString &text)
 {
     AggregationSpec &a = job.aggregation;
     const QStringList parts = text.split(u'/');
@@ -217,15 +214,28 @@ Result<void> applyRule(JobSpec &job, const QString &text)
             a.stalenessExponent = v;
         else if (name == QLatin1String("buffer"))
             a.buffer = int(v);
+        else if (name == QLatin1String("rounds"))
+            a.rounds = v != 0;
+        else if (name == QLatin1String("round-steps"))
+            a.roundSteps = int(v);
+        else if (name == QLatin1String("outer-scaled"))
+            a.outerScaledByFleet = v != 0;
+        else if (name == QLatin1String("normalize"))
+            a.normalizeStaleness = v != 0;
+        else if (name == QLatin1String("worker-momentum-scaled"))
+            a.workerMomentumScaledByFleet = v != 0;
         else if (name == QLatin1String("lr-times"))
             job.training.learningRate *= v; // the linear scaling rule, as DDP is tuned
         else
             return fail(QStringLiteral("unknown setting '%1' in rule '%2' (alpha, damping, outer-lr, outer-momentum, "
-                                       "period, exponent, buffer, lr-times)")
+                                       "period, exponent, buffer, rounds, round-steps, outer-scaled, normalize, "
+                                       "worker-momentum-scaled, lr-times)")
                             .arg(name, text));
     }
     return {};
 }
+
+namespace {
 
 // A Flotilla run: `flotilla train` on the job, then its store read back. An epoch's seconds
 // run from starting the process to its epoch-completed event (evaluations run beside
@@ -236,7 +246,7 @@ Run runFlotilla(const ParityJob &job, const QString &rule, int workers, int thre
     Run run;
     QTemporaryDir dir;
     JobSpec spec = job.spec;
-    if (auto r = applyRule(spec, rule); !r) {
+    if (auto r = applyParityRule(spec, rule); !r) {
         run.note = r.error();
         return run;
     }
@@ -297,6 +307,129 @@ QString percent(double v)
 }
 
 } // namespace
+
+Result<std::vector<ParityJob>> paritySuite(const ParitySuiteOptions &options)
+{
+    const bool quick = options.quick;
+    const QString dataDir = QDir(options.dataDir).absolutePath();
+    QDir().mkpath(dataDir);
+    const QString shapes = QDir(dataDir).filePath(quick ? QStringLiteral("shapes-quick") : QStringLiteral("shapes"));
+    const QString table = QDir(dataDir).filePath(quick ? QStringLiteral("table-quick.csv") : QStringLiteral("table.csv"));
+    const QString models = QDir(dataDir).filePath(QStringLiteral("models"));
+    ShapesFolderConfig shapesConfig;
+    TableConfig tableConfig;
+    if (quick) {
+        shapesConfig.trainPerClass = 400;
+        shapesConfig.testPerClass = 100;
+        shapesConfig.size = 16;
+        tableConfig.rows = 2000;
+    }
+    if (!QFileInfo::exists(shapes + QStringLiteral("/test"))) {
+        std::printf("Generating %d images in %s\n", 4 * (shapesConfig.trainPerClass + shapesConfig.testPerClass),
+                    shapes.toUtf8().constData());
+        std::fflush(stdout);
+        if (auto r = writeShapesFolder(shapes, shapesConfig); !r) {
+            return r.takeError();
+        }
+    }
+    if (!QFileInfo::exists(table))
+        if (auto r = writeTableCsv(table, tableConfig); !r) {
+            return r.takeError();
+        }
+
+    const auto imageJob = [&](JobSpec spec) {
+        spec.dataset.kind = QStringLiteral("images");
+        spec.dataset.path = shapes;
+        spec.dataset.imageSize = shapesConfig.size;
+        spec.dataset.color = QStringLiteral("rgb");
+        return spec;
+    };
+    std::vector<ParityJob> jobs;
+    for (const QString &name : options.jobs) {
+        ParityJob job;
+        job.name = name;
+        job.spec = JobSpec();
+        job.spec.name = QStringLiteral("parity-") + name;
+        JobSpec &s = job.spec;
+        if (name == QLatin1String("fashion")) {
+            s.training.epochs = 3;
+            s.dataset.trainLimit = quick ? 3000 : options.fashionLimit;
+            if (quick)
+                s.dataset.testLimit = 1000;
+            job.description = QStringLiteral("the built-in cnn on Fashion-MNIST (%1 training images)")
+                                  .arg(s.dataset.trainLimit > 0 ? s.dataset.trainLimit : 60000);
+        } else if (name == QLatin1String("shapes")) {
+            s = imageJob(s);
+            s.training.epochs = 6;
+            job.description = QStringLiteral("the built-in cnn on a generated image folder (%1 training images, RGB "
+                                             "%2×%2, 4 classes)")
+                                  .arg(4 * shapesConfig.trainPerClass).arg(shapesConfig.size);
+        } else if (name == QLatin1String("table")) {
+            s.dataset.kind = QStringLiteral("csv");
+            s.dataset.path = table;
+            s.dataset.testFraction = 0.2;
+            s.model.kind = QStringLiteral("mlp");
+            s.training.epochs = 10;
+            job.description = QStringLiteral("the built-in mlp on a generated CSV (%1 rows, %2 features on scales from "
+                                             "0.01 to 1000, %3 classes)")
+                                  .arg(tableConfig.rows).arg(tableConfig.features).arg(tableConfig.classes);
+        } else if (name == QLatin1String("bn-cnn") || name == QLatin1String("resnet18")) {
+            s = imageJob(s);
+            s.model.kind = QStringLiteral("torchscript");
+            s.model.path = QDir(models).filePath(name + QStringLiteral(".pt"));
+            s.training.epochs = name == QLatin1String("resnet18") ? 4 : 6;
+            job.python = true;
+            job.description = name == QLatin1String("bn-cnn")
+                                  ? QStringLiteral("a Python TorchScript CNN with BatchNorm on the image folder")
+                                  : QStringLiteral("torchvision's ResNet-18 (TorchScript, BatchNorm, residual adds) on "
+                                                   "the image folder");
+        } else {
+            return fail(QStringLiteral("unknown job '%1' (fashion, shapes, table, bn-cnn, resnet18)").arg(name));
+        }
+        if (quick)
+            s.training.epochs = std::min(s.training.epochs, 4);
+        // The warmup in steps of the plain loop's epoch (every contender scales it to its own).
+        if (const double warmup = options.warmupEpochs; warmup > 0) {
+            const qint64 samples = name == QLatin1String("fashion")
+                                       ? (s.dataset.trainLimit > 0 ? s.dataset.trainLimit : 60000)
+                                   : name == QLatin1String("table")
+                                       ? qint64(double(tableConfig.rows) * (1.0 - s.dataset.testFraction))
+                                       : qint64(4 * shapesConfig.trainPerClass);
+            s.training.lrWarmupSteps = int(std::ceil(warmup * double((samples + s.training.batchSize - 1)
+                                                                      / s.training.batchSize)));
+        }
+        if (const auto e = options.epochs.find(name); e != options.epochs.end() && e->second > 0)
+            s.training.epochs = e->second;
+        if (options.adjust)
+            options.adjust(s);
+        if (auto valid = s.validate(); !valid)
+            return fail(QStringLiteral("job %1: %2").arg(name, valid.error()));
+        jobs.push_back(job);
+    }
+    // The Python models, where Python can make them.
+    if (std::any_of(jobs.begin(), jobs.end(), [](const ParityJob &j) { return j.python; })) {
+        const QString script = findBenchFile(QStringLiteral("parity_models.py"));
+        QProcess make;
+        make.setProcessChannelMode(QProcess::MergedChannels);
+        make.start(options.python, {script, models, QStringLiteral("--channels"), QStringLiteral("3"), QStringLiteral("--classes"),
+                            QStringLiteral("4"), QStringLiteral("--size"), QString::number(shapesConfig.size)});
+        make.waitForFinished(300000);
+        const QString said = QString::fromUtf8(make.readAll()).trimmed();
+        if (!said.isEmpty())
+            std::printf("%s\n", said.toUtf8().constData());
+        for (auto it = jobs.begin(); it != jobs.end();) {
+            if (it->python && !QFileInfo::exists(it->spec.model.path)) {
+                std::printf("Leaving out %s: %s was not made (%s)\n", it->name.toUtf8().constData(),
+                            it->spec.model.path.toUtf8().constData(),
+                            script.isEmpty() ? "bench/parity_models.py not found" : "see above");
+                it = jobs.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+    return jobs;
+}
 
 int runBenchParityLoop(const QStringList &arguments)
 {
@@ -384,6 +517,10 @@ int runBenchParity(const QStringList &arguments)
         {QStringLiteral("weight-decay"), QStringLiteral("Every job's weight decay."), QStringLiteral("w")},
         {QStringLiteral("precision"), QStringLiteral("fp32 or bf16 for Flotilla and the plain loop (autocast)."),
          QStringLiteral("p")},
+        {QStringLiteral("warmup-epochs"),
+         QStringLiteral("A gradual warmup of the learning rate over this many epochs, for every contender (DDP's "
+                        "linear scaling rule calls for one)."),
+         QStringLiteral("n"), QStringLiteral("0")},
         {QStringLiteral("quick"), QStringLiteral("Tiny data sets and one repeat, for the test suite.")},
     });
     if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("bench parity")))
@@ -416,95 +553,20 @@ int runBenchParity(const QStringList &arguments)
 
     // The data sets and models, made once.
     std::unique_ptr<QTemporaryDir> temporary;
-    QString dataDir = parser.value(QStringLiteral("data-dir"));
-    if (dataDir.isEmpty()) {
+    ParitySuiteOptions suite;
+    suite.dataDir = parser.value(QStringLiteral("data-dir"));
+    if (suite.dataDir.isEmpty()) {
         temporary = std::make_unique<QTemporaryDir>();
-        dataDir = temporary->path();
+        suite.dataDir = temporary->path();
     }
-    dataDir = QDir(dataDir).absolutePath();
-    QDir().mkpath(dataDir);
-    const QString shapes = QDir(dataDir).filePath(quick ? QStringLiteral("shapes-quick") : QStringLiteral("shapes"));
-    const QString table = QDir(dataDir).filePath(quick ? QStringLiteral("table-quick.csv") : QStringLiteral("table.csv"));
-    const QString models = QDir(dataDir).filePath(QStringLiteral("models"));
-    ShapesFolderConfig shapesConfig;
-    TableConfig tableConfig;
-    if (quick) {
-        shapesConfig.trainPerClass = 400;
-        shapesConfig.testPerClass = 100;
-        shapesConfig.size = 16;
-        tableConfig.rows = 2000;
-    }
-    if (!QFileInfo::exists(shapes + QStringLiteral("/test"))) {
-        std::printf("Generating %d images in %s\n", 4 * (shapesConfig.trainPerClass + shapesConfig.testPerClass),
-                    shapes.toUtf8().constData());
-        std::fflush(stdout);
-        if (auto r = writeShapesFolder(shapes, shapesConfig); !r) {
-            std::fprintf(stderr, "flotilla bench parity: %s\n", r.error().toUtf8().constData());
-            return ExitFailure;
-        }
-    }
-    if (!QFileInfo::exists(table))
-        if (auto r = writeTableCsv(table, tableConfig); !r) {
-            std::fprintf(stderr, "flotilla bench parity: %s\n", r.error().toUtf8().constData());
-            return ExitFailure;
-        }
-
-    const auto imageJob = [&](JobSpec spec) {
-        spec.dataset.kind = QStringLiteral("images");
-        spec.dataset.path = shapes;
-        spec.dataset.imageSize = shapesConfig.size;
-        spec.dataset.color = QStringLiteral("rgb");
-        return spec;
-    };
-    std::vector<ParityJob> jobs;
-    const QStringList wanted = parser.value(QStringLiteral("jobs")).split(u',', Qt::SkipEmptyParts);
-    for (const QString &name : wanted) {
-        ParityJob job;
-        job.name = name;
-        job.spec = JobSpec();
-        job.spec.name = QStringLiteral("parity-") + name;
-        JobSpec &s = job.spec;
-        if (name == QLatin1String("fashion")) {
-            s.training.epochs = 3;
-            s.dataset.trainLimit = quick ? 3000 : parser.value(QStringLiteral("fashion-limit")).toLongLong();
-            if (quick)
-                s.dataset.testLimit = 1000;
-            job.description = QStringLiteral("the built-in cnn on Fashion-MNIST (%1 training images)")
-                                  .arg(s.dataset.trainLimit > 0 ? s.dataset.trainLimit : 60000);
-        } else if (name == QLatin1String("shapes")) {
-            s = imageJob(s);
-            s.training.epochs = 6;
-            job.description = QStringLiteral("the built-in cnn on a generated image folder (%1 training images, RGB "
-                                             "%2×%2, 4 classes)")
-                                  .arg(4 * shapesConfig.trainPerClass).arg(shapesConfig.size);
-        } else if (name == QLatin1String("table")) {
-            s.dataset.kind = QStringLiteral("csv");
-            s.dataset.path = table;
-            s.dataset.testFraction = 0.2;
-            s.model.kind = QStringLiteral("mlp");
-            s.training.epochs = 10;
-            job.description = QStringLiteral("the built-in mlp on a generated CSV (%1 rows, %2 features on scales from "
-                                             "0.01 to 1000, %3 classes)")
-                                  .arg(tableConfig.rows).arg(tableConfig.features).arg(tableConfig.classes);
-        } else if (name == QLatin1String("bn-cnn") || name == QLatin1String("resnet18")) {
-            s = imageJob(s);
-            s.model.kind = QStringLiteral("torchscript");
-            s.model.path = QDir(models).filePath(name + QStringLiteral(".pt"));
-            s.training.epochs = name == QLatin1String("resnet18") ? 4 : 6;
-            job.python = true;
-            job.description = name == QLatin1String("bn-cnn")
-                                  ? QStringLiteral("a Python TorchScript CNN with BatchNorm on the image folder")
-                                  : QStringLiteral("torchvision's ResNet-18 (TorchScript, BatchNorm, residual adds) on "
-                                                   "the image folder");
-        } else {
-            std::fprintf(stderr, "flotilla bench parity: unknown job '%s' (fashion, shapes, table, bn-cnn, resnet18)\n",
-                         name.toUtf8().constData());
-            return ExitUsage;
-        }
-        if (quick)
-            s.training.epochs = std::min(s.training.epochs, 4);
-        if (epochsOverride > 0)
-            s.training.epochs = epochsOverride;
+    suite.jobs = parser.value(QStringLiteral("jobs")).split(u',', Qt::SkipEmptyParts);
+    suite.quick = quick;
+    suite.fashionLimit = parser.value(QStringLiteral("fashion-limit")).toLongLong();
+    suite.warmupEpochs = parser.value(QStringLiteral("warmup-epochs")).toDouble();
+    suite.python = python;
+    for (const QString &name : suite.jobs)
+        suite.epochs[name] = epochsOverride;
+    suite.adjust = [&parser](JobSpec &s) {
         if (parser.isSet(QStringLiteral("optimizer")))
             s.training.optimizer = parser.value(QStringLiteral("optimizer"));
         if (parser.isSet(QStringLiteral("lr")))
@@ -513,34 +575,13 @@ int runBenchParity(const QStringList &arguments)
             s.training.weightDecay = parser.value(QStringLiteral("weight-decay")).toDouble();
         if (parser.isSet(QStringLiteral("precision")))
             s.training.precision = parser.value(QStringLiteral("precision"));
-        if (auto valid = s.validate(); !valid) {
-            std::fprintf(stderr, "flotilla bench parity: %s\n", valid.error().toUtf8().constData());
-            return ExitUsage;
-        }
-        jobs.push_back(job);
+    };
+    auto suiteJobs = paritySuite(suite);
+    if (!suiteJobs) {
+        std::fprintf(stderr, "flotilla bench parity: %s\n", suiteJobs.error().toUtf8().constData());
+        return ExitFailure;
     }
-    // The Python models, where Python can make them.
-    if (std::any_of(jobs.begin(), jobs.end(), [](const ParityJob &j) { return j.python; })) {
-        const QString script = findBenchFile(QStringLiteral("parity_models.py"));
-        QProcess make;
-        make.setProcessChannelMode(QProcess::MergedChannels);
-        make.start(python, {script, models, QStringLiteral("--channels"), QStringLiteral("3"), QStringLiteral("--classes"),
-                            QStringLiteral("4"), QStringLiteral("--size"), QString::number(shapesConfig.size)});
-        make.waitForFinished(300000);
-        const QString said = QString::fromUtf8(make.readAll()).trimmed();
-        if (!said.isEmpty())
-            std::printf("%s\n", said.toUtf8().constData());
-        for (auto it = jobs.begin(); it != jobs.end();) {
-            if (it->python && !QFileInfo::exists(it->spec.model.path)) {
-                std::printf("Leaving out %s: %s was not made (%s)\n", it->name.toUtf8().constData(),
-                            it->spec.model.path.toUtf8().constData(),
-                            script.isEmpty() ? "bench/parity_models.py not found" : "see above");
-                it = jobs.erase(it);
-            } else {
-                ++it;
-            }
-        }
-    }
+    std::vector<ParityJob> jobs = std::move(suiteJobs).value();
     const QString ddpScript = findBenchFile(QStringLiteral("ddp_parity.py"));
     const bool ddp = parser.value(QStringLiteral("ddp")) != QLatin1String("off") && !ddpScript.isEmpty()
                      && QFileInfo::exists(python);

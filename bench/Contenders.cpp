@@ -7,8 +7,14 @@
 
 #ifdef Q_OS_UNIX
 #include <csignal>
+#include <fcntl.h>
 #include <unistd.h>
 #endif
+#ifdef Q_OS_LINUX
+#include <sys/prctl.h>
+#endif
+
+#include <memory>
 
 namespace flotilla {
 
@@ -20,10 +26,46 @@ Spread spread(std::vector<double> v)
     return {v.front(), v[v.size() / 2], v.back()};
 }
 
-Contender::Contender(const QString &program, const QStringList &arguments, const QString &logFile)
+void joinCgroupFromChild(const char *procsFile)
 {
 #ifdef Q_OS_UNIX
-    m_process.setChildProcessModifier([] { ::setsid(); });
+    char digits[24];
+    int n = 0;
+    for (long pid = long(::getpid()); pid > 0 && n < 23; pid /= 10)
+        digits[n++] = char('0' + pid % 10);
+    char text[24];
+    for (int i = 0; i < n; ++i)
+        text[i] = digits[n - 1 - i];
+    text[n] = '\n';
+    const int fd = ::open(procsFile, O_WRONLY);
+    if (fd < 0)
+        ::_exit(126);
+    const bool ok = ::write(fd, text, std::size_t(n + 1)) == n + 1;
+    ::close(fd);
+    if (!ok)
+        ::_exit(126);
+#else
+    Q_UNUSED(procsFile);
+#endif
+}
+
+Contender::Contender(const QString &program, const QStringList &arguments, const QString &logFile,
+                     const QString &machine)
+{
+#ifdef Q_OS_UNIX
+    // A session of its own, so that stop() ends its whole tree (DDP's ranks); and it dies with
+    // the process that started it, which a process group cannot promise.
+    const auto procs = std::make_shared<QByteArray>(machine.toLocal8Bit());
+    m_process.setChildProcessModifier([procs] {
+        ::setsid();
+#ifdef Q_OS_LINUX
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+        if (!procs->isEmpty())
+            joinCgroupFromChild(procs->constData());
+    });
+#else
+    Q_UNUSED(machine);
 #endif
     m_process.setProcessChannelMode(QProcess::MergedChannels);
     if (!logFile.isEmpty())
@@ -49,14 +91,16 @@ void Contender::stop()
 }
 
 Outcome runLines(const QString &program, const QStringList &arguments, double target, double maxSeconds,
-                 std::vector<EpochLine> *epochs)
+                 std::vector<EpochLine> *epochs, const QString &machine, const std::function<void(double)> &tick)
 {
-    Contender c(program, arguments, {});
+    Contender c(program, arguments, {}, machine);
     Outcome out;
     QByteArray pending;
     QByteArray tail;
     while (c.seconds() < maxSeconds) {
         c.process().waitForReadyRead(200);
+        if (tick)
+            tick(c.seconds());
         pending += c.process().readAll();
         qsizetype newline;
         while ((newline = pending.indexOf('\n')) >= 0) {

@@ -8,6 +8,7 @@
 #include <QString>
 #include <QStringList>
 
+#include <functional>
 #include <vector>
 
 namespace flotilla {
@@ -21,8 +22,11 @@ Spread spread(std::vector<double> v);
 class Contender
 {
 public:
-    // logFile: where its output goes; empty: it is read through process().
-    Contender(const QString &program, const QStringList &arguments, const QString &logFile);
+    // logFile: where its output goes; empty: it is read through process(). machine: the
+    // cgroup procs file of the emulated machine it runs on (CpuQuota); empty: this machine.
+    // It runs in a session of its own and is SIGKILLed if the process that started it dies.
+    Contender(const QString &program, const QStringList &arguments, const QString &logFile,
+              const QString &machine = {});
     ~Contender();
 
     double seconds() const { return double(m_timer.nsecsElapsed()) / 1e9; }
@@ -57,7 +61,13 @@ struct EpochLine
 // the target, less the seconds its evaluations took (eval_seconds, summed so far). A target
 // above 1 is never reached: the contender runs to its end. Every epoch's line is appended to
 // `epochs` when given.
+// tick: called every fifth of a second or so with the seconds since the start.
 Outcome runLines(const QString &program, const QStringList &arguments, double target, double maxSeconds,
-                 std::vector<EpochLine> *epochs = nullptr);
+                 std::vector<EpochLine> *epochs = nullptr, const QString &machine = {},
+                 const std::function<void(double seconds)> &tick = {});
+
+// In a child between fork and exec (async-signal-safe): moves the process into the cgroup
+// whose procs file this is; exits the child with 126 when it cannot.
+void joinCgroupFromChild(const char *procsFile);
 
 } // namespace flotilla

@@ -349,6 +349,8 @@ int runSimulateCommand(const QStringList &arguments)
 
 Command simulateCommand()
 {
+    // The executable that has the simulator draws charts: bench scaling's plot too.
+    setSpeedupChartWriter(&writeSpeedupChart);
     return {"simulate", "Simulate a fleet of up to 100,000 unreliable workers and compare the rules.", runSimulateCommand};
 }
 

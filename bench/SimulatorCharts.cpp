@@ -6,9 +6,11 @@
 #include <QChart>
 #include <QChartView>
 #include <QDir>
+#include <QFileInfo>
 #include <QFont>
 #include <QLineSeries>
 #include <QLogValueAxis>
+#include <QPen>
 #include <QPixmap>
 #include <QValueAxis>
 
@@ -312,6 +314,56 @@ Result<QStringList> writeSimulationCharts(const SimulationConfig &config, const 
     if (!error.isEmpty())
         return fail(error);
     return written;
+}
+
+Result<void> writeSpeedupChart(const std::vector<SpeedupSeries> &series, const QString &title, const QString &path)
+{
+    QChart *chart = newChart(title);
+    int most = 1;
+    double highest = 1.0;
+    for (const SpeedupSeries &s : series)
+        for (const auto &[w, speedup] : s.points) {
+            most = std::max(most, w);
+            highest = std::max(highest, speedup);
+        }
+    auto *ideal = new QLineSeries;
+    ideal->setName(QStringLiteral("ideal (S = W)"));
+    ideal->append(1, 1);
+    ideal->append(most, most);
+    QPen dashed(Qt::gray);
+    dashed.setStyle(Qt::DashLine);
+    dashed.setWidth(2);
+    ideal->setPen(dashed);
+    chart->addSeries(ideal);
+    std::vector<QLineSeries *> lines{ideal};
+    for (std::size_t i = 0; i < series.size(); ++i) {
+        if (series[i].points.empty())
+            continue;
+        auto *line = new QLineSeries;
+        line->setName(series[i].name);
+        line->setPointsVisible(true);
+        QPen pen(ruleColor(i));
+        pen.setWidth(2);
+        if (series[i].name.endsWith(QLatin1String("ddp")))
+            pen.setStyle(Qt::DotLine);
+        line->setPen(pen);
+        for (const auto &[w, speedup] : series[i].points)
+            line->append(w, speedup);
+        chart->addSeries(line);
+        lines.push_back(line);
+    }
+    QValueAxis *x = valueAxis(chart, Qt::AlignBottom, QStringLiteral("machines W"), double(most));
+    QValueAxis *y = valueAxis(chart, Qt::AlignLeft, QStringLiteral("speedup over the plain loop on one machine"),
+                              std::max(highest, double(most)));
+    for (QLineSeries *line : lines) {
+        line->attachAxis(x);
+        line->attachAxis(y);
+    }
+    const QFileInfo info(path);
+    auto saved = save(chart, info.absolutePath(), info.fileName());
+    if (!saved)
+        return saved.takeError();
+    return {};
 }
 
 } // namespace flotilla

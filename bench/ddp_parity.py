@@ -44,6 +44,11 @@ def rate(args, step, total):
 
 
 def run(rank, args):
+    # On an emulated machine of its own (flotilla bench scaling): the rank moves itself into
+    # its machine's cgroup before it does any work.
+    if args.cgroups:
+        with open(args.cgroups.split(",")[rank], "w") as procs:
+            procs.write(str(os.getpid()))
     torch.set_num_threads(args.threads)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(args.port)
@@ -130,6 +135,7 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--port", type=int, default=29500)
     p.add_argument("--slow-rank", type=float, default=1.0)
+    p.add_argument("--cgroups", default="", help="one cgroup procs file per rank (emulated machines)")
     args = p.parse_args()
     try:
         mp.spawn(run, args=(args,), nprocs=args.processes, join=True)

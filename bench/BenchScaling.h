@@ -1,0 +1,38 @@
+#pragma once
+// `flotilla bench scaling`: more machines, sooner? A fleet of W machines emulated on one box,
+// each a cgroup with a CPU quota (CpuQuota): Flotilla's coordinator on a machine of its own
+// and each `flotilla worker` on one, the plain loop on one machine, PyTorch DDP's W ranks each
+// on one. For every job of the parity suite and every W it measures the time and the epochs to
+// a target accuracy, the speedup S_W = T_loop / T_W, the parallel efficiency S_W / W, and that
+// efficiency split into a statistical part (the loop's epochs to the target over W's) and a
+// hardware part (the rest: throughput). Medians over repeats; a CSV of every run, and a PNG of
+// speedup against W with the ideal line where the build draws charts.
+//
+// Options make the fleet heterogeneous (one machine slower), preemptible (a worker SIGKILLed
+// every so many seconds) or far apart (each worker's connection through the link shaper).
+
+#include "common/Result.h"
+
+#include <QString>
+#include <QStringList>
+
+#include <functional>
+#include <vector>
+
+namespace flotilla {
+
+int runBenchScaling(const QStringList &arguments);
+
+// One line of the plot: a contender on a job, its median speedup at each W.
+struct SpeedupSeries
+{
+    QString name;
+    std::vector<std::pair<int, double>> points; // (W, speedup); a W that never reached the target is left out
+};
+// Draws speedup against W (with the ideal line y = W) as a PNG. Charts need Qt Widgets, which
+// flotilla-headless does not link: the desktop executable registers a writer at start.
+using SpeedupChartWriter =
+    std::function<Result<void>(const std::vector<SpeedupSeries> &series, const QString &title, const QString &path)>;
+void setSpeedupChartWriter(SpeedupChartWriter writer);
+
+} // namespace flotilla

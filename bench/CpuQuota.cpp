@@ -1,0 +1,107 @@
+#include "bench/CpuQuota.h"
+
+#include <QCoreApplication>
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+
+#include <cmath>
+
+namespace flotilla {
+
+namespace {
+
+constexpr qint64 kPeriodUs = 100000;
+
+Result<void> writeText(const QString &path, const QByteArray &text)
+{
+    QFile f(path);
+    if (!f.open(QIODevice::WriteOnly) || f.write(text) != text.size() || !f.flush())
+        return fail(QStringLiteral("cannot write '%1' to %2: %3").arg(QString::fromLatin1(text.trimmed()), path,
+                                                                     f.errorString()));
+    return {};
+}
+
+} // namespace
+
+Result<std::unique_ptr<CpuQuota>> CpuQuota::create()
+{
+    std::unique_ptr<CpuQuota> q(new CpuQuota);
+    const QString name = QStringLiteral("flotilla-bench-%1").arg(QCoreApplication::applicationPid());
+    // cgroup v2: the unified hierarchy with the cpu controller; v1: the cpu controller's own.
+    QStringList tried;
+    for (const QString &v2root : {QStringLiteral("/sys/fs/cgroup"), QStringLiteral("/sys/fs/cgroup/unified")}) {
+        QFile controllers(v2root + QStringLiteral("/cgroup.controllers"));
+        if (!controllers.open(QIODevice::ReadOnly))
+            continue;
+        if (!QString::fromLatin1(controllers.readAll()).split(u' ', Qt::SkipEmptyParts).contains(QStringLiteral("cpu"))) {
+            tried << QStringLiteral("%1 (cgroup v2 without the cpu controller)").arg(v2root);
+            continue;
+        }
+        const QString root = v2root + u'/' + name;
+        if (!QDir().mkpath(root)) {
+            tried << QStringLiteral("%1 (cannot create a group there)").arg(v2root);
+            continue;
+        }
+        if (auto r = writeText(root + QStringLiteral("/cgroup.subtree_control"), "+cpu"); !r) {
+            QDir().rmdir(root);
+            tried << r.error();
+            continue;
+        }
+        q->m_v2 = true;
+        q->m_root = root;
+        return q;
+    }
+    const QString v1 = QStringLiteral("/sys/fs/cgroup/cpu");
+    if (QFileInfo::exists(v1 + QStringLiteral("/cpu.cfs_quota_us"))) {
+        const QString root = v1 + u'/' + name;
+        if (QDir().mkpath(root)) {
+            q->m_root = root;
+            return q;
+        }
+        tried << QStringLiteral("%1 (cannot create a group there: run as root)").arg(v1);
+    } else {
+        tried << QStringLiteral("%1 (no cgroup v1 cpu controller)").arg(v1);
+    }
+    return fail(QStringLiteral("cannot make CPU quotas for emulated machines: %1").arg(tried.join(QStringLiteral("; "))));
+}
+
+CpuQuota::~CpuQuota()
+{
+    for (const QString &m : m_machines)
+        QDir().rmdir(m);
+    QDir().rmdir(m_root);
+}
+
+Result<int> CpuQuota::addMachine(const QString &name, double cores)
+{
+    const QString dir = m_root + u'/' + name;
+    if (!QDir().mkpath(dir))
+        return fail(QStringLiteral("cannot create the cgroup '%1'").arg(dir));
+    const qint64 quota = std::max<qint64>(1000, qint64(std::llround(cores * double(kPeriodUs))));
+    if (m_v2) {
+        if (auto r = writeText(dir + QStringLiteral("/cpu.max"), QByteArray::number(quota) + ' '
+                                                                    + QByteArray::number(kPeriodUs) + '\n');
+            !r)
+            return r.takeError();
+    } else {
+        if (auto r = writeText(dir + QStringLiteral("/cpu.cfs_period_us"), QByteArray::number(kPeriodUs) + '\n'); !r)
+            return r.takeError();
+        if (auto r = writeText(dir + QStringLiteral("/cpu.cfs_quota_us"), QByteArray::number(quota) + '\n'); !r)
+            return r.takeError();
+    }
+    m_machines.push_back(dir);
+    return int(m_machines.size()) - 1;
+}
+
+QString CpuQuota::procsFile(int index) const
+{
+    return m_machines.at(std::size_t(index)) + QStringLiteral("/cgroup.procs");
+}
+
+QString CpuQuota::describe() const
+{
+    return QStringLiteral("%1 at %2").arg(m_v2 ? QStringLiteral("cgroup v2") : QStringLiteral("cgroup v1"), m_root);
+}
+
+} // namespace flotilla

@@ -1,0 +1,42 @@
+#pragma once
+// One box as a fleet of machines: each emulated machine is a cgroup with a CPU quota (cgroup
+// v2's cpu.max, or v1's cpu.cfs_quota_us), and a process started into it, with all its
+// threads and children, gets that much CPU and no more. `flotilla bench scaling` puts every
+// worker, the plain loop and every DDP rank on a machine of its own and the coordinator on
+// another. Needs root (or a delegated cgroup); where the cgroups cannot be written, create()
+// says so and why.
+//
+// Threads: the owner's.
+
+#include "common/Result.h"
+
+#include <QString>
+
+#include <memory>
+#include <vector>
+
+namespace flotilla {
+
+class CpuQuota
+{
+public:
+    // A fresh group of machines under the cgroup root, named after this process.
+    static Result<std::unique_ptr<CpuQuota>> create();
+    ~CpuQuota(); // removes the groups (their processes must have ended)
+
+    // Adds a machine with `cores` of CPU (0.25: a quarter of one core); returns its index.
+    Result<int> addMachine(const QString &name, double cores);
+    // The file a process writes its pid to, to move itself into machine `index` (a
+    // Contender started with it does, before exec).
+    QString procsFile(int index) const;
+    // "cgroup v2 at /sys/fs/cgroup/…" or "cgroup v1 at …": for the report.
+    QString describe() const;
+
+private:
+    CpuQuota() = default;
+    bool m_v2 = false;
+    QString m_root; // our group: the machines are its children
+    std::vector<QString> m_machines;
+};
+
+} // namespace flotilla
