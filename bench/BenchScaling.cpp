@@ -357,6 +357,9 @@ int runBenchScaling(const QStringList &arguments)
          QStringLiteral("/usr/bin/python3")},
         {QStringLiteral("no-quota"),
          QStringLiteral("Run without CPU quotas (where cgroups cannot be written): epochs to the target only.")},
+        {QStringLiteral("cgroup-root"),
+         QStringLiteral("Make the machines' cgroups under this folder (a delegated cgroup) instead of the system's."),
+         QStringLiteral("dir")},
     });
     if (const auto stop = parseOrExit(parser, arguments, QStringLiteral("bench scaling")))
         return *stop;
@@ -403,7 +406,7 @@ int runBenchScaling(const QStringList &arguments)
     Machines machines;
     const bool noQuota = parser.isSet(QStringLiteral("no-quota"));
     if (!noQuota) {
-        auto quota = CpuQuota::create();
+        auto quota = CpuQuota::create(parser.value(QStringLiteral("cgroup-root")));
         if (!quota) {
             std::fprintf(stderr, "flotilla bench scaling: %s\nRun it as root, or with --no-quota for the epochs to the "
                                  "target only.\n",

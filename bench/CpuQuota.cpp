@@ -24,39 +24,45 @@ Result<void> writeText(const QString &path, const QByteArray &text)
 
 } // namespace
 
-Result<std::unique_ptr<CpuQuota>> CpuQuota::create()
+Result<std::unique_ptr<CpuQuota>> CpuQuota::create(const QString &root)
 {
     std::unique_ptr<CpuQuota> q(new CpuQuota);
     const QString name = QStringLiteral("flotilla-bench-%1").arg(QCoreApplication::applicationPid());
     // cgroup v2: the unified hierarchy with the cpu controller; v1: the cpu controller's own.
     QStringList tried;
-    for (const QString &v2root : {QStringLiteral("/sys/fs/cgroup"), QStringLiteral("/sys/fs/cgroup/unified")}) {
+    const QStringList v2roots = root.isEmpty()
+        ? QStringList{QStringLiteral("/sys/fs/cgroup"), QStringLiteral("/sys/fs/cgroup/unified")}
+        : QStringList{root};
+    for (const QString &v2root : v2roots) {
         QFile controllers(v2root + QStringLiteral("/cgroup.controllers"));
-        if (!controllers.open(QIODevice::ReadOnly))
+        if (!controllers.open(QIODevice::ReadOnly)) {
+            if (!root.isEmpty())
+                tried << QStringLiteral("%1 (no cgroup.controllers: not a cgroup v2 folder)").arg(v2root);
             continue;
+        }
         if (!QString::fromLatin1(controllers.readAll()).split(u' ', Qt::SkipEmptyParts).contains(QStringLiteral("cpu"))) {
             tried << QStringLiteral("%1 (cgroup v2 without the cpu controller)").arg(v2root);
             continue;
         }
-        const QString root = v2root + u'/' + name;
-        if (!QDir().mkpath(root)) {
+        const QString group = v2root + u'/' + name;
+        if (!QDir().mkpath(group)) {
             tried << QStringLiteral("%1 (cannot create a group there)").arg(v2root);
             continue;
         }
-        if (auto r = writeText(root + QStringLiteral("/cgroup.subtree_control"), "+cpu"); !r) {
-            QDir().rmdir(root);
+        if (auto r = writeText(group + QStringLiteral("/cgroup.subtree_control"), "+cpu"); !r) {
+            QDir().rmdir(group);
             tried << r.error();
             continue;
         }
         q->m_v2 = true;
-        q->m_root = root;
+        q->m_root = group;
         return q;
     }
-    const QString v1 = QStringLiteral("/sys/fs/cgroup/cpu");
+    const QString v1 = root.isEmpty() ? QStringLiteral("/sys/fs/cgroup/cpu") : root;
     if (QFileInfo::exists(v1 + QStringLiteral("/cpu.cfs_quota_us"))) {
-        const QString root = v1 + u'/' + name;
-        if (QDir().mkpath(root)) {
-            q->m_root = root;
+        const QString group = v1 + u'/' + name;
+        if (QDir().mkpath(group)) {
+            q->m_root = group;
             return q;
         }
         tried << QStringLiteral("%1 (cannot create a group there: run as root)").arg(v1);

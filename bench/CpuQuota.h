@@ -20,8 +20,10 @@ namespace flotilla {
 class CpuQuota
 {
 public:
-    // A fresh group of machines under the cgroup root, named after this process.
-    static Result<std::unique_ptr<CpuQuota>> create();
+    // A fresh group of machines under the cgroup root, named after this process. `root`: a
+    // cgroup folder to use instead of the system's (a delegated one, for a user who is not
+    // root); empty: /sys/fs/cgroup, then /sys/fs/cgroup/unified (v2), then the v1 cpu root.
+    static Result<std::unique_ptr<CpuQuota>> create(const QString &root = {});
     ~CpuQuota(); // removes the groups (their processes must have ended)
 
     // Adds a machine with `cores` of CPU (0.25: a quarter of one core); returns its index.

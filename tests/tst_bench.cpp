@@ -4,6 +4,7 @@
 
 #include <QRegularExpression>
 #include <QtTest>
+#include <QTemporaryDir>
 
 #include <map>
 
@@ -136,6 +137,24 @@ private Q_SLOTS:
         // reported, neither is silently counted.
         QVERIFY2(r.output.contains(QRegularExpression(QStringLiteral("a rank SIGKILLed at 3 s\\s+(failed|never|min)"))),
                  qPrintable(r.output));
+    }
+
+    // Where the machines' cgroups cannot be made, `bench scaling` stops before it trains,
+    // says which folder it tried and why, and names the way out (--no-quota).
+    void scalingRefusesWhereCgroupsCannotBeWritten()
+    {
+        QTemporaryDir notACgroup;
+        QVERIFY(notACgroup.isValid());
+        const Run r = bench({QStringLiteral("scaling"), QStringLiteral("--jobs"), QStringLiteral("shapes"),
+                             QStringLiteral("--workers"), QStringLiteral("1"), QStringLiteral("--cgroup-root"),
+                             notACgroup.path()},
+                            60000);
+        QCOMPARE(r.exitCode, 1);
+        QVERIFY2(r.output.contains(QStringLiteral("cannot make CPU quotas for emulated machines")), qPrintable(r.output));
+        QVERIFY2(r.output.contains(notACgroup.path() + QStringLiteral(" (no cgroup.controllers")), qPrintable(r.output));
+        QVERIFY2(r.output.contains(QStringLiteral("--no-quota")), qPrintable(r.output));
+        // Nothing was left behind in the folder it could not use.
+        QVERIFY(QDir(notACgroup.path()).entryList(QDir::NoDotAndDotDot | QDir::AllEntries).isEmpty());
     }
 
     void unknownBenchmarkIsAUsageError()
