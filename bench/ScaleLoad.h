@@ -488,7 +488,8 @@ private:
             if (w.resultSentNs > 0)
                 m_stats.result.push_back({w.resultSentNs, now - w.resultSentNs});
             w.resultSentNs = 0;
-            if (ack->status == QLatin1String("assimilated"))
+            // "held": taken into a buffer or a round, to be assimilated with the others.
+            if (ack->status == QLatin1String("assimilated") || ack->status == QLatin1String("held"))
                 m_stats.assimilatedAt.push_back(now);
             else if (ack->status == QLatin1String("duplicate"))
                 ++m_stats.duplicates;

@@ -341,6 +341,15 @@ JobSpec JobSpec::defaultJob()
 Result<JobSpec> JobSpec::fromJson(const QJsonObject &json)
 {
     JobSpec job;
+    // A job file written before rounds (an aggregation section without "rounds") trains as it
+    // was written to: what it leaves out of its aggregation takes the defaults of that time.
+    if (const QJsonValue a = json.value(QStringLiteral("aggregation"));
+        a.isObject() && !a.toObject().contains(QStringLiteral("rounds"))) {
+        job.aggregation.rounds = false;
+        job.aggregation.roundSteps = 0;
+        job.aggregation.outerScaledByFleet = false;
+        job.aggregation.outerMomentum = 0.0;
+    }
     QSet<QString> known;
     QString error;
     forEachField(job, [&](const char *path, auto &field) {
@@ -519,21 +528,6 @@ QStringList JobSpec::problems() const
         inRange(QStringLiteral("aggregation.staleness_damping"), aggregation.stalenessDamping, 0.0, 10.0),
         inRange(QStringLiteral("aggregation.buffer"), aggregation.buffer, 0, 100000),
         inRange(QStringLiteral("aggregation.round_steps"), aggregation.roundSteps, 0, 1000000),
-        [&]() -> Result<void> {
-            const bool delta = aggregation.rule == QLatin1String("async-delta");
-            if (delta || (!aggregation.rounds && !aggregation.outerScaledByFleet && !aggregation.normalizeStaleness))
-                return {};
-            return fail(QStringLiteral("'aggregation.rounds', 'aggregation.outer_scaled_by_fleet' and "
-                                       "'aggregation.normalize_staleness' apply to async-delta, not %1")
-                            .arg(aggregation.rule));
-        }(),
-        [&]() -> Result<void> {
-            if (!aggregation.rounds || aggregation.buffer == 1)
-                return {};
-            return fail(QStringLiteral("'aggregation.buffer' is %1, but rounds fold one result of every worker online; "
-                                       "leave the buffer at 1")
-                            .arg(aggregation.buffer));
-        }(),
         [&]() -> Result<void> {
             if (aggregation.buffer == 1 || aggregation.rule != QLatin1String("sync-average"))
                 return {};

@@ -102,13 +102,15 @@ struct TrainingSpec
 
 struct AggregationSpec
 {
-    // async-delta with staleness damping 0.5 is the default: it measured best of the rules
-    // (docs/algorithms.md, "Choosing the default"); vc-asgd is the paper's rule.
+    // async-delta in version-synchronous rounds, its outer momentum and rate following the
+    // fleet, is the default: it measured best of the rules with several workers and is the
+    // plain loop with one (docs/algorithms.md, "Choosing the default"); vc-asgd is the paper's.
     QString rule = QStringLiteral("async-delta"); // async-delta | vc-asgd | staleness-aware | sync-average
     double alpha = 0.5;             // vc-asgd, staleness-aware: weight kept by the global model
     double stalenessExponent = 0.5; // staleness-aware: alpha_s = 1 - (1 - alpha) / (1 + s)^p
-    double outerLearningRate = 1.0; // async-delta
-    double outerMomentum = 0.0;     // async-delta: 0 = plain delta
+    // async-delta: the outer rate; with outer_scaled_by_fleet, the rate per worker online (below).
+    double outerLearningRate = 1.0;
+    double outerMomentum = 0.9;     // async-delta: 0 = plain delta
     bool nesterov = true;           // async-delta with momentum
     // async-delta with momentum: the momentum is updated once every this many results (Delayed
     // Nesterov); between, each change is applied at outer_learning_rate / period. 1: every
@@ -122,16 +124,19 @@ struct AggregationSpec
     int buffer = 1;
     // async-delta, version-synchronous rounds: every worker online trains one subtask from the
     // same version, and the mean of their changes is folded as one step when the last is in;
-    // a worker that delivered waits for the next round. The buffer is the fleet's size.
-    bool rounds = false;
-    // Rounds: a subtask takes at most this many optimizer steps (0: as the lease policy sizes
-    // it), so that a small data set still has many rounds an epoch.
-    int roundSteps = 0;
+    // a worker that delivered waits for the next round. The buffer is the fleet's size. Only
+    // with a buffer of 1 (a buffer set apart from it folds as it says) and for async-delta.
+    bool rounds = true;
+    bool usesRounds() const { return rounds && buffer == 1 && rule == QLatin1String("async-delta"); }
+    // Rounds of several workers: a subtask takes at most this many optimizer steps (0: as the
+    // lease policy sizes it), so that a small data set still has many rounds an epoch.
+    int roundSteps = 8;
     // async-delta: the outer momentum and rate follow the workers online, N: with one worker no
-    // momentum and rate 1 (the plain loop), with N ≥ 2 momentum outer_momentum and rate
-    // outer_learning_rate · N · (1 − outer_momentum): a round's mean change, worth one worker's
-    // steps, is carried about N times as far, smoothly.
-    bool outerScaledByFleet = false;
+    // momentum and rate 1 (the plain loop); with N ≥ 2 momentum outer_momentum, started warm
+    // (its bias corrected, as Adam's), and rate outer_learning_rate · min(N, 4) · (1 − μ),
+    // reached from 1 over the first epoch: a round's mean change, worth one worker's steps,
+    // is carried up to four times as far (docs/algorithms.md, "Choosing the default").
+    bool outerScaledByFleet = true;
     // async-delta: each result's weight (1 + s)^-d divided by the running mean of those
     // weights, so that the mean fold weight is about 1 whatever the staleness, reached over
     // the first epoch from the plain damped weights (about 1/N).

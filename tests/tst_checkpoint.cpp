@@ -4,6 +4,8 @@
 #include "engine/coordination/Checkpoint.h"
 #include "engine/coordination/Store.h"
 
+#include <QCborArray>
+#include <QCborMap>
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
@@ -36,6 +38,8 @@ Checkpoint sampleCheckpoint()
     c.state.roundSum = torch::randn({kParams});
     c.state.roundCredit = 2.5;
     c.state.roundResults = 3;
+    c.state.outerSteps = 42;
+    c.state.foldedCredit = 7.25;
     return c;
 }
 
@@ -146,6 +150,8 @@ private Q_SLOTS:
         QCOMPARE(back->layoutDigest, c.layoutDigest);
         QCOMPARE(back->state.roundCredit, 2.5);
         QCOMPARE(back->state.roundResults, 3);
+        QCOMPARE(back->state.outerSteps, qint64(42));
+        QCOMPARE(back->state.foldedCredit, 7.25);
         QVERIFY(back->state.weights.scalar_type() == torch::kFloat32);
         QCOMPARE(back->state.weights.numel(), kParams);
         QVERIFY(torch::equal(back->state.weights, c.state.weights));
@@ -178,6 +184,36 @@ private Q_SLOTS:
         QVERIFY(!back->state.roundSum.defined());
         QCOMPARE(back->state.roundCredit, 0.0);
         QCOMPARE(back->state.roundResults, 0);
+        QCOMPARE(back->state.outerSteps, qint64(0));
+    }
+
+    // A checkpoint written before outer steps were counted has a momentum buffer that is long
+    // warm: a resumed job must not start it again (that would multiply its step).
+    void aCheckpointWithoutOuterStepsIsWarm()
+    {
+        const QByteArray header = QCborMap{{QStringLiteral("seq"), 3},
+                                           {QStringLiteral("version"), 3},
+                                           {QStringLiteral("layout"), QStringLiteral("mlp")},
+                                           {QStringLiteral("tensors"),
+                                            QCborArray{QCborMap{{QStringLiteral("name"), QStringLiteral("weights")},
+                                                                {QStringLiteral("numel"), 2}},
+                                                       QCborMap{{QStringLiteral("name"), QStringLiteral("momentum")},
+                                                                {QStringLiteral("numel"), 2}}}}}
+                                      .toCborValue()
+                                      .toCbor();
+        QByteArray bytes("FLTCKPT1", 8);
+        const quint32 size = qToLittleEndian(quint32(header.size()));
+        bytes.append(reinterpret_cast<const char *>(&size), 4);
+        bytes.append(header);
+        const float values[4] = {1, 2, 3, 4};
+        bytes.append(reinterpret_cast<const char *>(values), sizeof values);
+        const QString p = path("before-outer-steps.ckpt");
+        overwrite(p, bytes);
+        auto back = readCheckpoint(p);
+        QVERIFY2(back.ok(), qPrintable(back.error()));
+        QVERIFY(torch::equal(back->state.momentum, torch::tensor({3.0f, 4.0f})));
+        QVERIFY(back->state.outerSteps >= 1000);
+        QVERIFY(back->state.foldedCredit >= 1000.0);
     }
 
     void rewriteReplacesTheFile()

@@ -447,7 +447,8 @@ private Q_SLOTS:
                                              "least 16 steps")
                                    .arg(JobSpec::defaultJob().training.epochs)),
                  qPrintable(text));
-        QVERIFY2(text.contains(QStringLiteral("asynchronous deltas, a result s versions stale counting (1 + s)^-1")),
+        QVERIFY2(text.contains(QStringLiteral("rounds: the workers' changes from one version averaged and carried as "
+                                             "far as the workers online, with outer momentum 0.9")),
                  qPrintable(text));
         QVERIFY2(text.contains(QLatin1String("preemption about every 20 s")), qPrintable(text));
         QVERIFY2(text.contains(QStringLiteral("New job…")), qPrintable(text));

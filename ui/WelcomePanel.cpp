@@ -50,6 +50,14 @@ QString rulePhrase(const AggregationSpec &rule)
         return QObject::tr("VC-ASGD (α = %1)").arg(alpha);
     if (rule.rule == QLatin1String("staleness-aware"))
         return QObject::tr("staleness-aware VC-ASGD (α = %1)").arg(alpha);
+    if (rule.usesRounds()) {
+        QString text = QObject::tr("rounds: the workers' changes from one version averaged");
+        if (rule.outerScaledByFleet)
+            text += QObject::tr(" and carried as far as the workers online, with outer momentum %1 (a worker alone "
+                                "trains as the plain loop)")
+                        .arg(rule.outerMomentum, 0, 'g', 3);
+        return text;
+    }
     if (rule.rule == QLatin1String("async-delta")) {
         QString text = rule.outerMomentum > 0
                            ? QObject::tr("asynchronous deltas with outer momentum %1").arg(rule.outerMomentum, 0, 'g', 3)

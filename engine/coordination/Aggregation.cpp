@@ -151,7 +151,7 @@ public:
     AsyncDelta(const AggregationSpec &spec, const WeightSegments &segments)
         : m_lr(spec.outerLearningRate), m_momentum(spec.outerMomentum), m_nesterov(spec.nesterov),
           m_period(spec.momentumPeriod), m_damping(spec.stalenessDamping), m_scaled(spec.outerScaledByFleet),
-          m_normalize(spec.normalizeStaleness), m_rounds(spec.rounds), m_ranges(segments)
+          m_normalize(spec.normalizeStaleness), m_rounds(spec.usesRounds()), m_ranges(segments)
     {
     }
     void setFleetSize(int workers) override { m_fleet = std::max(1, workers); }
@@ -177,8 +177,11 @@ public:
         // that the statistics stay those of the weights they normalize.
         if (m_ranges.hasBuffers()) {
             torch::Tensor buffers = m_ranges.buffers(state.weights);
+            // A round's statistics are those of the worker's model whatever the outer rate: the
+            // outer step carries the parameters on, not the estimates of their activations.
             mixInPlace(buffers, m_ranges.buffers(c.result),
-                       std::min(1.0, std::min(1.0, rate()) * (m_rounds ? 1.0 : c.credit) * m_weight));
+                       m_rounds ? std::min(1.0, m_weight)
+                                : std::min(1.0, std::min(1.0, rate(state)) * c.credit * m_weight));
         }
         m_ranges.foldCounters(state.weights, c.result);
         return true;
@@ -212,12 +215,17 @@ public:
         // results are pieces of one step of the fleet's, however the subtasks were cut.
         const double k = m_rounds ? std::max(1e-12, m_plainCredit) : double(m_gathered);
         m_delta = m_ranges.parameters(m_sum).div_(k);
-        step(state);
+        const double rateOfThisFold = rate(state);
+        step(state, m_plainCredit);
         if (m_ranges.hasBuffers() && m_creditSum > 0) {
             torch::Tensor buffers = m_ranges.buffers(state.weights);
             torch::Tensor target = m_ranges.buffers(m_sum);
             target.div_(m_creditSum);
-            mixInPlace(buffers, target, std::min(1.0, std::min(1.0, rate()) * m_creditSum / k));
+            // A round: the statistics become the mean of its workers' (less, for stale late
+            // results), whatever the outer rate.
+            mixInPlace(buffers, target,
+                       m_rounds ? std::min(1.0, m_creditSum / k)
+                                : std::min(1.0, std::min(1.0, rateOfThisFold) * m_creditSum / k));
         }
         m_ranges.foldCounters(state.weights, m_sum);
         m_delta = torch::Tensor();
@@ -238,7 +246,7 @@ private:
         // trained: the plain loop, however the subtasks are cut.
         if (const double weight = (m_rounds ? 1.0 : c.credit) * m_weight; weight != 1.0)
             m_delta.mul_(weight);
-        step(state);
+        step(state, c.credit);
     }
 
     // FedBuff's staleness weight: (1 + s)^-d.
@@ -265,16 +273,30 @@ private:
     // The outer settings in force: the job's, or with outer_scaled_by_fleet those the workers
     // online call for (the plain sum of one worker's changes when it is alone).
     double momentum() const { return !m_scaled ? m_momentum : (m_fleet >= 2 ? m_momentum : 0.0); }
-    double rate() const
+    // With N ≥ 2 a round's mean change is carried c·min(N, 4) as far: the linear scaling rule
+    // up to a step of four, reached gradually over the first epoch of folded credit from 1
+    // (the mean of the workers' changes, FedAvg's step), as its warmup does. Past about four
+    // a fleet's step stops paying and diverges on a small job (docs/algorithms.md, "Choosing
+    // the default": c·8 with 8 workers on the image folder); a larger batch of gradients
+    // has a critical size past which it is worth no more steps.
+    double rate(const AggregationState &state) const
     {
-        return !m_scaled ? m_lr : (m_fleet >= 2 ? m_lr * double(m_fleet) * (1.0 - m_momentum) : 1.0);
+        if (!m_scaled)
+            return m_lr;
+        if (m_fleet < 2)
+            return 1.0;
+        const double warm = std::clamp(state.foldedCredit / double(m_epochSize), 0.0, 1.0);
+        const double factor = m_lr * std::min(double(m_fleet), kLargestFleetStep);
+        return (1.0 + (factor - 1.0) * warm) * (1.0 - m_momentum);
     }
+    static constexpr double kLargestFleetStep = 4.0;
 
-    // The outer step with m_delta.
-    void step(AggregationState &state)
+    // The outer step with m_delta, for results worth `credit` shards.
+    void step(AggregationState &state, double credit)
     {
         torch::Tensor weights = m_ranges.parameters(state.weights);
-        const double lr = rate();
+        const double lr = rate(state);
+        state.foldedCredit += credit;
         const double mu = momentum();
         if (mu <= 0) {
             weights.add_(m_delta, lr);
@@ -306,10 +328,26 @@ private:
         // buffer's entries past the parameters stay zero.
         torch::Tensor momentum = m_ranges.parameters(state.momentum);
         momentum.mul_(mu).add_(m_delta);
+        const double eta = lr * warmStart(state, mu);
         if (m_nesterov)
-            weights.add_(m_delta, lr).add_(momentum, lr * mu);
+            weights.add_(m_delta, eta).add_(momentum, eta * mu);
         else
-            weights.add_(momentum, lr);
+            weights.add_(momentum, eta);
+    }
+
+    // With the outer settings following the fleet, the momentum starts warm: a steady change Δ
+    // is carried c·N·Δ from the first round on, not from the tenth. After t steps a steady Δ
+    // has gained (1 − μ^(t+1))/(1 − μ) with Nesterov ((1 − μ^t)/(1 − μ) without), against
+    // 1/(1 − μ) in the long run; the rate is divided by that share (Adam's bias correction of
+    // its first moment). A job of few rounds (a small data set, many workers) otherwise spends
+    // them at a tenth of its step.
+    double warmStart(AggregationState &state, double mu) const
+    {
+        if (!m_scaled)
+            return 1.0;
+        state.outerSteps = std::min<qint64>(state.outerSteps + 1, qint64(1) << 40);
+        const double share = 1.0 - std::pow(mu, double(state.outerSteps + (m_nesterov ? 1 : 0)));
+        return share > 1e-12 ? 1.0 / share : 1.0;
     }
 
     double m_lr;

@@ -36,6 +36,12 @@ struct AggregationState
     // momentum was last updated, and how many.
     torch::Tensor periodSum;
     int periodResults = 0;
+    // async-delta with outer settings following the fleet: the outer steps taken with the
+    // momentum buffer, for its warm start, and the credit folded so far (shards' worth), for
+    // the warmup of the fleet's factor over the first epoch. A checkpoint from before they
+    // were counted reads as warm.
+    qint64 outerSteps = 0;
+    double foldedCredit = 0.0;
 };
 
 struct Contribution

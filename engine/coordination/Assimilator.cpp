@@ -102,8 +102,9 @@ std::optional<Scheduler::Grant> Assimilator::grant(qint64 workerId)
     const LeaseSizing sizing = sizeLease(speed(workerId), m_config.targetSubtaskSeconds, m_config.leaseTimeoutSeconds,
                                          m_config.batchSize, m_config.localEpochs, m_config.localSteps > 0, largest);
     qint64 maxPositions = sizing.maxPositions;
-    // A round's subtask takes at most roundSteps steps (local epochs count each pass).
-    if (m_config.rounds && m_config.roundSteps > 0 && m_config.localSteps == 0) {
+    // A round's subtask takes at most roundSteps steps (local epochs count each pass). A round
+    // of one worker is the plain loop, whose subtasks need no cutting.
+    if (m_config.rounds && m_config.roundSteps > 0 && m_config.localSteps == 0 && bufferSize() > 1) {
         const qint64 cap = std::max<qint64>(1, qint64(m_config.roundSteps) * m_config.batchSize
                                                    / std::max(1, m_config.localEpochs));
         maxPositions = maxPositions > 0 ? std::min(maxPositions, cap) : cap;

@@ -21,6 +21,8 @@ namespace {
 
 constexpr char kMagic[8] = {'F', 'L', 'T', 'C', 'K', 'P', 'T', '1'};
 constexpr qint64 kMaxHeader = 1 << 20;
+// Outer steps enough that any momentum's warm start has ended (0.99^1000 < 1e-4).
+constexpr qint64 kWarmOuterSteps = 1000;
 
 } // namespace
 
@@ -44,6 +46,8 @@ Result<QString> writeCheckpoint(const QString &path, const Checkpoint &c)
                                        {QStringLiteral("round_credit"), c.state.roundCredit},
                                        {QStringLiteral("round_results"), c.state.roundResults},
                                        {QStringLiteral("period_results"), c.state.periodResults},
+                                       {QStringLiteral("outer_steps"), c.state.outerSteps},
+                                       {QStringLiteral("folded_credit"), c.state.foldedCredit},
                                        {QStringLiteral("tensors"), entries}}
                                   .toCborValue()
                                   .toCbor();
@@ -94,6 +98,13 @@ Result<Checkpoint> readCheckpoint(const QString &path, const QString &expectedSh
     c.state.roundCredit = header.value(QStringLiteral("round_credit")).toDouble();
     c.state.roundResults = static_cast<int>(cborInteger(header.value(QStringLiteral("round_results"))));
     c.state.periodResults = static_cast<int>(cborInteger(header.value(QStringLiteral("period_results"))));
+    // Written before outer steps were counted: a momentum buffer in it is long warm.
+    c.state.outerSteps = header.contains(QStringLiteral("outer_steps"))
+                             ? cborInteger(header.value(QStringLiteral("outer_steps")))
+                             : kWarmOuterSteps;
+    c.state.foldedCredit = header.contains(QStringLiteral("folded_credit"))
+                               ? header.value(QStringLiteral("folded_credit")).toDouble()
+                               : double(kWarmOuterSteps);
     qsizetype offset = prefix + headerSize;
     for (const auto &entryValue : header.value(QStringLiteral("tensors")).toArray()) {
         const QCborMap entry = entryValue.toMap();

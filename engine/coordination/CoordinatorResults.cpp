@@ -387,7 +387,7 @@ void Coordinator::sizeBuffer()
         online += w.online ? 1 : 0;
     m_core->setFleetSize(std::max(1, online));
     // Rounds: one result of every worker online.
-    if (m_spec.aggregation.rounds && m_spec.aggregation.rule == QLatin1String("async-delta")) {
+    if (m_spec.aggregation.usesRounds()) {
         m_core->setBufferSize(std::max(1, online));
         return;
     }

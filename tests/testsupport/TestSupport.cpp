@@ -66,6 +66,13 @@ JobSpec blobsJob(int shards, int epochs)
     job.fleet.workers = 2;
     job.fleet.leaseTimeoutSeconds = 60;
     job.fleet.preemption.meanIntervalSeconds = 0;
+    // async-delta as it was before rounds: each result its own version, the outer step the
+    // result's change, as the lease, trust and store tests count and compute them. Rounds and
+    // the outer settings that follow the fleet (the defaults) have tests that turn them on.
+    job.aggregation.rounds = false;
+    job.aggregation.roundSteps = 0;
+    job.aggregation.outerScaledByFleet = false;
+    job.aggregation.outerMomentum = 0.0;
     return job;
 }
 
