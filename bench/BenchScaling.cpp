@@ -655,6 +655,7 @@ int runBenchScaling(const QStringList &arguments)
                             hardware > 0 ? QString::number(hardware, 'f', 2).toUtf8().constData() : "-");
                 if (speedup > 0)
                     line.points.push_back({w, speedup});
+                line.largestFleet = std::max(line.largestFleet, w);
             }
             if (who != QLatin1String("loop"))
                 series.push_back(line);

@@ -28,6 +28,7 @@ struct SpeedupSeries
 {
     QString name;
     std::vector<std::pair<int, double>> points; // (W, speedup); a W that never reached the target is left out
+    int largestFleet = 1; // the largest W asked for: the axis and the ideal line reach it, reached or not
 };
 // Draws speedup against W (with the ideal line y = W) as a PNG. Charts need Qt Widgets, which
 // flotilla-headless does not link: the desktop executable registers a writer at start.

@@ -321,11 +321,13 @@ Result<void> writeSpeedupChart(const std::vector<SpeedupSeries> &series, const Q
     QChart *chart = newChart(title);
     int most = 1;
     double highest = 1.0;
-    for (const SpeedupSeries &s : series)
+    for (const SpeedupSeries &s : series) {
+        most = std::max(most, s.largestFleet);
         for (const auto &[w, speedup] : s.points) {
             most = std::max(most, w);
             highest = std::max(highest, speedup);
         }
+    }
     auto *ideal = new QLineSeries;
     ideal->setName(QStringLiteral("ideal (S = W)"));
     ideal->append(1, 1);
