@@ -13,6 +13,10 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     # must not be exported, or Qt 5's libraries bind to it and crash at start-up.
     target_compile_options(flotilla_settings INTERFACE
         -Wall -Wextra -Wpedantic -Wno-unused-parameter -fvisibility-inlines-hidden)
+    if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+        # Qt's qCInfo(category) leaves its macro's `...` empty, which -Wpedantic names.
+        target_compile_options(flotilla_settings INTERFACE -Wno-gnu-zero-variadic-macro-arguments)
+    endif()
 elseif(MSVC)
     target_compile_options(flotilla_settings INTERFACE /W4 /permissive- /Zc:__cplusplus)
 endif()

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(
-    cmake ninja-build g++ pkg-config
+    cmake ninja-build g++ clang pkg-config  # the presets compile with clang (README: "Building by hand")
     qt6-base-dev qt6-charts-dev libqt6opengl6-dev libxkbcommon-dev
     libtorch-dev libssl-dev libsqlite3-dev zlib1g-dev
     libopenblas0-openmp          # fast BLAS for LibTorch's linear layers (else netlib's reference BLAS)
@@ -17,7 +17,7 @@ packages=(
     openssl                      # flotilla bench transfer compares with openssl speed
     rpm file                     # building and checking the .rpm (cpack -G RPM, rpm -qpl)
     python3-yaml systemd appstream desktop-file-utils  # checking manifests, unit, metadata
-    clang libclang-rt-14-dev     # libFuzzer targets (tests/fuzz), run by the test suite
+    libclang-rt-14-dev           # libFuzzer targets (tests/fuzz), run by the test suite
 )
 missing=()
 for p in "${packages[@]}"; do

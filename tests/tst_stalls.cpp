@@ -8,7 +8,9 @@
 #include "bench/ParityData.h"
 #include "engine/coordination/Store.h"
 
+#ifndef Q_MOC_RUN // moc need not parse LibTorch: seconds a file
 #include <torch/script.h>
+#endif
 
 #include <QtTest>
 

@@ -12,7 +12,9 @@
 #include <numeric>
 #include <thread>
 
+#ifndef Q_MOC_RUN // moc need not parse LibTorch: seconds a file
 #include <torch/torch.h>
+#endif
 
 #ifdef Q_OS_LINUX
 #include <sys/resource.h>

@@ -18,7 +18,9 @@
 #include "engine/training/Model.h"
 #include "job/JobSpec.h"
 
+#ifndef Q_MOC_RUN // moc need not parse LibTorch: seconds a file
 #include <torch/types.h>
+#endif
 
 #include <memory>
 

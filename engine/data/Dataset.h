@@ -9,7 +9,9 @@
 #include <QString>
 #include <QStringList>
 
+#ifndef Q_MOC_RUN // moc need not parse LibTorch: seconds a file
 #include <torch/types.h>
+#endif
 
 #include <cstdint>
 #include <vector>

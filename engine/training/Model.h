@@ -12,8 +12,10 @@
 
 #include <QString>
 
+#ifndef Q_MOC_RUN // moc need not parse LibTorch: seconds a file
 #include <torch/script.h>
 #include <torch/torch.h>
+#endif
 
 #include <memory>
 #include <string>

@@ -2,7 +2,9 @@
 // The built-in networks. Each is a LibTorch module (FooImpl + TORCH_MODULE) whose
 // submodules are registered in the constructor, so their parameter order is fixed.
 
+#ifndef Q_MOC_RUN // moc need not parse LibTorch: seconds a file
 #include <torch/torch.h>
+#endif
 
 namespace flotilla {
 

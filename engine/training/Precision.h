@@ -8,7 +8,9 @@
 
 #include <QString>
 
+#ifndef Q_MOC_RUN // moc need not parse LibTorch: seconds a file
 #include <torch/types.h>
+#endif
 
 #include <vector>
 

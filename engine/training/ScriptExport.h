@@ -9,7 +9,9 @@
 
 #include "engine/training/Networks.h"
 
+#ifndef Q_MOC_RUN // moc need not parse LibTorch: seconds a file
 #include <torch/script.h>
+#endif
 
 namespace flotilla {
 

@@ -16,7 +16,9 @@
 
 #include <QString>
 
+#ifndef Q_MOC_RUN // moc need not parse LibTorch: seconds a file
 #include <torch/types.h>
+#endif
 
 #include <cstdint>
 #include <utility>

@@ -18,7 +18,9 @@
 #include <QByteArrayView>
 #include <QString>
 
+#ifndef Q_MOC_RUN // moc need not parse LibTorch: seconds a file
 #include <torch/torch.h>
+#endif
 
 #include <optional>
 
