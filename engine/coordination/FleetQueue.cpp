@@ -17,7 +17,7 @@ namespace {
 
 const char *const kWhat = "fleet queue";
 
-const char *const kSchema = R"SQL(
+const char *const kQueueSchema = R"SQL(
 CREATE TABLE IF NOT EXISTS queue(
     id INTEGER PRIMARY KEY, name TEXT NOT NULL, submitter TEXT NOT NULL, spec TEXT NOT NULL,
     run_dir TEXT NOT NULL, priority INTEGER NOT NULL DEFAULT 0, weight REAL NOT NULL DEFAULT 1,
@@ -81,7 +81,7 @@ Result<std::unique_ptr<FleetQueue>> FleetQueue::open(const QString &path)
     sqlite3_busy_timeout(db, 10000);
     if (auto r = queue->exec("PRAGMA journal_mode=WAL"); !r)
         return fail(QStringLiteral("the fleet queue '%1': %2").arg(path, r.error()));
-    if (auto r = queue->exec(kSchema); !r)
+    if (auto r = queue->exec(kQueueSchema); !r)
         return fail(QStringLiteral("the fleet queue '%1' cannot be read: %2").arg(path, r.error()));
     // A queue written before jobs came from elsewhere: every job in it is a local user's.
     bool hasOrigin = false;
