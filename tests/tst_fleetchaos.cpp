@@ -37,7 +37,7 @@ private Q_SLOTS:
         const test::ProcessRun run = test::runFlotilla(
             {QStringLiteral("demo"), QStringLiteral("--fleet"), QStringLiteral("--jobs"), QStringLiteral("5"),
              QStringLiteral("--submitters"), QStringLiteral("2"), QStringLiteral("--workers"), QStringLiteral("3"),
-             QStringLiteral("--epochs"), QStringLiteral("3"), QStringLiteral("--train-limit"), QStringLiteral("3000"),
+             QStringLiteral("--epochs"), QStringLiteral("2"), QStringLiteral("--train-limit"), QStringLiteral("3000"),
              QStringLiteral("--chaos-every"), QStringLiteral("4"),
              QStringLiteral("--rejoin-delay"), QStringLiteral("2"), QStringLiteral("--deadline"), QStringLiteral("420"),
              QStringLiteral("--run-dir"), dir.filePath(QStringLiteral("chaos"))},

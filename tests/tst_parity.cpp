@@ -3,8 +3,9 @@
 // generated CSV, three seeds each. With one worker the default rule must train as the loop
 // does (paired by seed, within a point on average): a rule that halves its updates, as the
 // paper's VC-ASGD with α = 0.5 does, misses that bound, and the test checks that it does, so
-// the bound is one that can fail. With two workers every rule must finish and learn; how far
-// the default (rounds) and the damped rule before it are from the loop is reported.
+// the bound is one that can fail. With two workers the default must finish and learn; how far
+// it is from the loop is reported (`flotilla bench parity` sets it beside the other rules:
+// docs/benchmarks.md).
 #include "TestSupport.h"
 
 #include <QtTest>
@@ -13,9 +14,6 @@
 #include <tuple>
 
 namespace {
-
-// The damped asynchronous rule that was the default before rounds.
-const QString kDampedRule = QStringLiteral("async-delta/rounds=0/outer-scaled=0/outer-momentum=0/round-steps=0");
 
 // (job, contender, workers, rule, repeat) → the accuracy after the last epoch.
 using Key = std::tuple<QString, QString, int, QString, int>;
@@ -76,7 +74,7 @@ private Q_SLOTS:
                 {QStringLiteral("bench"), QStringLiteral("parity"), QStringLiteral("--quick"), QStringLiteral("--epochs"),
                  QStringLiteral("8"), QStringLiteral("--jobs"),
                  QStringLiteral("shapes,table"), QStringLiteral("--workers"), QStringLiteral("1,2"),
-                 QStringLiteral("--rules"), QStringLiteral("default,vc-asgd,") + kDampedRule, QStringLiteral("--repeats"),
+                 QStringLiteral("--rules"), QStringLiteral("default,vc-asgd"), QStringLiteral("--repeats"),
                  QStringLiteral("3"), QStringLiteral("--ddp"), QStringLiteral("off"), QStringLiteral("--lr-scaled"),
                  QStringLiteral("off"), QStringLiteral("--data-dir"),
                  dir.path(), QStringLiteral("--csv"), csv});
@@ -102,16 +100,13 @@ private Q_SLOTS:
                 QVERIFY2(two != f.end() && two->second > 0.6,
                          qPrintable(QStringLiteral("%1, 2 workers, seed %2").arg(job).arg(r)));
             }
-            // More machines, sooner: how far the default and the damped rule are from the loop
-            // with two workers (paired by seed). Reported, not asserted: on a loaded machine the
-            // rounds' cut into pieces changes with timing and one seed in three can lose ten
-            // points, so a margin here was flaky; docs/algorithms.md has the measured gaps.
-            const auto [twoNew, newSeeds] = pairedGap(f, job, 2, defaultRule);
-            const auto [twoOld, oldSeeds] = pairedGap(f, job, 2, kDampedRule);
-            QCOMPARE(newSeeds, 3);
-            QCOMPARE(oldSeeds, 3);
-            qInfo("%s, 2 workers: the default %+.1f points from the loop, the damped rule %+.1f", qPrintable(job),
-                  twoNew, twoOld);
+            // More machines, sooner: how far the default is from the loop with two workers
+            // (paired by seed). Reported, not asserted: on a loaded machine the rounds' cut into
+            // pieces changes with timing and one seed in three can lose ten points, so a margin
+            // here was flaky; docs/algorithms.md has the measured gaps against the other rules.
+            const auto [two, seeds2] = pairedGap(f, job, 2, defaultRule);
+            QCOMPARE(seeds2, 3);
+            qInfo("%s, 2 workers: the default %+.1f points from the loop", qPrintable(job), two);
         }
     }
 };
