@@ -120,6 +120,8 @@ const Flag kFlags[] = {
     {"round-steps", "n", "Rounds: a subtask takes at most n optimizer steps (0: as the lease policy sizes it)."},
     {"outer-scaled", "on|off", "async-delta: the outer momentum and rate follow the workers online (none and 1 with one "
                                "worker; with N, momentum --outer-momentum and rate --outer-lr x N x (1 - momentum))."},
+    {"largest-fleet-step", "L", "async-delta with --outer-scaled: the fleet's factor on the outer rate is at most L "
+                                "(default 4)."},
     {"normalize-staleness", "on|off", "async-delta: staleness weights divided by their running mean (fold weight about "
                                       "1), reached over the first epoch."},
     {"worker-momentum-scaled", "on|off", "Workers' momentum falls with the workers online: 1 - N x (1 - momentum)."},
@@ -240,6 +242,7 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
         integer("round-steps", job.aggregation.roundSteps),
         onOff("rounds", job.aggregation.rounds),
         onOff("outer-scaled", job.aggregation.outerScaledByFleet),
+        integer("largest-fleet-step", job.aggregation.largestFleetStep),
         onOff("normalize-staleness", job.aggregation.normalizeStaleness),
         onOff("worker-momentum-scaled", job.aggregation.workerMomentumScaledByFleet),
         number("lease-timeout", job.fleet.leaseTimeoutSeconds),

@@ -87,6 +87,7 @@ void forEachField(Job &job, Visit &&visit)
     visit("aggregation.rounds", job.aggregation.rounds);
     visit("aggregation.round_steps", job.aggregation.roundSteps);
     visit("aggregation.outer_scaled_by_fleet", job.aggregation.outerScaledByFleet);
+    visit("aggregation.largest_fleet_step", job.aggregation.largestFleetStep);
     visit("aggregation.normalize_staleness", job.aggregation.normalizeStaleness);
     visit("aggregation.worker_momentum_scaled_by_fleet", job.aggregation.workerMomentumScaledByFleet);
     visit("fleet.workers", job.fleet.workers);
@@ -528,6 +529,7 @@ QStringList JobSpec::problems() const
         inRange(QStringLiteral("aggregation.staleness_damping"), aggregation.stalenessDamping, 0.0, 10.0),
         inRange(QStringLiteral("aggregation.buffer"), aggregation.buffer, 0, 100000),
         inRange(QStringLiteral("aggregation.round_steps"), aggregation.roundSteps, 0, 1000000),
+        inRange(QStringLiteral("aggregation.largest_fleet_step"), aggregation.largestFleetStep, 1, 256),
         [&]() -> Result<void> {
             if (aggregation.buffer == 1 || aggregation.rule != QLatin1String("sync-average"))
                 return {};

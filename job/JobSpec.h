@@ -133,10 +133,13 @@ struct AggregationSpec
     int roundSteps = 8;
     // async-delta: the outer momentum and rate follow the workers online, N: with one worker no
     // momentum and rate 1 (the plain loop); with N ≥ 2 momentum outer_momentum, started warm
-    // (its bias corrected, as Adam's), and rate outer_learning_rate · min(N, 4) · (1 − μ),
+    // (its bias corrected, as Adam's), and rate outer_learning_rate · min(N, L) · (1 − μ),
     // reached from 1 over the first epoch: a round's mean change, worth one worker's steps,
-    // is carried up to four times as far (docs/algorithms.md, "Choosing the default").
+    // is carried up to L times as far (docs/algorithms.md, "Choosing the default").
     bool outerScaledByFleet = true;
+    // L above: the largest fleet factor. Past about four a fleet's step stopped paying and
+    // diverged on a small job; a large data set, with a larger critical batch, may take more.
+    int largestFleetStep = 4;
     // async-delta: each result's weight (1 + s)^-d divided by the running mean of those
     // weights, so that the mean fold weight is about 1 whatever the staleness, reached over
     // the first epoch from the plain damped weights (about 1/N).

@@ -706,25 +706,32 @@ private Q_SLOTS:
         QVERIFY(!s.momentum.defined() || s.momentum.abs().sum().item<double>() == 0.0);
     }
 
-    // The rate and momentum follow the fleet: 1 and none for one worker, c·min(N, 4)·(1 − μ)
+    // The rate and momentum follow the fleet: 1 and none for one worker, c·min(N, L)·(1 − μ)
     // and μ for N, started warm: with an epoch of 4 shards, a steady change Δ = 1 (each of the
     // N results worth a shard) moves W by F in each round, F going from 1 (the plain mean) to
-    // c·min(N, 4) over the first 4 shards' worth of credit (1.25·min(N, 4) from then on), the
-    // momentum's bias corrected away.
+    // c·min(N, L) over the first 4 shards' worth of credit (1.25·min(N, L) from then on), the
+    // momentum's bias corrected away. L is largest_fleet_step (4 by default).
     void theOuterSettingsFollowTheFleet_data()
     {
         QTest::addColumn<int>("workers");
+        QTest::addColumn<int>("largest"); // largest_fleet_step
         QTest::addColumn<double>("step"); // what one round of Δ = 1 moves W
-        QTest::newRow("1") << 1 << 1.0;
-        QTest::newRow("2") << 2 << 1.25 * 2;
-        QTest::newRow("4") << 4 << 1.25 * 4;
-        QTest::newRow("8") << 8 << 1.25 * 4;
+        QTest::newRow("1") << 1 << 4 << 1.0;
+        QTest::newRow("2") << 2 << 4 << 1.25 * 2;
+        QTest::newRow("4") << 4 << 4 << 1.25 * 4;
+        QTest::newRow("8") << 8 << 4 << 1.25 * 4;
+        QTest::newRow("8, up to 8") << 8 << 8 << 1.25 * 8;
+        QTest::newRow("8, up to 2") << 8 << 2 << 1.25 * 2;
+        QTest::newRow("1, up to 1") << 1 << 1 << 1.0;
     }
     void theOuterSettingsFollowTheFleet()
     {
         QFETCH(int, workers);
+        QFETCH(int, largest);
         QFETCH(double, step);
-        auto r = createAggregationRule(roundsSpec(1.25, 0.9)).value();
+        AggregationSpec spec = roundsSpec(1.25, 0.9);
+        spec.largestFleetStep = largest;
+        auto r = createAggregationRule(spec).value();
         r->setFleetSize(workers);
         r->setEpochSize(4);
         AggregationState s;

@@ -60,6 +60,7 @@ JobSpec customJob()
     j.aggregation.outerMomentum = 0.9;
     j.aggregation.nesterov = false;
     j.aggregation.buffer = 16;
+    j.aggregation.largestFleetStep = 6;
     j.fleet.workers = 7;
     j.fleet.leaseTimeoutSeconds = 45.5;
     j.fleet.epochsAhead = 3;
@@ -172,6 +173,7 @@ private Q_SLOTS:
         QCOMPARE(back->training.seed, quint64(123456789));
         QCOMPARE(back->training.weightDecay, 1e-4);
         QCOMPARE(back->aggregation.nesterov, false);
+        QCOMPARE(back->aggregation.largestFleetStep, 6);
         QCOMPARE(back->fleet.leaseTimeoutSeconds, 45.5);
         QCOMPARE(back->fleet.preemption.rejoinDelaySeconds, 9.0);
         QCOMPARE(json.value(QStringLiteral("training")).toObject().value(QStringLiteral("batch_size")).toInt(), 8);
@@ -276,6 +278,9 @@ private Q_SLOTS:
                                  << QStringLiteral("'aggregation.alpha' is 1; it must be between 0 and 0.999");
         QTest::newRow("buffer -1") << QStringLiteral("aggregation.buffer") << QJsonValue(-1)
                                    << QStringLiteral("'aggregation.buffer' is -1; it must be between 0 and 100000");
+        QTest::newRow("largest fleet step 0")
+            << QStringLiteral("aggregation.largest_fleet_step") << QJsonValue(0)
+            << QStringLiteral("'aggregation.largest_fleet_step' is 0; it must be between 1 and 256");
         QTest::newRow("epochs ahead 0") << QStringLiteral("fleet.epochs_ahead") << QJsonValue(0)
                                         << QStringLiteral("'fleet.epochs_ahead' is 0; it must be between 1 and 64");
         QTest::newRow("workers 300") << QStringLiteral("fleet.workers") << QJsonValue(300)

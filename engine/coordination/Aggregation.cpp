@@ -150,7 +150,7 @@ class AsyncDelta final : public AggregationRule
 public:
     AsyncDelta(const AggregationSpec &spec, const WeightSegments &segments)
         : m_lr(spec.outerLearningRate), m_momentum(spec.outerMomentum), m_nesterov(spec.nesterov),
-          m_period(spec.momentumPeriod), m_damping(spec.stalenessDamping), m_scaled(spec.outerScaledByFleet),
+          m_period(spec.momentumPeriod), m_damping(spec.stalenessDamping), m_scaled(spec.outerScaledByFleet), m_largestStep(spec.largestFleetStep),
           m_normalize(spec.normalizeStaleness), m_rounds(spec.usesRounds()), m_ranges(segments)
     {
     }
@@ -273,8 +273,8 @@ private:
     // The outer settings in force: the job's, or with outer_scaled_by_fleet those the workers
     // online call for (the plain sum of one worker's changes when it is alone).
     double momentum() const { return !m_scaled ? m_momentum : (m_fleet >= 2 ? m_momentum : 0.0); }
-    // With N ≥ 2 a round's mean change is carried c·min(N, 4) as far: the linear scaling rule
-    // up to a step of four, reached gradually over the first epoch of folded credit from 1
+    // With N ≥ 2 a round's mean change is carried c·min(N, L) as far (L: largest_fleet_step,
+    // 4): the linear scaling rule up to a step of L, reached over the first epoch of folded credit from 1
     // (the mean of the workers' changes, FedAvg's step), as its warmup does. Past about four
     // a fleet's step stops paying and diverges on a small job (docs/algorithms.md, "Choosing
     // the default": c·8 with 8 workers on the image folder); a larger batch of gradients
@@ -286,10 +286,9 @@ private:
         if (m_fleet < 2)
             return 1.0;
         const double warm = std::clamp(state.foldedCredit / double(m_epochSize), 0.0, 1.0);
-        const double factor = m_lr * std::min(double(m_fleet), kLargestFleetStep);
+        const double factor = m_lr * double(std::min(m_fleet, m_largestStep));
         return (1.0 + (factor - 1.0) * warm) * (1.0 - m_momentum);
     }
-    static constexpr double kLargestFleetStep = 4.0;
 
     // The outer step with m_delta, for results worth `credit` shards.
     void step(AggregationState &state, double credit)
@@ -356,6 +355,7 @@ private:
     int m_period;     // 0: the fleet's size
     double m_damping; // d
     bool m_scaled;    // outer_scaled_by_fleet
+    int m_largestStep; // largest_fleet_step: L of the fleet's factor
     bool m_normalize; // normalize_staleness
     bool m_rounds;    // rounds: a round's results are averaged by credit, not scaled by it
     int m_fleet = 1;
