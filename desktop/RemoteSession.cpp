@@ -94,6 +94,7 @@ void RemoteSession::setState(JobState state, const QString &message)
 
 void RemoteSession::onWelcomed(const QCborMap &welcome)
 {
+    m_queueRefused.clear(); // a new connection, perhaps to a coordinator started since as a fleet
     // A fleet's job is named by its key in the queue ("job-7"): what exportModel downloads.
     // A Welcome without one (the fleet between jobs) keeps the job the window still shows.
     if (const auto w = net::WelcomeMsg::decode(welcome); w && w->jobKey.startsWith(QLatin1String("job-")))
@@ -192,7 +193,13 @@ void RemoteSession::onReply(const net::ReplyMsg &replyMsg, const QByteArray &pay
     m_pending.erase(it);
     const QString error = reply->error;
     if (action == QLatin1String("jobs")) {
-        auto jobs = error.isEmpty() ? decodeJobs(payload) : Result<std::vector<QueuedJob>>(fail(error));
+        if (!error.isEmpty()) {
+            if (m_queueRefused.isEmpty())
+                Q_EMIT commandAnswered({}, error);
+            m_queueRefused = error;
+            return;
+        }
+        auto jobs = decodeJobs(payload);
         if (!jobs) {
             Q_EMIT commandAnswered({}, jobs.error());
             return;
@@ -269,7 +276,7 @@ void RemoteSession::refreshJobs()
 {
     net::CommandMsg c;
     c.action = QStringLiteral("jobs");
-    if (m_client.isConnected())
+    if (m_client.isConnected() && m_queueRefused.isEmpty())
         send(c);
 }
 

@@ -94,6 +94,10 @@ private:
     std::map<qint64, QString> m_downloads; // job-download commands sent, by id: the folder to write to
     std::map<qint64, QString> m_exports;   // ... for the trained model alone, by id: the file to write
     qint64 m_fleetJob = 0; // the queue's id of the fleet job watched last (0: not a fleet's)
+    // The coordinator's refusal of "jobs" (a single job's coordinator has no queue): said once,
+    // and the queue not asked for again on this connection (the Jobs tab refreshes on every
+    // answer, and would ask three times a second).
+    QString m_queueRefused;
     qint64 m_nextCommand = 1;
 };
 

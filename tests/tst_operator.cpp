@@ -33,6 +33,7 @@
 #include <QTableWidget>
 #include <QTemporaryDir>
 
+#include <algorithm>
 #include <csignal>
 #include <memory>
 
@@ -279,6 +280,7 @@ private Q_SLOTS:
         QCOMPARE(hostOf(m_session->endpoint()), QStringLiteral("127.0.0.1"));
 
         // The window a data scientist looks at: the remote job, without Start or this machine.
+        QSignalSpy everyAnswer(m_session.get(), &ui::ControlSession::commandAnswered);
         ui::MainWindow window(m_session.get(), JobSpec::defaultJob(), QString());
         QVERIFY(!window.connectAction()->isVisible());
         QVERIFY(window.machinePanel()->isHidden());
@@ -341,6 +343,12 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(!answered.isEmpty(), 10000);
         QVERIFY2(answered.first().at(1).toString().contains(QStringLiteral("no unrevoked worker certificate")),
                  qPrintable(answered.first().at(1).toString()));
+        // The Jobs tab asked this single job's coordinator for its queue: refused once, and not
+        // asked again (the tab refreshes on every answer, and asked three times a second).
+        const auto noQueue = std::count_if(everyAnswer.cbegin(), everyAnswer.cend(), [](const QList<QVariant> &a) {
+            return a.at(1).toString().contains(QStringLiteral("no queue"));
+        });
+        QVERIFY2(noQueue <= 1, qPrintable(QStringLiteral("the queue was refused %1 times").arg(noQueue)));
         QCOMPARE(m_session->state(), JobState::Running);
     }
 
@@ -491,6 +499,18 @@ private Q_SLOTS:
         auto fresh = readAfter(*s, other, 100000);
         QVERIFY(fresh && fresh->reset);
         QCOMPARE(fresh->batch.rows.assimilations.size(), qsizetype(assimilations.size()));
+    }
+
+    // A test function that failed shows what the coordinator said (its output is in the
+    // temporary folder, gone with the test).
+    void cleanup()
+    {
+        if (!QTest::currentTestFailed())
+            return;
+        QFile log(m_dir.filePath(QStringLiteral("serve.out")));
+        if (log.open(QIODevice::ReadOnly))
+            qWarning().noquote() << "--- the coordinator's output (last 6000 bytes) ---\n"
+                                 << QString::fromUtf8(log.readAll().right(6000));
     }
 
     void cleanupTestCase()
