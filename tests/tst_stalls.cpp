@@ -47,11 +47,13 @@ private Q_SLOTS:
 #else
         QVERIFY2(QFileInfo::exists(test::fashionMnistDir()), "Debian's dataset-fashion-mnist is needed");
         QTemporaryDir dir;
-        // A heartbeat timeout of 2 s; the process is stopped for 6.
+        // A heartbeat timeout of 2 s; the process is stopped for 6. Eight epochs (about 120
+        // assimilations, 10 s on an idle core) so that on a busy machine the stop still lands
+        // mid-training: 3 epochs were over before a starved test process could stop them.
         JobSpec job = JobSpec::defaultJob();
         job.dataset.trainLimit = 3000;
         job.dataset.testLimit = 500;
-        job.training.epochs = 3;
+        job.training.epochs = 8;
         job.fleet.workers = 2;
         job.fleet.preemption.meanIntervalSeconds = 0;
         job.fleet.heartbeatTimeoutSeconds = 2;
@@ -67,6 +69,9 @@ private Q_SLOTS:
         QTRY_VERIFY_WITH_TIMEOUT(test::assimilations(db) >= 2 || p.state() == QProcess::NotRunning, 60000);
         QVERIFY2(p.state() == QProcess::Running, "the job ended before it could be stopped");
         ::kill(pid_t(p.processId()), SIGSTOP);
+        // Read while it is stopped: the stall is only the coordinator's to notice if training
+        // was still going on (a finished job has no deadlines to move).
+        const qint64 assimilatedAtStop = test::assimilations(db);
         QTest::qWait(6000);
         ::kill(pid_t(p.processId()), SIGCONT);
         QVERIFY2(p.waitForFinished(120000), "the job did not finish after it was resumed");
@@ -75,6 +80,13 @@ private Q_SLOTS:
 
         auto store = Store::open(db);
         QVERIFY(store);
+        const qint64 assimilated = test::assimilations(db);
+        QVERIFY2(assimilatedAtStop >= 2, "the run's store could not be read while its process was stopped");
+        QVERIFY2(assimilatedAtStop < assimilated,
+                 qPrintable(QStringLiteral("the stop came after training had ended (%1 of %2 assimilations): "
+                                           "the test did not stop a training job")
+                                .arg(assimilatedAtStop)
+                                .arg(assimilated)));
         QVERIFY2(countEvents(**store, QStringLiteral("coordinator-stalled")) >= 1, "the stall was not noticed");
         QCOMPARE(countEvents(**store, QStringLiteral("worker-left"), QStringLiteral("missed heartbeats")), 0);
         auto finished = (*store)->events(1, QStringLiteral("job-finished"));
