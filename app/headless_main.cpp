@@ -14,6 +14,7 @@
 int main(int argc, char *argv[])
 {
     using namespace flotilla;
+    waitPassivelyInThreadPools(argv); // first: it may start the program again
     keepLargeBuffersForReuse();
     if (const char *why = raiseOpenFileLimit(); *why)
         std::fprintf(stderr, "flotilla-headless: cannot raise the limit on open files (%s); a coordinator may refuse "

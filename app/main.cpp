@@ -22,6 +22,7 @@ QList<flotilla::Command> commands()
 int main(int argc, char *argv[])
 {
     using namespace flotilla;
+    waitPassivelyInThreadPools(argv); // first: it may start the program again
     keepLargeBuffersForReuse();
     if (const char *why = raiseOpenFileLimit(); *why)
         std::fprintf(stderr, "flotilla: cannot raise the limit on open files (%s); a coordinator may refuse workers "

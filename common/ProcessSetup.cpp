@@ -20,7 +20,9 @@
 #include <unistd.h>
 #endif
 #ifdef Q_OS_MACOS
+#include <mach-o/dyld.h>
 #include <sys/sysctl.h>
+#include <unistd.h>
 #endif
 #ifdef Q_OS_WIN
 #include <windows.h>
@@ -53,6 +55,28 @@ const char *raiseOpenFileLimit()
         return "setrlimit(RLIMIT_NOFILE) failed";
 #endif
     return "";
+}
+
+void waitPassivelyInThreadPools(char *argv[])
+{
+#if defined(Q_OS_LINUX) || defined(Q_OS_MACOS)
+    for (const char *chosen : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"})
+        if (std::getenv(chosen))
+            return; // the user's choice, or this is the restarted program
+    if (setenv("OMP_WAIT_POLICY", "PASSIVE", 1) != 0)
+        return;
+#if defined(Q_OS_LINUX)
+    execv("/proc/self/exe", argv);
+#else
+    char path[PATH_MAX];
+    uint32_t size = sizeof(path);
+    if (_NSGetExecutablePath(path, &size) == 0)
+        execv(path, argv);
+#endif
+    // Still here: the restart failed. Train with the runtime's defaults rather than not at all.
+#else
+    Q_UNUSED(argv);
+#endif
 }
 
 void yieldCpuToOtherWork()

@@ -15,6 +15,17 @@ void keepLargeBuffersForReuse();
 // an explanation when it could not, else an empty string.
 const char *raiseOpenFileLimit();
 
+// LibTorch's OpenMP threads spin before they sleep when a parallel region ends (libgomp
+// about 300,000 turns, LLVM's libomp 200 ms). Where the cores are shared (the coordinator's
+// evaluation beside its worker, other programs, a CPU quota) the spinning threads hold the
+// cores that the working ones wait for: one worker of two threads on a busy 2-core machine
+// trained 2 subtasks a minute where it trains 9 with passive waits. The runtime reads its wait
+// policy only when it is loaded, before main(); so unless the user set one (OMP_WAIT_POLICY,
+// GOMP_SPINCOUNT, KMP_BLOCKTIME), this sets OMP_WAIT_POLICY=PASSIVE and starts the program
+// again in place (same process id, arguments and descriptors). Linux and macOS; elsewhere,
+// and where the restart fails, it returns and the program goes on as it was started.
+void waitPassivelyInThreadPools(char *argv[]);
+
 // Background work that should not slow the training on the same machine (the coordinator's
 // evaluations, next to its own worker or a benchmark's): the calling thread gets about a tenth
 // of the share of a normal one when the CPU is contended (Linux: nice 10 for this thread

@@ -1,6 +1,7 @@
 // The `flotilla` command line, run as a real process: help, version, usage errors with exit
 // code 2 that name the bad flag, field or file, and --save-job writing the effective job.
-// Nothing here trains: every `train` run either fails on its arguments or stops at --save-job.
+// Nothing here trains to the end: every `train` run fails on its arguments, stops at
+// --save-job, or is killed once it has started.
 #include "TestSupport.h"
 #include "job/JobSpec.h"
 
@@ -159,6 +160,45 @@ private Q_SLOTS:
         QVERIFY(window.waitForFinished(30000));
         QCOMPARE(window.exitCode(), 2);
         expectText(QString::fromUtf8(window.readAllStandardError()), {QStringLiteral("join token is damaged")});
+    }
+
+    // LibTorch's thread pool reads its wait policy when it loads: the program starts itself
+    // again, in place, with passive waits unless the user chose a policy (ProcessSetup.h).
+    void threadPoolsWaitPassivelyUnlessTheUserChose()
+    {
+#ifndef Q_OS_LINUX
+        QSKIP("reads /proc/PID/environ");
+#else
+        QVERIFY2(QFileInfo::exists(test::fashionMnistDir()), "Debian's dataset-fashion-mnist is needed");
+        const auto environmentOfTraining = [&](const QString &chosen) {
+            QProcess train;
+            QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+            for (const char *name : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"})
+                env.remove(QString::fromLatin1(name));
+            if (!chosen.isEmpty())
+                env.insert(chosen.section(u'=', 0, 0), chosen.section(u'=', 1));
+            train.setProcessEnvironment(env);
+            train.setProcessChannelMode(QProcess::MergedChannels);
+            train.start(test::flotillaBinary(), {QStringLiteral("train"), QStringLiteral("--run-dir"),
+                                                 m_dir.filePath(QStringLiteral("wait-") + QString::number(qHash(chosen))),
+                                                 QStringLiteral("--quiet")});
+            QByteArray seen;
+            [&] { QTRY_VERIFY_WITH_TIMEOUT((seen += train.readAll()).contains("Starting job"), 60000); }();
+            // The process that trains is the one started: the same id, now with the policy.
+            QFile environ(QStringLiteral("/proc/%1/environ").arg(train.processId()));
+            const QList<QByteArray> variables = environ.open(QIODevice::ReadOnly) ? environ.readAll().split('\0')
+                                                                                 : QList<QByteArray>();
+            train.kill();
+            train.waitForFinished();
+            return variables;
+        };
+        const QList<QByteArray> ours = environmentOfTraining({});
+        QVERIFY2(ours.contains("OMP_WAIT_POLICY=PASSIVE"), "training ran with the runtime's spinning waits");
+        const QList<QByteArray> theirs = environmentOfTraining(QStringLiteral("GOMP_SPINCOUNT=1000"));
+        QVERIFY2(!theirs.isEmpty(), "the second run's environment could not be read");
+        QVERIFY2(theirs.contains("GOMP_SPINCOUNT=1000"), "the user's own choice was lost");
+        QVERIFY2(!theirs.contains("OMP_WAIT_POLICY=PASSIVE"), "the user's choice was overridden");
+#endif
     }
 
     void version()
