@@ -140,7 +140,8 @@ int runDemoCommand(const QStringList &arguments)
         "TLS. With --chaos-mean, a random worker is SIGKILLed every so many seconds on average (like a spot\n"
         "instance taken back) and a new one started after --rejoin-delay. Prints a summary at the end.\n"
         "With --fleet: a fleet service with a queue of jobs from several submitters, the SIGKILLs hitting the\n"
-        "service too, and every job checked at the end (finished, exactly once, nobody quarantined)."));
+        "service too, and every job checked at the end (finished, exactly once, nobody quarantined). Never two\n"
+        "SIGKILLs of a fleet without an assimilation between them: on a slow machine the strikes wait."));
     parser.addHelpOption();
     addJobOptions(parser);
     parser.addOption({QStringLiteral("chaos-mean"), QStringLiteral("Mean seconds between SIGKILLs of workers (0: none)."),

@@ -281,9 +281,31 @@ int runFleetChaos(const QCommandLineParser &parser, JobSpec job)
             chaos.start(chaosGapMs(chaosMean, chaosFixed, random));
     };
     // With both, the service is every second victim (when it is up), a random worker the
-    // others: a chaos run of a few minutes restarts the service several times.
+    // others: a chaos run of a few minutes restarts the service several times. Never two
+    // SIGKILLs without an assimilation between them: on a slow or busy machine a service
+    // killed every 8 s may spend each life starting up, and the chaos would stop the fleet
+    // rather than test it. Such a strike waits for the fleet's next assimilation.
     int strikes = 0;
+    int heldBack = 0;
+    bool holding = false;
+    std::vector<QString> runDirs; // the queue's jobs' run folders, as the poll last read them
+    qint64 progressAtLastKill = -1;
+    const auto assimilatedSoFar = [&] {
+        qint64 sum = 0;
+        for (const QString &folder : runDirs)
+            sum += std::max<qint64>(0, countAssimilations(QDir(folder).filePath(QStringLiteral("flotilla.db"))));
+        return sum;
+    };
     QObject::connect(&chaos, &QTimer::timeout, &chaos, [&] {
+        if (const qint64 progress = assimilatedSoFar(); progress <= progressAtLastKill) {
+            heldBack += holding ? 0 : 1;
+            holding = true;
+            chaos.start(500);
+            return;
+        } else {
+            holding = false;
+            progressAtLastKill = progress;
+        }
         const bool hitService = kill == QLatin1String("service") || (kill == QLatin1String("both") && ++strikes % 2 == 0);
         std::vector<Member *> targets;
         if (hitService && !service.restarting)
@@ -337,6 +359,10 @@ int runFleetChaos(const QCommandLineParser &parser, JobSpec job)
         auto rows = (*queue)->jobs();
         if (!rows)
             return;
+        runDirs.clear();
+        for (const QueuedJob &j : *rows)
+            if (!j.runDir.isEmpty())
+                runDirs.push_back(j.runDir);
         const int ended = int(std::count_if(rows->begin(), rows->end(), [](const QueuedJob &j) { return j.ended(); }));
         if (ended != lastEnded) {
             lastEnded = ended;
@@ -374,9 +400,11 @@ int runFleetChaos(const QCommandLineParser &parser, JobSpec job)
         std::fprintf(stderr, "flotilla demo: cannot read the queue: %s\n", rows.error().toUtf8().constData());
         return ExitFailure;
     }
-    std::printf("\nFleet chaos: %s, %d SIGKILLs of the service, %d of workers\n", duration(wallMs).toUtf8().constData(),
-                service.kills,
-                int(std::accumulate(fleet.begin(), fleet.end(), 0, [](int n, const Member &m) { return n + m.kills; })));
+    std::printf("\nFleet chaos: %s, %d SIGKILLs of the service, %d of workers (%d strike(s) waited for an "
+                "assimilation first)\n",
+                duration(wallMs).toUtf8().constData(), service.kills,
+                int(std::accumulate(fleet.begin(), fleet.end(), 0, [](int n, const Member &m) { return n + m.kills; })),
+                heldBack);
     std::printf("  %-10s %-9s %-10s %-8s %-12s %-11s %s\n", "job", "state", "submitter", "epochs", "assimilated",
                 "quarantined", "exactly once");
     int quarantinedInJobs = 0;

@@ -94,4 +94,22 @@ QString auditSqliteIntegrity(const QString &path)
                                     .arg(path, problems.mid(0, 5).join(QStringLiteral("; ")));
 }
 
+qint64 countAssimilations(const QString &path)
+{
+    if (!QFileInfo::exists(path))
+        return -1;
+    sqlite3 *db = nullptr;
+    qint64 count = -1;
+    if (sqlite3_open_v2(path.toUtf8().constData(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+        sqlite3_busy_timeout(db, 1000);
+        sqlite3_stmt *statement = nullptr;
+        if (sqlite3_prepare_v2(db, "SELECT count(*) FROM assimilations", -1, &statement, nullptr) == SQLITE_OK &&
+            sqlite3_step(statement) == SQLITE_ROW)
+            count = sqlite3_column_int64(statement, 0);
+        sqlite3_finalize(statement);
+    }
+    sqlite3_close(db);
+    return count;
+}
+
 } // namespace flotilla

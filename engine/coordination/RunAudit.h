@@ -18,5 +18,8 @@ namespace flotilla {
 QString auditExactlyOnce(Store &store, const std::vector<qint64> &shardSizes, int epochs);
 // SQLite's `PRAGMA integrity_check` of a database file, opened read-only.
 QString auditSqliteIntegrity(const QString &path);
+// The assimilations a job's store holds so far, read-only (a live run's too, in WAL mode without
+// waiting for its writer); -1 where the file does not exist or cannot be read.
+qint64 countAssimilations(const QString &path);
 
 } // namespace flotilla
