@@ -211,11 +211,10 @@ Result<void> FleetServer::addJob(const QString &key, CoordinatorThread *coordina
                                     }));
     // Told, not waited for: a worker that is training a copy, reconnecting or waiting out a
     // retry would otherwise ask only after the endpoint has gone, and wait for ever.
-    j.connections.push_back(connect(coordinator, &CoordinatorThread::jobEnded, this,
-                                    [this, find](bool done, const QString &) {
-                                        if (Job *job = find())
-                                            onJobEnded(*job, done);
-                                    }));
+    j.connections.push_back(coordinator->whenEnded(this, [this, find](bool done, const QString &) {
+        if (Job *job = find())
+            onJobEnded(*job, done);
+    }));
     m_jobs.emplace(key, std::move(job));
     qCInfo(lcScheduling).noquote() << "serving job" << key << "with weight" << j.weight;
     // People who waited for a job watch this one.

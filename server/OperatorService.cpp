@@ -33,7 +33,7 @@ OperatorService::OperatorService(CoordinatorThread *coordinator, net::TlsListene
 {
     coordinator->withCoordinator([this](Coordinator &c) { m_job = c.spec().name; });
     connect(coordinator, &CoordinatorThread::snapshot, this, &OperatorService::onSnapshot);
-    connect(coordinator, &CoordinatorThread::jobEnded, this, [this](bool ok, const QString &message) {
+    coordinator->whenEnded(this, [this](bool ok, const QString &message) {
         if (m_state == QLatin1String("stopped"))
             return;
         m_state = ok ? QStringLiteral("finished") : QStringLiteral("failed");

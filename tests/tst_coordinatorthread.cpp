@@ -1,7 +1,8 @@
 // The coordinator's thread at shutdown: a result queued just before shutdown() that completes
 // an epoch starts an evaluation on the evaluation pool after shutdown() began. The pool's
 // model must outlive that evaluation (it was freed under it before), and the job resumes
-// from the store with nothing lost.
+// from the store with nothing lost. And a job's end is heard of by whoever waits for it, also
+// by one that subscribes after it ended.
 #include "FakeClock.h"
 #include "TestSupport.h"
 #include "engine/coordination/CoordinatorThread.h"
@@ -67,6 +68,50 @@ private Q_SLOTS:
             }
         }
         qInfo() << finished << "of 4 shutdowns waited for the evaluation's result";
+    }
+
+    // A job can end before everyone who waits for its end has subscribed (a resumed job whose
+    // epochs were all trained ends with its final evaluation, while its fleet service is still
+    // setting it up). whenEnded() tells a subscriber that came too late, and one that came in
+    // time hears of it once.
+    void aJobThatEndedIsHeardOfBySubscribersThatComeLate()
+    {
+        const auto data = test::blobs(64, 32, 2, 7, 200);
+        JobSpec spec = test::blobsJob(2, 1);
+        spec.fleet.screenResults = false;
+        QTemporaryDir dir;
+        test::FakeClock clock;
+        auto opened = Coordinator::open(spec, dir.path(), &clock, data);
+        QVERIFY2(opened, qPrintable(opened ? QString() : opened.error()));
+        CoordinatorThread thread(std::move(opened).value());
+        QObject context;
+        int early = 0, late = 0;
+        bool lateOk = false;
+        thread.whenEnded(&context, [&](bool ok, const QString &) { early += ok ? 1 : 100; });
+        const qint64 w = thread.callJoin(test::spotWorker(QStringLiteral("a"))).value();
+        for (int shard = 0; shard < 2; ++shard) {
+            auto a = thread.callRequest(w);
+            QVERIFY(a);
+            SubtaskResult r;
+            r.leaseId = a->leaseId;
+            r.weights = a->weights + 0.001f;
+            r.covered = a->end - a->begin;
+            r.sampleSteps = r.covered;
+            r.meanLoss = 0.5;
+            r.seconds = 1.0;
+            QCOMPARE(thread.callSubmit(w, r).status, SubmitStatus::Assimilated);
+        }
+        QTRY_COMPARE_WITH_TIMEOUT(early, 1, 30000); // the final evaluation, then the end
+        // Subscribed after the end: a plain connect would never fire.
+        thread.whenEnded(&context, [&](bool ok, const QString &) {
+            ++late;
+            lateOk = ok;
+        });
+        QTRY_COMPARE_WITH_TIMEOUT(late, 1, 5000);
+        QVERIFY(lateOk);
+        QTest::qWait(300);
+        QCOMPARE(early, 1);
+        QCOMPARE(late, 1);
     }
 };
 

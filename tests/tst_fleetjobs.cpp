@@ -29,6 +29,21 @@ struct Lab
     QTemporaryDir dir;
     quint16 port = test::freeLoopbackPort();
 
+    // A failed test shows what the service and the workers said last: a QVERIFY's message is
+    // cut to a few hundred characters, and the folder is gone with the test.
+    ~Lab()
+    {
+        if (!QTest::currentTestFailed())
+            return;
+        for (const QString &name : QDir(dir.path()).entryList({QStringLiteral("*.out")}, QDir::Files, QDir::Name)) {
+            const QString said = log(name.chopped(4));
+            qWarning().noquote() << "---" << name << "(last 4000 characters) ---\n" << said.right(4000);
+        }
+        const QString fleetLog = QDir(identity()).filePath(QStringLiteral("fleet.log"));
+        if (QFile f(fleetLog); f.open(QIODevice::ReadOnly))
+            qWarning().noquote() << "--- fleet.log (last 6000 characters) ---\n" << QString::fromUtf8(f.readAll()).right(6000);
+    }
+
     QString path(const QString &name) const { return dir.filePath(name); }
     QString identity() const { return path(QStringLiteral("identity")); }
     QString token() const

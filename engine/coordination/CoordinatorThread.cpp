@@ -181,10 +181,7 @@ void CoordinatorThread::start()
     hooks.evaluated = [this](const EvaluationRecord &e) { Q_EMIT evaluated(e); };
     hooks.finished = [this] {
         Q_EMIT progressed(m_coordinator->progress());
-        if (!m_ended) {
-            m_ended = true;
-            Q_EMIT jobEnded(true, QString());
-        }
+        announceEnd(true, QString());
     };
     c.setHooks(std::move(hooks));
 
@@ -192,10 +189,30 @@ void CoordinatorThread::start()
     m_tickTimer->setInterval(250);
     connect(m_tickTimer, &QTimer::timeout, this, &CoordinatorThread::onTick);
     m_tickTimer->start();
-    if (c.finished() && !m_ended) {
-        m_ended = true;
-        Q_EMIT jobEnded(true, QString());
+    if (c.finished())
+        announceEnd(true, QString());
+}
+
+void CoordinatorThread::announceEnd(bool ok, const QString &message)
+{
+    if (m_ended)
+        return;
+    m_ended = true;
+    const QMutexLocker lock(&m_endLock);
+    m_end.emplace(ok, message);
+    Q_EMIT jobEnded(ok, message);
+}
+
+QMetaObject::Connection CoordinatorThread::whenEnded(QObject *context,
+                                                     std::function<void(bool ok, const QString &message)> react)
+{
+    const QMutexLocker lock(&m_endLock);
+    if (m_end) {
+        QMetaObject::invokeMethod(context, [react = std::move(react), end = *m_end] { react(end.first, end.second); },
+                                  Qt::QueuedConnection);
+        return {};
     }
+    return connect(this, &CoordinatorThread::jobEnded, context, std::move(react), Qt::QueuedConnection);
 }
 
 void CoordinatorThread::onTick()
@@ -221,10 +238,8 @@ void CoordinatorThread::onTick()
         Q_EMIT snapshot(p, m_coordinator->workerStatuses());
     if (m_ticks % 240 == 0) // once a minute
         reportHeartbeatWaits();
-    if (!m_coordinator->fatalError().isEmpty() && !m_ended) {
-        m_ended = true;
-        Q_EMIT jobEnded(false, m_coordinator->fatalError());
-    }
+    if (!m_coordinator->fatalError().isEmpty())
+        announceEnd(false, m_coordinator->fatalError());
 }
 
 void CoordinatorThread::shutdown()

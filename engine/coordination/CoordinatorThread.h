@@ -17,6 +17,7 @@
 #include "engine/coordination/Coordinator.h"
 
 #include <QElapsedTimer>
+#include <QMutex>
 #include <QObject>
 #include <QThread>
 #include <QThreadPool>
@@ -26,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace flotilla {
@@ -38,6 +40,13 @@ public:
     // Takes the coordinator and moves itself to a new thread, which it starts.
     explicit CoordinatorThread(std::unique_ptr<Coordinator> coordinator);
     ~CoordinatorThread() override;
+
+    // jobEnded for a subscriber that may come after it: connects `react`, and where the job
+    // already ended, calls it with how it ended. Either way it runs once, queued on context's
+    // thread. (A resumed job whose epochs were all trained can finish while its service is
+    // still setting it up; a plain connect would miss that, and its queue would say "running"
+    // for ever.) Any thread.
+    QMetaObject::Connection whenEnded(QObject *context, std::function<void(bool ok, const QString &message)> react);
 
     // Asynchronous: each returns a ticket that its answer signal carries.
     qint64 join(const WorkerInfo &info, qint64 knownWorkerId = 0);
@@ -127,7 +136,12 @@ private:
     static constexpr qint64 kStallMs = 3000;
     QElapsedTimer m_tickClock;
     qint64 m_lastTickWallMs = 0;
-    bool m_ended = false;
+    // How the job ended, once it has: written on the coordinator's thread while jobEnded is
+    // emitted, both under the lock, so that whenEnded() sees either the signal or this.
+    void announceEnd(bool ok, const QString &message);
+    mutable QMutex m_endLock;
+    std::optional<std::pair<bool, QString>> m_end;
+    bool m_ended = false; // coordinator's thread
     bool m_closing = false; // shutdown() began: no evaluation starts (coordinator's thread)
     std::atomic<qint64> m_nextTicket{1};
     bool m_groupOpen = false;

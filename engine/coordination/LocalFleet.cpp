@@ -43,8 +43,7 @@ void LocalFleet::start()
             if (w->workerId() == workerId)
                 w->supersede(leaseId);
     });
-    connect(m_coordinator.get(), &CoordinatorThread::jobEnded, this,
-            [self](bool ok, const QString &message) { self->end(ok, message); });
+    m_coordinator->whenEnded(this, [self](bool ok, const QString &message) { self->end(ok, message); });
     // A second is well within any heartbeat timeout (at least 1 s, 30 s by default); the
     // workers' own beats between batches carry their progress more often.
     m_keepAlive.setInterval(std::clamp(int(m_spec.fleet.heartbeatTimeoutSeconds * 250.0), 100, 1000));
