@@ -15,6 +15,23 @@
 
 using namespace flotilla;
 
+namespace {
+
+// A result for a lease, as if its subtask had been trained.
+SubtaskResult trainedOn(const Assignment &a)
+{
+    SubtaskResult r;
+    r.leaseId = a.leaseId;
+    r.weights = a.weights + 0.001f;
+    r.covered = a.end - a.begin;
+    r.sampleSteps = r.covered;
+    r.meanLoss = 0.5;
+    r.seconds = 1.0;
+    return r;
+}
+
+} // namespace
+
 class TestCoordinatorThread : public QObject
 {
     Q_OBJECT
@@ -39,13 +56,7 @@ private Q_SLOTS:
                 for (int shard = 0; shard < 2; ++shard) {
                     auto a = thread->callRequest(w);
                     QVERIFY(a);
-                    SubtaskResult r;
-                    r.leaseId = a->leaseId;
-                    r.weights = a->weights + 0.001f;
-                    r.covered = a->end - a->begin;
-                    r.sampleSteps = r.covered;
-                    r.meanLoss = 0.5;
-                    r.seconds = 1.0;
+                    const SubtaskResult r = trainedOn(*a);
                     if (shard == 0) {
                         QCOMPARE(thread->callSubmit(w, r).status, SubmitStatus::Assimilated);
                     } else {
@@ -92,13 +103,7 @@ private Q_SLOTS:
         for (int shard = 0; shard < 2; ++shard) {
             auto a = thread.callRequest(w);
             QVERIFY(a);
-            SubtaskResult r;
-            r.leaseId = a->leaseId;
-            r.weights = a->weights + 0.001f;
-            r.covered = a->end - a->begin;
-            r.sampleSteps = r.covered;
-            r.meanLoss = 0.5;
-            r.seconds = 1.0;
+            const SubtaskResult r = trainedOn(*a);
             QCOMPARE(thread.callSubmit(w, r).status, SubmitStatus::Assimilated);
         }
         QTRY_COMPARE_WITH_TIMEOUT(early, 1, 30000); // the final evaluation, then the end
