@@ -189,6 +189,10 @@ void CoordinatorThread::start()
     m_tickTimer->setInterval(250);
     connect(m_tickTimer, &QTimer::timeout, this, &CoordinatorThread::onTick);
     m_tickTimer->start();
+    // The first tick measures its gap too: a process stopped within its first 250 ms (a
+    // worker can be two assimilations in by then) was a stall nobody noticed.
+    m_tickClock.start();
+    m_lastTickWallMs = QDateTime::currentMSecsSinceEpoch();
     if (c.finished())
         announceEnd(true, QString());
 }
