@@ -159,7 +159,9 @@ void WorkerAgent::onWelcome(const net::WelcomeMsg &w)
         m_waiting = true;
         m_job.clear();
         m_jobKey.clear();
-        sendPending();
+        // A result still owed is held, not sent: a fleet service that restarted has not yet
+        // resumed its jobs, nor taken results of any size, and would close the connection.
+        // It goes when the fleet next gives this worker a job (onPrepared).
         Q_EMIT statusChanged();
         return;
     }

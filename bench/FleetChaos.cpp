@@ -428,8 +428,13 @@ int runFleetChaos(const QCommandLineParser &parser, JobSpec job)
         problems << held.error();
     else if (!held->empty())
         problems << QStringLiteral("%1 honest worker(s) quarantined in the fleet").arg(held->size());
-    const int budgetClosings =
-        int(readAll(QDir(identity).filePath(QStringLiteral("fleet.log"))).count(QLatin1String("went over its budget")));
+    const QString fleetLog = readAll(QDir(identity).filePath(QStringLiteral("fleet.log")));
+    const int budgetClosings = int(fleetLog.count(QLatin1String("went over its budget")));
+    // A service that came back before its jobs did takes no result yet: a worker holds it
+    // until it has a job again, and is never closed for sending it too soon.
+    if (const int early = int(fleetLog.count(QLatin1String("announces a payload"))); early > 0)
+        problems << QStringLiteral("honest workers were closed %1 time(s) for a payload the service did not take yet")
+                        .arg(early);
     if (budgetClosings > 0 || overBudgetInJobs > 0)
         problems << QStringLiteral("honest workers were closed for going over their budgets (%1 in the fleet's log, %2 "
                                    "in the jobs' stores)")

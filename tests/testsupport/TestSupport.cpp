@@ -4,11 +4,13 @@
 
 #include <QTcpServer>
 
+#include <QDeadlineTimer>
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
 #include <QProcess>
 #include <QTemporaryFile>
+#include <QTest>
 #include <QtEndian>
 
 #include <torch/torch.h>
@@ -217,6 +219,18 @@ double finalTestAccuracy(const QString &runDir)
 {
     const QList<double> all = testAccuracies(runDir);
     return all.isEmpty() ? -1 : all.last();
+}
+
+bool waitUntil(int timeoutMs, const std::function<bool()> &ready)
+{
+    const QDeadlineTimer deadline(timeoutMs);
+    for (;;) {
+        if (ready())
+            return true;
+        if (deadline.hasExpired())
+            return false;
+        QTest::qWait(200);
+    }
 }
 
 } // namespace flotilla::test

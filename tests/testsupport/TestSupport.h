@@ -12,6 +12,7 @@
 #include <QString>
 #include <QStringList>
 
+#include <functional>
 #include <memory>
 
 namespace flotilla::test {
@@ -63,6 +64,12 @@ ProcessRun runProgram(const QString &program, const QStringList &args, int timeo
 // Runs python() on a script given as text; it is written to a real file first, because
 // torch.jit.script reads the source of the classes it scripts.
 ProcessRun runPython(const QString &script, const QStringList &args, int timeoutMs = 120000);
+
+// Waits until ready() holds or timeoutMs of the clock have passed, serving events between
+// looks; true when it held. For conditions that take time to evaluate (they run a process):
+// QTRY_VERIFY counts its 50 ms steps, not the time, and a look of a second each stretches its
+// timeout twenty times over.
+bool waitUntil(int timeoutMs, const std::function<bool()> &ready);
 
 // Every test accuracy in a run's metrics.csv, in order.
 QList<double> testAccuracies(const QString &runDir);
