@@ -320,6 +320,10 @@ int runBenchScaling(const QStringList &arguments)
          QStringLiteral("cores"), QStringLiteral("0.25")},
         {QStringLiteral("coordinator-cpu"), QStringLiteral("Cores of the coordinator's machine."), QStringLiteral("cores"),
          QStringLiteral("0.25")},
+        {QStringLiteral("cpu-period"),
+         QStringLiteral("Milliseconds of the quotas' period: a machine of 0.25 core runs a quarter of each and waits "
+                        "out the rest (1 to 1000)."),
+         QStringLiteral("ms"), QStringLiteral("100")},
         {QStringLiteral("targets"), QStringLiteral("Target accuracy per job, e.g. fashion=0.90,shapes=0.95 (defaults: "
                                                    "0.95 for shapes and bn-cnn, 0.90 for the others)."),
          QStringLiteral("list")},
@@ -376,6 +380,10 @@ int runBenchScaling(const QStringList &arguments)
         std::fprintf(stderr, "flotilla bench scaling: --machine-cpu and --coordinator-cpu must be positive\n");
         return ExitUsage;
     }
+    if (const double period = parser.value(QStringLiteral("cpu-period")).toDouble(); !(period >= 1 && period <= 1000)) {
+        std::fprintf(stderr, "flotilla bench scaling: --cpu-period is in milliseconds, 1 to 1000 (the kernel's range)\n");
+        return ExitUsage;
+    }
     if (parser.isSet(QStringLiteral("link"))) {
         auto link = LinkSpec::parse(parser.value(QStringLiteral("link")));
         if (!link) {
@@ -406,7 +414,8 @@ int runBenchScaling(const QStringList &arguments)
     Machines machines;
     const bool noQuota = parser.isSet(QStringLiteral("no-quota"));
     if (!noQuota) {
-        auto quota = CpuQuota::create(parser.value(QStringLiteral("cgroup-root")));
+        auto quota = CpuQuota::create(parser.value(QStringLiteral("cgroup-root")),
+                                      qint64(std::llround(parser.value(QStringLiteral("cpu-period")).toDouble() * 1000.0)));
         if (!quota) {
             std::fprintf(stderr, "flotilla bench scaling: %s\nRun it as root, or with --no-quota for the epochs to the "
                                  "target only.\n",

@@ -11,8 +11,6 @@ namespace flotilla {
 
 namespace {
 
-constexpr qint64 kPeriodUs = 100000;
-
 Result<void> writeText(const QString &path, const QByteArray &text)
 {
     QFile f(path);
@@ -24,9 +22,13 @@ Result<void> writeText(const QString &path, const QByteArray &text)
 
 } // namespace
 
-Result<std::unique_ptr<CpuQuota>> CpuQuota::create(const QString &root)
+Result<std::unique_ptr<CpuQuota>> CpuQuota::create(const QString &root, qint64 periodUs)
 {
+    // The kernel takes periods of 1 ms to 1 s.
+    if (periodUs < 1000 || periodUs > 1000000)
+        return fail(QStringLiteral("a CPU quota's period must be 1 to 1000 ms, not %1 ms").arg(double(periodUs) / 1000.0));
     std::unique_ptr<CpuQuota> q(new CpuQuota);
+    q->m_periodUs = periodUs;
     const QString name = QStringLiteral("flotilla-bench-%1").arg(QCoreApplication::applicationPid());
     // cgroup v2: the unified hierarchy with the cpu controller; v1: the cpu controller's own.
     QStringList tried;
@@ -84,14 +86,17 @@ Result<int> CpuQuota::addMachine(const QString &name, double cores)
     const QString dir = m_root + u'/' + name;
     if (!QDir().mkpath(dir))
         return fail(QStringLiteral("cannot create the cgroup '%1'").arg(dir));
-    const qint64 quota = std::max<qint64>(1000, qint64(std::llround(cores * double(kPeriodUs))));
+    // The kernel's least quota is 1 ms: a machine too small for that in one period gets a
+    // longer period of its own, not more CPU.
+    const qint64 period = std::max<qint64>(m_periodUs, qint64(std::ceil(1000.0 / cores - 1e-6)));
+    const qint64 quota = std::max<qint64>(1000, qint64(std::llround(cores * double(period))));
     if (m_v2) {
         if (auto r = writeText(dir + QStringLiteral("/cpu.max"), QByteArray::number(quota) + ' '
-                                                                    + QByteArray::number(kPeriodUs) + '\n');
+                                                                    + QByteArray::number(period) + '\n');
             !r)
             return r.takeError();
     } else {
-        if (auto r = writeText(dir + QStringLiteral("/cpu.cfs_period_us"), QByteArray::number(kPeriodUs) + '\n'); !r)
+        if (auto r = writeText(dir + QStringLiteral("/cpu.cfs_period_us"), QByteArray::number(period) + '\n'); !r)
             return r.takeError();
         if (auto r = writeText(dir + QStringLiteral("/cpu.cfs_quota_us"), QByteArray::number(quota) + '\n'); !r)
             return r.takeError();
@@ -107,7 +112,9 @@ QString CpuQuota::procsFile(int index) const
 
 QString CpuQuota::describe() const
 {
-    return QStringLiteral("%1 at %2").arg(m_v2 ? QStringLiteral("cgroup v2") : QStringLiteral("cgroup v1"), m_root);
+    return QStringLiteral("%1 at %2, period %3 ms")
+        .arg(m_v2 ? QStringLiteral("cgroup v2") : QStringLiteral("cgroup v1"), m_root)
+        .arg(double(m_periodUs) / 1000.0);
 }
 
 } // namespace flotilla

@@ -23,7 +23,11 @@ public:
     // A fresh group of machines under the cgroup root, named after this process. `root`: a
     // cgroup folder to use instead of the system's (a delegated one, for a user who is not
     // root); empty: /sys/fs/cgroup, then /sys/fs/cgroup/unified (v2), then the v1 cpu root.
-    static Result<std::unique_ptr<CpuQuota>> create(const QString &root = {});
+    // `periodUs`: the quota's period; a machine of 0.25 core runs a quarter of each. The
+    // kernel's usual 100 ms is the default: 10 ms (smoother, in principle: bursts of 2.5 ms, not
+    // 25) measured slower for every contender here and changed no speedup (docs/benchmarks.md).
+    static constexpr qint64 kDefaultPeriodUs = 100000;
+    static Result<std::unique_ptr<CpuQuota>> create(const QString &root = {}, qint64 periodUs = kDefaultPeriodUs);
     ~CpuQuota(); // removes the groups (their processes must have ended)
 
     // Adds a machine with `cores` of CPU (0.25: a quarter of one core); returns its index.
@@ -31,12 +35,13 @@ public:
     // The file a process writes its pid to, to move itself into machine `index` (a
     // Contender started with it does, before exec).
     QString procsFile(int index) const;
-    // "cgroup v2 at /sys/fs/cgroup/…" or "cgroup v1 at …": for the report.
+    // "cgroup v2 at /sys/fs/cgroup/…, period 10 ms" or "cgroup v1 at …": for the report.
     QString describe() const;
 
 private:
     CpuQuota() = default;
     bool m_v2 = false;
+    qint64 m_periodUs = kDefaultPeriodUs;
     QString m_root; // our group: the machines are its children
     std::vector<QString> m_machines;
 };

@@ -1,7 +1,9 @@
 // Every benchmark of `flotilla bench` runs on a tiny size and prints well-formed figures.
 // (The figures themselves are measured with the commands in docs/benchmarks.md, never here.)
 #include "TestSupport.h"
+#include "bench/CpuQuota.h"
 
+#include <QFileInfo>
 #include <QRegularExpression>
 #include <QtTest>
 #include <QTemporaryDir>
@@ -155,6 +157,44 @@ private Q_SLOTS:
         QVERIFY2(r.output.contains(QStringLiteral("--no-quota")), qPrintable(r.output));
         // Nothing was left behind in the folder it could not use.
         QVERIFY(QDir(notACgroup.path()).entryList(QDir::NoDotAndDotDot | QDir::AllEntries).isEmpty());
+    }
+
+    // A machine of a quarter core runs 25 ms in every 100 (2.5 in every 10 when asked for). One
+    // too small for the kernel's least quota (1 ms) gets a longer period of its own instead of
+    // more CPU: its share stays what it was asked.
+    void emulatedMachinesGetTheirShareInShortPeriods()
+    {
+        auto quota = flotilla::CpuQuota::create();
+        if (!quota)
+            QSKIP(qPrintable(QStringLiteral("no cgroup can be written here: %1").arg(quota.error())));
+        const auto limits = [&](int index) -> std::pair<qint64, qint64> {
+            const QString dir = QFileInfo((*quota)->procsFile(index)).path();
+            if (QFileInfo::exists(dir + QStringLiteral("/cpu.max"))) {
+                const QStringList max = QString::fromLatin1(flotilla::test::readFile(dir + QStringLiteral("/cpu.max"))).split(u' ');
+                return {max.value(0).toLongLong(), max.value(1).trimmed().toLongLong()};
+            }
+            return {flotilla::test::readFile(dir + QStringLiteral("/cpu.cfs_quota_us")).trimmed().toLongLong(),
+                    flotilla::test::readFile(dir + QStringLiteral("/cpu.cfs_period_us")).trimmed().toLongLong()};
+        };
+        const auto quarter = (*quota)->addMachine(QStringLiteral("quarter"), 0.25);
+        const auto tiny = (*quota)->addMachine(QStringLiteral("tiny"), 0.005);
+        QVERIFY2(quarter && tiny, qPrintable(quarter ? tiny.error() : quarter.error()));
+        QCOMPARE(limits(*quarter), (std::pair<qint64, qint64>(25000, 100000)));
+        QCOMPARE(limits(*tiny), (std::pair<qint64, qint64>(1000, 200000)));
+        QVERIFY((*quota)->describe().contains(QStringLiteral("period 100 ms")));
+        auto fine = flotilla::CpuQuota::create({}, 10000);
+        QVERIFY2(fine, qPrintable(fine.error()));
+        const auto fineQuarter = (*fine)->addMachine(QStringLiteral("quarter"), 0.25);
+        QVERIFY2(fineQuarter, qPrintable(fineQuarter.error()));
+        const QString fineDir = QFileInfo((*fine)->procsFile(*fineQuarter)).path();
+        const auto fineLimits = QFileInfo::exists(fineDir + QStringLiteral("/cpu.max"))
+            ? QString::fromLatin1(flotilla::test::readFile(fineDir + QStringLiteral("/cpu.max"))).trimmed()
+            : QString::fromLatin1(flotilla::test::readFile(fineDir + QStringLiteral("/cpu.cfs_quota_us")).trimmed() + ' '
+                                  + flotilla::test::readFile(fineDir + QStringLiteral("/cpu.cfs_period_us")).trimmed());
+        QCOMPARE(fineLimits, QStringLiteral("2500 10000"));
+        const auto tooShort = flotilla::CpuQuota::create({}, 500);
+        QVERIFY(!tooShort);
+        QVERIFY2(tooShort.error().contains(QStringLiteral("1 to 1000 ms")), qPrintable(tooShort.error()));
     }
 
     void unknownBenchmarkIsAUsageError()
