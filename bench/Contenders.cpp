@@ -121,7 +121,10 @@ Outcome runLines(const QString &program, const QStringList &arguments, double ta
                               o.value(QStringLiteral("eval_seconds")).toDouble()};
             if (epochs)
                 epochs->push_back(e);
-            out.epoch = e.epoch;
+            // The rest of the curve is read on (for the record) without moving the epoch
+            // that reached the target.
+            if (out.seconds < 0)
+                out.epoch = e.epoch;
             if (e.accuracy >= target && out.seconds < 0) {
                 out.seconds = c.seconds() - e.evalSeconds;
                 if (!epochs)

@@ -43,7 +43,7 @@ private:
 struct Outcome
 {
     double seconds = -1; // to the target, evaluation excluded; < 0: not reached
-    int epoch = 0;
+    int epoch = 0;       // the epoch that reached the target; the last one printed if none did
     QString note;
 };
 

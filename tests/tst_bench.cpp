@@ -1,6 +1,7 @@
 // Every benchmark of `flotilla bench` runs on a tiny size and prints well-formed figures.
 // (The figures themselves are measured with the commands in docs/benchmarks.md, never here.)
 #include "TestSupport.h"
+#include "bench/Contenders.h"
 #include "bench/CpuQuota.h"
 
 #include <QFileInfo>
@@ -195,6 +196,26 @@ private Q_SLOTS:
         const auto tooShort = flotilla::CpuQuota::create({}, 500);
         QVERIFY(!tooShort);
         QVERIFY2(tooShort.error().contains(QStringLiteral("1 to 1000 ms")), qPrintable(tooShort.error()));
+    }
+
+    // A contender's curve is read to its end, and the epoch that reached the target stays the
+    // one reported (the loop's 90% at epoch 4 was once reported as its last epoch, 6).
+    void theEpochThatReachedTheTargetIsTheOneReported()
+    {
+        const QString lines = QStringLiteral(
+            "printf '%s\\n' '{\"epoch\": 1, \"accuracy\": 0.5, \"seconds\": 1, \"eval_seconds\": 0}' "
+            "'{\"epoch\": 2, \"accuracy\": 0.92, \"seconds\": 2, \"eval_seconds\": 0}' "
+            "'{\"epoch\": 3, \"accuracy\": 0.95, \"seconds\": 3, \"eval_seconds\": 0}'");
+        std::vector<flotilla::EpochLine> curve;
+        const flotilla::Outcome reached =
+            flotilla::runLines(QStringLiteral("/bin/sh"), {QStringLiteral("-c"), lines}, 0.9, 30, &curve);
+        QVERIFY2(reached.seconds >= 0, qPrintable(reached.note));
+        QCOMPARE(reached.epoch, 2);
+        QCOMPARE(int(curve.size()), 3);
+        const flotilla::Outcome missed = flotilla::runLines(QStringLiteral("/bin/sh"), {QStringLiteral("-c"), lines}, 0.99, 30);
+        QVERIFY(missed.seconds < 0);
+        QCOMPARE(missed.epoch, 3);
+        QVERIFY2(missed.note.contains(QStringLiteral("without reaching the target after 3 epochs")), qPrintable(missed.note));
     }
 
     void unknownBenchmarkIsAUsageError()
