@@ -274,6 +274,33 @@ private Q_SLOTS:
         QVERIFY(core->scheduler().checkIntegrity().isEmpty());
     }
 
+    // A round's pieces are balanced in whole batches: shards of 600 positions at batch 32 under
+    // rounds of 8 steps are trained as 7 + 6 + 6 steps, so that two workers' leases of a round
+    // take about as long (the cut at the bound, 8 + 8 + 3, left one idle for most of a round).
+    void aRoundsPiecesAreBalanced()
+    {
+        FakeClock clock;
+        AssimilatorConfig config;
+        config.rounds = true;
+        config.batchSize = 32;
+        config.roundSteps = 8;
+        auto core = make(clock, QStringLiteral("async-delta"), 1, {600, 600}, config);
+        core->setBufferSize(2);
+        auto a = core->grant(1);
+        auto b = core->grant(2);
+        QVERIFY(a && b);
+        QCOMPARE(a->subtask.size(), qint64(224));
+        QCOMPARE(b->subtask.size(), qint64(224)); // shard 1's first piece
+        QVERIFY(core->fold(a->lease, a->subtask, core->admit(a->subtask, 224, 224), filled(1), filled(0), 1, false).buffered);
+        QVERIFY(core->fold(b->lease, b->subtask, core->admit(b->subtask, 224, 224), filled(1), filled(0), 1, false).folded);
+        auto c = core->grant(1);
+        auto d = core->grant(2);
+        QVERIFY(c && d);
+        QCOMPARE(c->subtask.size(), qint64(192)); // the rest of shard 0, 12 steps: 6 + 6
+        QCOMPARE(d->subtask.size(), qint64(192));
+        QVERIFY(core->scheduler().checkIntegrity().isEmpty());
+    }
+
     // Version-synchronous rounds: a round holds one subtask per worker online (the buffer
     // size), all from the same version; the next grant waits for the fold, which comes when the
     // round's last lease ends, delivered or not.

@@ -46,6 +46,26 @@ private Q_SLOTS:
         QCOMPARE(l.durationMs, qint64(600'000)); // 2001 positions at 10/s: 3 × 200 s + 10 s > 600 s
     }
 
+    // A round's bound of 8 steps on a shard of 600 positions at batch 32 (19 steps, the last
+    // a part): 7 + 6 + 6 steps, not 8 + 8 + 3 (the old cut, whose 3-step piece left its worker
+    // idle for most of a round).
+    void splitsAreBalancedInWholeSteps()
+    {
+        QCOMPARE(balancedCut(600, 256, 32), qint64(224));
+        QCOMPARE(balancedCut(376, 256, 32), qint64(192));
+        QCOMPARE(balancedCut(184, 256, 32), qint64(184));
+        QCOMPARE(balancedCut(512, 256, 32), qint64(256)); // two whole pieces: the bound itself
+        QCOMPARE(balancedCut(600, 256, 0), qint64(256));  // no step: at the bound
+        QCOMPARE(balancedCut(600, 20, 32), qint64(20));   // a bound under one step: at the bound
+
+        FakeClock clock;
+        Scheduler s = make(clock, 1, {600});
+        std::vector<qint64> sizes;
+        while (auto g = s.grant(1, 0, 0, 1000, 256, 32))
+            sizes.push_back(g->subtask.size());
+        QCOMPARE(sizes, (std::vector<qint64>{224, 192, 184}));
+    }
+
     void creditCountsOnlyWhatTheSubtaskStillNames()
     {
         QCOMPARE(resultCredit(40, 40, 40, 40), 1.0);

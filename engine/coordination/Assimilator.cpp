@@ -103,11 +103,14 @@ std::optional<Scheduler::Grant> Assimilator::grant(qint64 workerId)
                                          m_config.batchSize, m_config.localEpochs, m_config.localSteps > 0, largest);
     qint64 maxPositions = sizing.maxPositions;
     // A round's subtask takes at most roundSteps steps (local epochs count each pass). A round
-    // of one worker is the plain loop, whose subtasks need no cutting.
+    // of one worker is the plain loop, whose subtasks need no cutting. Where the round's bound
+    // is the one that cuts, the pieces are balanced in whole batches (Scheduler::grant), so
+    // that the leases of a round end together.
+    qint64 roundCap = 0;
     if (m_config.rounds && m_config.roundSteps > 0 && m_config.localSteps == 0 && bufferSize() > 1) {
-        const qint64 cap = std::max<qint64>(1, qint64(m_config.roundSteps) * m_config.batchSize
-                                                   / std::max(1, m_config.localEpochs));
-        maxPositions = maxPositions > 0 ? std::min(maxPositions, cap) : cap;
+        roundCap = std::max<qint64>(1, qint64(m_config.roundSteps) * m_config.batchSize
+                                           / std::max(1, m_config.localEpochs));
+        maxPositions = maxPositions > 0 ? std::min(maxPositions, roundCap) : roundCap;
     }
     // Nothing queued yet: the grant opens an epoch, and takes a whole subtask of it.
     if (m_config.shareTail && m_scheduler.queuedPositions() > 0) {
@@ -115,7 +118,8 @@ std::optional<Scheduler::Grant> Assimilator::grant(qint64 workerId)
         const qint64 share = std::max<qint64>(m_config.batchSize, (m_scheduler.queuedPositions() + holders - 1) / holders);
         maxPositions = maxPositions > 0 ? std::min(maxPositions, share) : share;
     }
-    return m_scheduler.grant(workerId, m_seq, m_version, sizing.durationMs, maxPositions);
+    const qint64 step = roundCap > 0 && maxPositions == roundCap ? qint64(m_config.batchSize) : 0;
+    return m_scheduler.grant(workerId, m_seq, m_version, sizing.durationMs, maxPositions, step);
 }
 
 Assimilator::Offer Assimilator::offer(qint64 workerId, const IdleConditions &conditions)

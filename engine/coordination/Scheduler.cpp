@@ -189,7 +189,7 @@ SchedulerChanges Scheduler::openEpochs()
 }
 
 std::optional<Scheduler::Grant> Scheduler::grant(qint64 workerId, qint64 baseSeq, qint64 baseVersion,
-                                                 qint64 durationMs, qint64 maxPositions)
+                                                 qint64 durationMs, qint64 maxPositions, qint64 step)
 {
     Grant g;
     g.changes = openEpochs();
@@ -199,8 +199,9 @@ std::optional<Scheduler::Grant> Scheduler::grant(qint64 workerId, qint64 baseSeq
     dequeue(m_subtasks.at(subtaskId));
     if (maxPositions > 0 && m_subtasks.at(subtaskId).size() > maxPositions) {
         const Subtask original = m_subtasks.at(subtaskId);
-        g.changes.add(newSubtask(original.epoch, original.shard, original.begin + maxPositions, original.end, original.id));
-        m_subtasks.at(subtaskId).end = original.begin + maxPositions;
+        const qint64 cut = balancedCut(original.size(), maxPositions, step);
+        g.changes.add(newSubtask(original.epoch, original.shard, original.begin + cut, original.end, original.id));
+        m_subtasks.at(subtaskId).end = original.begin + cut;
     }
     Subtask &s = m_subtasks.at(subtaskId);
     s.state = SubtaskState::Leased;
@@ -623,6 +624,16 @@ int Scheduler::activeLeaseCount() const
 qint64 Scheduler::oldestActiveBaseSeq() const
 {
     return m_activeBaseSeqs.empty() ? -1 : *m_activeBaseSeqs.begin();
+}
+
+qint64 balancedCut(qint64 size, qint64 maxPositions, qint64 step)
+{
+    if (step <= 0 || maxPositions < step)
+        return std::min(size, maxPositions);
+    const qint64 steps = (size + step - 1) / step;
+    const qint64 maxSteps = maxPositions / step;
+    const qint64 pieces = (steps + maxSteps - 1) / maxSteps;
+    return std::min(size, (steps + pieces - 1) / pieces * step);
 }
 
 LeaseSizing sizeLease(double samplesPerSecond, double targetSubtaskSeconds, double leaseTimeoutSeconds,

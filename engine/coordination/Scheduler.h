@@ -92,6 +92,11 @@ struct LeaseSizing
 LeaseSizing sizeLease(double samplesPerSecond, double targetSubtaskSeconds, double leaseTimeoutSeconds,
                       int batchSize, int localEpochs, bool byLocalSteps, qint64 largestSubtask);
 
+// Where a subtask of `size` positions is cut for a bound of maxPositions: the first of the
+// fewest pieces of whole steps (a step: a batch's positions) that fit, as equal as steps allow.
+// Without a step, or with a bound under one, at the bound.
+qint64 balancedCut(qint64 size, qint64 maxPositions, qint64 step);
+
 // The credit of a result: the share of a full shard's work it did, counting only the
 // positions its subtask still names (a late result may have trained more, if the subtask was
 // split after its lease expired). Clamped to (0, 1].
@@ -137,8 +142,11 @@ public:
         Subtask subtask;
         SchedulerChanges changes;
     };
+    // With a step (a batch's positions), a split is balanced in whole steps: a subtask of
+    // 19 steps under a bound of 8 becomes 7 + 6 + 6, not 8 + 8 + 3, so that the leases of one
+    // round take about as long as each other and no worker waits out the others' longer piece.
     std::optional<Grant> grant(qint64 workerId, qint64 baseSeq, qint64 baseVersion, qint64 durationMs,
-                               qint64 maxPositions = 0);
+                               qint64 maxPositions = 0, qint64 step = 0);
 
     // Redundancy: one more lease on a subtask that is leased already, for a second (or third)
     // worker to train the same positions from the same base. Nothing when the subtask is not
