@@ -7,6 +7,7 @@
 #include "bench/CpuQuota.h"
 #include "bench/LinkShaper.h"
 #include "common/Random.h"
+#include "engine/coordination/FleetQueue.h"
 #include "engine/coordination/Store.h"
 #include "net/TrustStore.h"
 
@@ -14,8 +15,10 @@
 #include <QCoreApplication>
 #include <QDateTime>
 #include <QDir>
+#include <QElapsedTimer>
 #include <QEventLoop>
 #include <QFile>
+#include <QProcess>
 #include <QTemporaryDir>
 #include <QTimer>
 
@@ -56,6 +59,7 @@ struct Settings
     double coordinatorCpu = 0.25;
     double slowFactor = 1.0; // machine 1 runs this many times slower
     double killEvery = 0.0;  // seconds between SIGKILLs of a worker (0: none)
+    bool coldStart = false;  // the service's and the workers' start on Flotilla's clock
     std::optional<LinkSpec> link;
     double maxSeconds = 3600;
     QString python;
@@ -81,9 +85,12 @@ double targetFor(const QString &job, const std::map<QString, double> &targets)
 }
 
 // Flotilla on an emulated fleet: a `flotilla serve` on the coordinator's machine and W
-// `flotilla worker`s, each on its own, over TLS on loopback. The clock runs from starting the
-// coordinator to the end of the epoch whose evaluation reached the target (evaluations run on
-// the coordinator's machine, beside training, as in a real fleet).
+// `flotilla worker`s, each on its own, over TLS on loopback. As a lab runs it, the fleet is up
+// before the job: a fleet service with its W workers joined and waiting, and the clock runs from
+// `flotilla submit` (on the submitter's own machine, outside the quotas, as a data scientist's
+// laptop) to the end of the epoch whose evaluation reached the target. With a cold start the
+// service is started with the job, the workers join it, and all of that is on the clock.
+// Evaluations run on the coordinator's machine, beside training, as in a real fleet.
 Attempt runFleet(const JobSpec &spec, int workers, double target, const Machines &machines, const Settings &s,
                  const QString &workDir)
 {
@@ -100,16 +107,19 @@ Attempt runFleet(const JobSpec &spec, int workers, double target, const Machines
         return a;
     }
     const QString tokenFile = dir.filePath(QStringLiteral("token"));
-    const QString runDir = dir.filePath(QStringLiteral("run"));
-    const qint64 t0 = QDateTime::currentMSecsSinceEpoch();
-    Contender serve(s.app,
-                    {QStringLiteral("serve"), QStringLiteral("--job"), jobFile, QStringLiteral("--run-dir"), runDir,
-                     QStringLiteral("--identity-dir"), dir.filePath(QStringLiteral("identity")),
-                     QStringLiteral("--listen"), QStringLiteral("127.0.0.1"), QStringLiteral("--host"),
-                     QStringLiteral("127.0.0.1"), QStringLiteral("--port"), QStringLiteral("0"),
-                     QStringLiteral("--token-file"), tokenFile, QStringLiteral("--token-uses"), QStringLiteral("1000"),
-                     QStringLiteral("--quiet")},
-                    dir.filePath(QStringLiteral("coordinator.log")), machines.coordinator);
+    const QString identity = dir.filePath(QStringLiteral("identity"));
+    QString runDir = s.coldStart ? dir.filePath(QStringLiteral("run")) : QString();
+    qint64 t0 = QDateTime::currentMSecsSinceEpoch();
+    QStringList serveArgs{QStringLiteral("serve"), QStringLiteral("--identity-dir"), identity,
+                          QStringLiteral("--listen"), QStringLiteral("127.0.0.1"), QStringLiteral("--host"),
+                          QStringLiteral("127.0.0.1"), QStringLiteral("--port"), QStringLiteral("0"),
+                          QStringLiteral("--token-file"), tokenFile, QStringLiteral("--token-uses"),
+                          QStringLiteral("1000"), QStringLiteral("--quiet")};
+    if (s.coldStart)
+        serveArgs << QStringLiteral("--job") << jobFile << QStringLiteral("--run-dir") << runDir;
+    else
+        serveArgs << QStringLiteral("--concurrent-jobs") << QStringLiteral("1");
+    Contender serve(s.app, serveArgs, dir.filePath(QStringLiteral("coordinator.log")), machines.coordinator);
     QString token;
     while (token.isEmpty() && serve.running() && serve.seconds() < 120) {
         serve.process().waitForFinished(100);
@@ -153,6 +163,38 @@ Attempt runFleet(const JobSpec &spec, int workers, double target, const Machines
     for (int i = 0; i < workers; ++i)
         startWorker(i, true);
 
+    if (!s.coldStart) {
+        // The fleet is up when every worker has enrolled (the service logs each one).
+        const QString fleetLog = QDir(identity).filePath(QStringLiteral("fleet.log"));
+        const auto enrolled = [&] {
+            QFile f(fleetLog);
+            return f.open(QIODevice::ReadOnly) ? int(f.readAll().count("enrolled worker")) : 0;
+        };
+        QElapsedTimer waited;
+        waited.start();
+        while (enrolled() < workers && serve.running() && waited.elapsed() < 300000)
+            serve.process().waitForFinished(100);
+        if (enrolled() < workers) {
+            a.note = QStringLiteral("%1 of %2 workers joined the fleet (see %3)").arg(enrolled()).arg(workers).arg(fleetLog);
+            for (auto &w : fleet)
+                w->stop();
+            serve.stop();
+            return a;
+        }
+        serve.process().waitForFinished(500); // the last one's Hello after its enrolment
+        t0 = QDateTime::currentMSecsSinceEpoch();
+        QProcess submit;
+        submit.setProcessChannelMode(QProcess::MergedChannels);
+        submit.start(s.app, {QStringLiteral("submit"), jobFile, QStringLiteral("--identity-dir"), identity});
+        if (!submit.waitForFinished(120000) || submit.exitCode() != 0) {
+            a.note = QStringLiteral("flotilla submit failed: %1").arg(QString::fromUtf8(submit.readAll()).trimmed());
+            for (auto &w : fleet)
+                w->stop();
+            serve.stop();
+            return a;
+        }
+    }
+
     QEventLoop loop;
     SplitMix64 random(mixSeed(spec.training.seed, 0x5CA1E));
     QTimer chaos;
@@ -164,10 +206,16 @@ Attempt runFleet(const JobSpec &spec, int workers, double target, const Machines
         });
         chaos.start(int(s.killEvery * 1000));
     }
-    const QString db = runDir + QStringLiteral("/flotilla.db");
     QTimer poll;
     QObject::connect(&poll, &QTimer::timeout, &loop, [&] {
-        if (QFile::exists(db)) {
+        if (runDir.isEmpty()) // the queue names the job's run folder
+            if (auto queue = FleetQueue::open(QDir(identity).filePath(QStringLiteral("fleet.db")))) {
+                auto queued = (*queue)->jobs();
+                if (queued && !queued->empty())
+                    runDir = queued->front().runDir;
+            }
+        const QString db = runDir + QStringLiteral("/flotilla.db");
+        if (!runDir.isEmpty() && QFile::exists(db)) {
             auto store = Store::open(db);
             auto latest = store ? (*store)->latestJob() : Result<std::optional<JobRecord>>(fail(QString()));
             if (latest && latest->has_value()) {
@@ -262,7 +310,7 @@ Attempt runDdp(const JobSpec &spec, int workers, double lr, double target, const
             if (const qint64 pid = QString::fromLatin1(procs.readLine()).trimmed().toLongLong(); pid > 0)
                 ::kill(pid_t(pid), SIGKILL);
     };
-    const Outcome o = runLines(s.python, args, target, s.maxSeconds, &a.curve, {}, tick);
+    const Outcome o = runLines(s.python, args, target, s.maxSeconds, &a.curve, {}, tick, AtTarget::Stop);
     a.seconds = o.seconds;
     a.epochs = o.seconds >= 0 ? o.epoch : 0;
     a.note = o.note;
@@ -346,6 +394,10 @@ int runBenchScaling(const QStringList &arguments)
          QStringLiteral("SIGKILL a random worker (Flotilla) or rank (DDP) every so many seconds; a worker comes back "
                         "3 s later."),
          QStringLiteral("seconds"), QStringLiteral("0")},
+        {QStringLiteral("cold-start"),
+         QStringLiteral("Start Flotilla's clock before its service and workers start (each job then pays the "
+                        "fleet's start-up); by default the fleet is up and joined, and the clock starts at flotilla "
+                        "submit.")},
         {QStringLiteral("link"), QStringLiteral("Each worker's connection through an emulated link, e.g. 50mbit/40ms."),
          QStringLiteral("rate/rtt")},
         {QStringLiteral("csv"), QStringLiteral("Write every run here."), QStringLiteral("file")},
@@ -372,6 +424,7 @@ int runBenchScaling(const QStringList &arguments)
     s.coordinatorCpu = parser.value(QStringLiteral("coordinator-cpu")).toDouble();
     s.slowFactor = std::max(1.0, parser.value(QStringLiteral("slow-machine")).toDouble());
     s.killEvery = std::max(0.0, parser.value(QStringLiteral("kill-every")).toDouble());
+    s.coldStart = parser.isSet(QStringLiteral("cold-start"));
     s.maxSeconds = std::max(10.0, parser.value(QStringLiteral("max-seconds")).toDouble());
     s.python = parser.value(QStringLiteral("python"));
     s.app = QCoreApplication::applicationFilePath();
@@ -490,6 +543,9 @@ int runBenchScaling(const QStringList &arguments)
                                 : "",
                 s.link ? QStringLiteral("; links %1").arg(s.link->text()).toUtf8().constData() : "",
                 suite.warmupEpochs, repeats);
+    std::printf("Clocks: the loop and DDP from their launch; Flotilla %s\n",
+                s.coldStart ? "from starting its service, before its workers join (--cold-start)"
+                            : "from flotilla submit to a fleet that is up, its workers joined and waiting");
     std::fflush(stdout);
 
     QTemporaryDir temporaryWork;
@@ -550,7 +606,7 @@ int runBenchScaling(const QStringList &arguments)
             const Outcome o = runLines(s.app,
                                        {QStringLiteral("bench"), QStringLiteral("parity-loop"), QStringLiteral("--job"),
                                         file, QStringLiteral("--threads"), QStringLiteral("1")},
-                                       target, s.maxSeconds, &a.curve, machines.loop);
+                                       target, s.maxSeconds, &a.curve, machines.loop, {}, AtTarget::Stop);
             a.seconds = o.seconds;
             a.epochs = o.seconds >= 0 ? o.epoch : 0;
             a.note = o.note;

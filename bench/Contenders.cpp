@@ -91,7 +91,8 @@ void Contender::stop()
 }
 
 Outcome runLines(const QString &program, const QStringList &arguments, double target, double maxSeconds,
-                 std::vector<EpochLine> *epochs, const QString &machine, const std::function<void(double)> &tick)
+                 std::vector<EpochLine> *epochs, const QString &machine, const std::function<void(double)> &tick,
+                 AtTarget atTarget)
 {
     Contender c(program, arguments, {}, machine);
     Outcome out;
@@ -127,7 +128,7 @@ Outcome runLines(const QString &program, const QStringList &arguments, double ta
                 out.epoch = e.epoch;
             if (e.accuracy >= target && out.seconds < 0) {
                 out.seconds = c.seconds() - e.evalSeconds;
-                if (!epochs)
+                if (!epochs || atTarget == AtTarget::Stop)
                     return out;
             }
         }

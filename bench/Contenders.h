@@ -60,11 +60,13 @@ struct EpochLine
 // {"failed"}. Its clock runs from starting the process to the line of the epoch that reached
 // the target, less the seconds its evaluations took (eval_seconds, summed so far). A target
 // above 1 is never reached: the contender runs to its end. Every epoch's line is appended to
-// `epochs` when given.
+// `epochs` when given, to the end of the run unless atTarget says Stop (a race to a target
+// need not watch the rest).
 // tick: called every fifth of a second or so with the seconds since the start.
+enum class AtTarget { ReadOn, Stop };
 Outcome runLines(const QString &program, const QStringList &arguments, double target, double maxSeconds,
                  std::vector<EpochLine> *epochs = nullptr, const QString &machine = {},
-                 const std::function<void(double seconds)> &tick = {});
+                 const std::function<void(double seconds)> &tick = {}, AtTarget atTarget = AtTarget::ReadOn);
 
 // In a child between fork and exec (async-signal-safe): moves the process into the cgroup
 // whose procs file this is; exits the child with 126 when it cannot.
