@@ -382,6 +382,10 @@ int runBenchScaling(const QStringList &arguments)
          QStringLiteral("list"), QStringLiteral("default")},
         {QStringLiteral("ddp"), QStringLiteral("PyTorch DDP too: on or off."), QStringLiteral("on|off"),
          QStringLiteral("on")},
+        {QStringLiteral("loop"),
+         QStringLiteral("The plain loop too: on or off (off: Flotilla and DDP are compared with each other and with "
+                        "themselves under --slow-machine or --kill-every, without speedups over the loop)."),
+         QStringLiteral("on|off"), QStringLiteral("on")},
         {QStringLiteral("lr-grid"),
          QStringLiteral("Each contender with W > 1 at the job's learning rate and at that times W, the better kept: "
                         "on or off (the job's rate only)."),
@@ -522,6 +526,7 @@ int runBenchScaling(const QStringList &arguments)
         if (r == QLatin1String("default"))
             r = JobSpec().aggregation.rule;
     const bool lrGrid = parser.value(QStringLiteral("lr-grid")) != QLatin1String("off");
+    const bool withLoop = parser.value(QStringLiteral("loop")) != QLatin1String("off");
     const bool ddp = parser.value(QStringLiteral("ddp")) != QLatin1String("off") && !s.ddpScript.isEmpty()
                      && QFileInfo::exists(s.python);
 
@@ -592,7 +597,7 @@ int runBenchScaling(const QStringList &arguments)
             return spec;
         };
         // The loop on one machine.
-        for (int r = 0; r < repeats; ++r) {
+        for (int r = 0; withLoop && r < repeats; ++r) {
             const QString file = work.filePath(QStringLiteral("%1-loop-%2.json").arg(job.name).arg(r));
             if (auto saved = seeded(job.spec, r).save(file); !saved) {
                 std::fprintf(stderr, "flotilla bench scaling: %s\n", saved.error().toUtf8().constData());
@@ -682,9 +687,9 @@ int runBenchScaling(const QStringList &arguments)
                 "seconds min/med/max", "epochs", "speedup", "eff", "statistical", "hardware");
     std::vector<SpeedupSeries> series;
     for (const auto &[jobName, contenders] : kept) {
+        // Without the loop the rows still say each contender's time and epochs.
         const auto loopIt = contenders.find(QStringLiteral("loop"));
-        if (loopIt == contenders.end() || loopIt->second.empty())
-            continue;
+        const bool hasLoop = loopIt != contenders.end() && !loopIt->second.empty();
         const auto medianOf = [](const std::vector<Attempt> &v, bool epochsToo) {
             std::vector<double> x;
             for (const Attempt &a : v)
@@ -692,9 +697,8 @@ int runBenchScaling(const QStringList &arguments)
                     x.push_back(epochsToo ? double(a.epochs) : a.seconds);
             return x.size() * 2 > v.size() ? spread(x) : Spread{-1, -1, -1};
         };
-        const std::vector<Attempt> &loop = loopIt->second.begin()->second;
-        const Spread loopT = medianOf(loop, false);
-        const Spread loopE = medianOf(loop, true);
+        const Spread loopT = hasLoop ? medianOf(loopIt->second.begin()->second, false) : Spread{-1, -1, -1};
+        const Spread loopE = hasLoop ? medianOf(loopIt->second.begin()->second, true) : Spread{-1, -1, -1};
         for (const auto &[who, byW] : contenders) {
             SpeedupSeries line{QStringLiteral("%1 %2").arg(jobName, who), {}};
             // DDP with one rank is the loop.

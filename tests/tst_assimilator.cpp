@@ -277,13 +277,20 @@ private Q_SLOTS:
     // A round's pieces are balanced in whole batches: shards of 600 positions at batch 32 under
     // rounds of 8 steps are trained as 7 + 6 + 6 steps, so that two workers' leases of a round
     // take about as long (the cut at the bound, 8 + 8 + 3, left one idle for most of a round).
+    // Rounds of pieces of at most `steps` batches of `batch`.
+    static AssimilatorConfig roundsOf(int batch, int steps)
+    {
+        AssimilatorConfig config;
+        config.rounds = true;
+        config.batchSize = batch;
+        config.roundSteps = steps;
+        return config;
+    }
+
     void aRoundsPiecesAreBalanced()
     {
         FakeClock clock;
-        AssimilatorConfig config;
-        config.rounds = true;
-        config.batchSize = 32;
-        config.roundSteps = 8;
+        const AssimilatorConfig config = roundsOf(32, 8);
         auto core = make(clock, QStringLiteral("async-delta"), 1, {600, 600}, config);
         core->setBufferSize(2);
         auto a = core->grant(1);
@@ -299,6 +306,38 @@ private Q_SLOTS:
         QCOMPARE(c->subtask.size(), qint64(192)); // the rest of shard 0, 12 steps: 6 + 6
         QCOMPARE(d->subtask.size(), qint64(192));
         QVERIFY(core->scheduler().checkIntegrity().isEmpty());
+    }
+
+    // A machine three times slower than the fastest of the round trains a third of its piece
+    // (whole batches), so that the round does not wait three times as long for it; one within
+    // kRoundPaceTolerance of the fastest trains a whole piece.
+    void aSlowWorkersRoundPieceIsItsShare()
+    {
+        FakeClock clock;
+        const AssimilatorConfig config = roundsOf(32, 8);
+        auto core = make(clock, QStringLiteral("async-delta"), 1, {600, 600, 600}, config);
+        core->setBufferSize(3);
+        core->reportSpeed(1, 300.0);
+        core->reportSpeed(2, 100.0);
+        core->reportSpeed(3, 270.0);
+        core->setRoundMembers({1, 2, 3});
+        auto a = core->grant(1);
+        auto b = core->grant(2);
+        auto c = core->grant(3);
+        QVERIFY(a && b && c);
+        QCOMPARE(a->subtask.size(), qint64(224)); // 8 steps cut 7 + 6 + 6 of shard 0
+        QCOMPARE(b->subtask.size(), qint64(96));  // 8 / 3 → 3 steps of shard 1
+        QCOMPARE(c->subtask.size(), qint64(224)); // 0.9 of the fastest: a whole piece of shard 2
+        QVERIFY(core->scheduler().checkIntegrity().isEmpty());
+        // Without members (today's local simulator, one worker) nothing is cut.
+        auto plain = make(clock, QStringLiteral("async-delta"), 1, {600, 600}, config);
+        plain->setBufferSize(2);
+        plain->reportSpeed(1, 300.0);
+        plain->reportSpeed(2, 100.0);
+        QVERIFY(plain->grant(1));
+        auto slow = plain->grant(2);
+        QVERIFY(slow);
+        QCOMPARE(slow->subtask.size(), qint64(224));
     }
 
     // Version-synchronous rounds: a round holds one subtask per worker online (the buffer

@@ -94,6 +94,20 @@ bool Assimilator::roundFull() const
     return m_config.rounds && m_scheduler.activeLeaseCount() + int(m_buffer.size()) >= bufferSize();
 }
 
+qint64 Assimilator::pacedRoundCap(qint64 workerId, qint64 roundCap) const
+{
+    double fastest = 0.0;
+    for (const qint64 id : m_roundMembers)
+        fastest = std::max(fastest, speed(id));
+    const double mine = speed(workerId);
+    if (!(fastest > 0) || !(mine > 0) || mine >= kRoundPaceTolerance * fastest)
+        return roundCap;
+    // Whole batches, the nearest to the worker's share, at least one.
+    const qint64 batch = std::max(1, m_config.batchSize);
+    const qint64 steps = std::max<qint64>(1, std::llround(double(roundCap) / double(batch) * mine / fastest));
+    return std::min(roundCap, steps * batch);
+}
+
 std::optional<Scheduler::Grant> Assimilator::grant(qint64 workerId)
 {
     if (roundFull())
@@ -110,6 +124,7 @@ std::optional<Scheduler::Grant> Assimilator::grant(qint64 workerId)
     if (m_config.rounds && m_config.roundSteps > 0 && m_config.localSteps == 0 && bufferSize() > 1) {
         roundCap = std::max<qint64>(1, qint64(m_config.roundSteps) * m_config.batchSize
                                            / std::max(1, m_config.localEpochs));
+        roundCap = pacedRoundCap(workerId, roundCap);
         maxPositions = maxPositions > 0 ? std::min(maxPositions, roundCap) : roundCap;
     }
     // Nothing queued yet: the grant opens an epoch, and takes a whole subtask of it.

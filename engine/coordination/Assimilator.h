@@ -25,8 +25,13 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <vector>
 
 namespace flotilla {
+
+// Rounds: a worker at least this share of the fastest member's speed trains a whole piece
+// (equal machines measure within a few percent of each other); a slower one a share of it.
+constexpr double kRoundPaceTolerance = 0.8;
 
 struct AssimilatorConfig
 {
@@ -120,6 +125,10 @@ public:
     double speed(qint64 workerId) const;
     void reportSpeed(qint64 workerId, double samplesPerSecond);
     void measureSpeed(qint64 workerId, qint64 sampleSteps, double seconds);
+    // Rounds: the workers online, whose speeds pace a round. A worker slower than the fastest
+    // of them (below kRoundPaceTolerance of its speed) gets a piece of its share of the round's
+    // steps, so that its lease ends with the others' instead of holding the round back.
+    void setRoundMembers(std::vector<qint64> workers) { m_roundMembers = std::move(workers); }
 
     // Leases the next subtask to a worker, sized by its speed, based on the current version.
     // With rounds, none while the round is full (roundFull()).
@@ -189,6 +198,8 @@ public:
 
 private:
     bool stateIsFinite() const;
+    // A round's cap for this worker, cut to its speed's share of the fastest member's.
+    qint64 pacedRoundCap(qint64 workerId, qint64 roundCap) const;
     FoldOutcome foldBuffer(bool keepUndo, FoldOutcome out);
 
     struct Pending
@@ -208,6 +219,7 @@ private:
     qint64 m_version = 0;
     torch::Tensor m_snapshot;
     std::map<qint64, double> m_speeds;
+    std::vector<qint64> m_roundMembers;
     double m_lossEma = -1.0;
     std::deque<qint64> m_recentStaleness;
     qint64 m_maxStaleness = 0;

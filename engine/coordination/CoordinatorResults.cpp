@@ -382,13 +382,16 @@ void Coordinator::flushBufferIfDue()
 
 void Coordinator::sizeBuffer()
 {
-    int online = 0;
+    std::vector<qint64> members;
     for (const auto &[id, w] : m_workers)
-        online += w.online ? 1 : 0;
+        if (w.online)
+            members.push_back(id);
+    const int online = int(members.size());
     m_core->setFleetSize(std::max(1, online));
-    // Rounds: one result of every worker online.
+    // Rounds: one result of every worker online, paced by the fastest of them.
     if (m_spec.aggregation.usesRounds()) {
         m_core->setBufferSize(std::max(1, online));
+        m_core->setRoundMembers(std::move(members));
         return;
     }
     if (m_spec.aggregation.buffer != 0)
