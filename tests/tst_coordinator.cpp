@@ -515,6 +515,31 @@ private Q_SLOTS:
         QCOMPARE(c->workerSpeed(w), 0.7 * 2 + 0.3 * 32);
     }
 
+    // Rounds pace a slow machine from the speeds the workers report when they join: its piece
+    // is its share of the fastest's (round(2 × 100/300) = 1 batch of 16), so that the round
+    // does not wait three times as long for it; the round's pieces stay whole batches.
+    void aRoundPacesASlowWorker()
+    {
+        Fixture f;
+        f.spec.aggregation.rounds = true;
+        f.spec.aggregation.roundSteps = 2; // pieces of at most 2 batches of 16
+        auto c = f.open();
+        WorkerInfo fast = test::spotWorker(QStringLiteral("fast"));
+        fast.samplesPerSecond = 300;
+        WorkerInfo slow = test::spotWorker(QStringLiteral("slow"));
+        slow.samplesPerSecond = 100;
+        const qint64 wf = c->workerJoined(fast).value();
+        const qint64 ws = c->workerJoined(slow).value();
+        auto a = c->requestSubtask(wf);
+        auto b = c->requestSubtask(ws);
+        QVERIFY(a && b);
+        QCOMPARE(a->end - a->begin, qint64(32)); // a shard of 40 positions: 2 batches, then the rest
+        QCOMPARE(b->end - b->begin, qint64(16));
+        QCOMPARE(c->submitResult(wf, fakeResult(*a)).status, SubmitStatus::Held); // waits for the round
+        QCOMPARE(c->submitResult(ws, fakeResult(*b)).status, SubmitStatus::Assimilated);
+        QVERIFY(c->requestSubtask(ws));
+    }
+
     void silentWorkerIsDeclaredGone()
     {
         Fixture f;
