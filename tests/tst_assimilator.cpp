@@ -308,26 +308,28 @@ private Q_SLOTS:
         QVERIFY(core->scheduler().checkIntegrity().isEmpty());
     }
 
-    // A machine three times slower than the fastest of the round trains a third of its piece
-    // (whole batches), so that the round does not wait three times as long for it; one within
-    // kRoundPaceTolerance of the fastest trains a whole piece.
+    // A machine three times slower than the round's pace (the members' median speed) trains a
+    // third of a piece (whole batches), so that the round does not wait three times as long
+    // for it; one within kRoundPaceTolerance of the pace trains a whole piece. A member that
+    // claims an absurd speed (a hostile worker) does not move the median.
     void aSlowWorkersRoundPieceIsItsShare()
     {
         FakeClock clock;
         const AssimilatorConfig config = roundsOf(32, 8);
         auto core = make(clock, QStringLiteral("async-delta"), 1, {600, 600, 600}, config);
-        core->setBufferSize(3);
+        core->setBufferSize(4);
         core->reportSpeed(1, 300.0);
         core->reportSpeed(2, 100.0);
         core->reportSpeed(3, 270.0);
-        core->setRoundMembers({1, 2, 3});
+        core->reportSpeed(4, 1e12);
+        core->setRoundMembers({1, 2, 3, 4});
         auto a = core->grant(1);
         auto b = core->grant(2);
         auto c = core->grant(3);
         QVERIFY(a && b && c);
         QCOMPARE(a->subtask.size(), qint64(224)); // 8 steps cut 7 + 6 + 6 of shard 0
         QCOMPARE(b->subtask.size(), qint64(96));  // 8 / 3 → 3 steps of shard 1
-        QCOMPARE(c->subtask.size(), qint64(224)); // 0.9 of the fastest: a whole piece of shard 2
+        QCOMPARE(c->subtask.size(), qint64(224)); // 0.9 of the pace: a whole piece of shard 2
         QVERIFY(core->scheduler().checkIntegrity().isEmpty());
         // Without members (today's local simulator, one worker) nothing is cut.
         auto plain = make(clock, QStringLiteral("async-delta"), 1, {600, 600}, config);

@@ -96,15 +96,24 @@ bool Assimilator::roundFull() const
 
 qint64 Assimilator::pacedRoundCap(qint64 workerId, qint64 roundCap) const
 {
-    double fastest = 0.0;
+    // The pace is the members' median speed (the upper one of an even count), not the
+    // fastest's: a worker that claims a speed it does not have (speeds are the workers' own
+    // reports and timings) cannot shrink everyone else's pieces unless it is half the fleet.
+    std::vector<double> known;
     for (const qint64 id : m_roundMembers)
-        fastest = std::max(fastest, speed(id));
+        if (const double v = speed(id); v > 0)
+            known.push_back(v);
     const double mine = speed(workerId);
-    if (!(fastest > 0) || !(mine > 0) || mine >= kRoundPaceTolerance * fastest)
+    if (known.empty() || !(mine > 0))
+        return roundCap;
+    const auto middle = known.begin() + std::ptrdiff_t(known.size() / 2);
+    std::nth_element(known.begin(), middle, known.end());
+    const double pace = *middle;
+    if (mine >= kRoundPaceTolerance * pace)
         return roundCap;
     // Whole batches, the nearest to the worker's share, at least one.
     const qint64 batch = std::max(1, m_config.batchSize);
-    const qint64 steps = std::max<qint64>(1, std::llround(double(roundCap) / double(batch) * mine / fastest));
+    const qint64 steps = std::max<qint64>(1, std::llround(double(roundCap) / double(batch) * mine / pace));
     return std::min(roundCap, steps * batch);
 }
 

@@ -29,7 +29,7 @@
 
 namespace flotilla {
 
-// Rounds: a worker at least this share of the fastest member's speed trains a whole piece
+// Rounds: a worker at least this share of the members' median speed trains a whole piece
 // (equal machines measure within a few percent of each other); a slower one a share of it.
 constexpr double kRoundPaceTolerance = 0.8;
 
@@ -125,9 +125,9 @@ public:
     double speed(qint64 workerId) const;
     void reportSpeed(qint64 workerId, double samplesPerSecond);
     void measureSpeed(qint64 workerId, qint64 sampleSteps, double seconds);
-    // Rounds: the workers online, whose speeds pace a round. A worker slower than the fastest
-    // of them (below kRoundPaceTolerance of its speed) gets a piece of its share of the round's
-    // steps, so that its lease ends with the others' instead of holding the round back.
+    // Rounds: the workers online, whose median speed paces a round. A worker slower than that
+    // (below kRoundPaceTolerance of it) gets its share of the round's steps, so that its lease
+    // ends with the others' instead of holding the round back.
     void setRoundMembers(std::vector<qint64> workers) { m_roundMembers = std::move(workers); }
 
     // Leases the next subtask to a worker, sized by its speed, based on the current version.
@@ -198,7 +198,7 @@ public:
 
 private:
     bool stateIsFinite() const;
-    // A round's cap for this worker, cut to its speed's share of the fastest member's.
+    // A round's cap for this worker, cut to its speed's share of the members' median.
     qint64 pacedRoundCap(qint64 workerId, qint64 roundCap) const;
     FoldOutcome foldBuffer(bool keepUndo, FoldOutcome out);
 
