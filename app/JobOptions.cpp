@@ -109,7 +109,7 @@ const Flag kFlags[] = {
                      "sync-average."},
     {"alpha", "a", "VC-ASGD: the weight the global model keeps, W <- a*W + (1-a)*W_c."},
     {"outer-lr", "rate", "async-delta: the outer learning rate applied to each result's change (default 1)."},
-    {"outer-momentum", "m", "async-delta: outer (Nesterov) momentum on the changes (default 0: none)."},
+    {"outer-momentum", "m", "async-delta: outer (Nesterov) momentum on the changes (default 0.9; 0: none, with --outer-scaled off)."},
     {"momentum-period", "n", "async-delta with outer momentum: update the momentum once every n results (Delayed "
                              "Nesterov; 0 = the number of workers online; default 1)."},
     {"staleness-damping", "p", "async-delta: a result s versions stale counts (1+s)^-p (default 1; 0: fully)."},
@@ -122,6 +122,9 @@ const Flag kFlags[] = {
                                "worker; with N, momentum --outer-momentum and rate --outer-lr x N x (1 - momentum))."},
     {"largest-fleet-step", "L", "async-delta with --outer-scaled: the fleet's factor on the outer rate is at most L "
                                 "(default 4)."},
+    {"adaptive-fleet-step", "on|off", "Rounds with --outer-scaled: the fleet's factor follows the round's gain ratio "
+                                      "(the workers' changes' mean square over the square of their mean), weighed against L "
+                                      "over the first 32 rounds, within 1..L (default on)."},
     {"normalize-staleness", "on|off", "async-delta: staleness weights divided by their running mean (fold weight about "
                                       "1), reached over the first epoch."},
     {"worker-momentum-scaled", "on|off", "Workers' momentum falls with the workers online: 1 - N x (1 - momentum)."},
@@ -243,6 +246,7 @@ static Result<void> applyFlags(const QCommandLineParser &p, JobSpec &job)
         onOff("rounds", job.aggregation.rounds),
         onOff("outer-scaled", job.aggregation.outerScaledByFleet),
         integer("largest-fleet-step", job.aggregation.largestFleetStep),
+        onOff("adaptive-fleet-step", job.aggregation.adaptiveFleetStep),
         onOff("normalize-staleness", job.aggregation.normalizeStaleness),
         onOff("worker-momentum-scaled", job.aggregation.workerMomentumScaledByFleet),
         number("lease-timeout", job.fleet.leaseTimeoutSeconds),

@@ -222,6 +222,8 @@ Result<void> applyParityRule(JobSpec &job, const QString &text)
             a.outerScaledByFleet = v != 0;
         else if (name == QLatin1String("largest-step"))
             a.largestFleetStep = int(v);
+        else if (name == QLatin1String("adaptive"))
+            a.adaptiveFleetStep = v != 0;
         else if (name == QLatin1String("normalize"))
             a.normalizeStaleness = v != 0;
         else if (name == QLatin1String("worker-momentum-scaled"))
@@ -230,7 +232,7 @@ Result<void> applyParityRule(JobSpec &job, const QString &text)
             job.training.learningRate *= v; // the linear scaling rule, as DDP is tuned
         else
             return fail(QStringLiteral("unknown setting '%1' in rule '%2' (alpha, damping, outer-lr, outer-momentum, "
-                                       "period, exponent, buffer, rounds, round-steps, outer-scaled, largest-step, normalize, "
+                                       "period, exponent, buffer, rounds, round-steps, outer-scaled, largest-step, adaptive, normalize, "
                                        "worker-momentum-scaled, lr-times)")
                             .arg(name, text));
     }

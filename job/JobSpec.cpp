@@ -88,6 +88,7 @@ void forEachField(Job &job, Visit &&visit)
     visit("aggregation.round_steps", job.aggregation.roundSteps);
     visit("aggregation.outer_scaled_by_fleet", job.aggregation.outerScaledByFleet);
     visit("aggregation.largest_fleet_step", job.aggregation.largestFleetStep);
+    visit("aggregation.adaptive_fleet_step", job.aggregation.adaptiveFleetStep);
     visit("aggregation.normalize_staleness", job.aggregation.normalizeStaleness);
     visit("aggregation.worker_momentum_scaled_by_fleet", job.aggregation.workerMomentumScaledByFleet);
     visit("fleet.workers", job.fleet.workers);
@@ -351,6 +352,10 @@ Result<JobSpec> JobSpec::fromJson(const QJsonObject &json)
         job.aggregation.outerScaledByFleet = false;
         job.aggregation.outerMomentum = 0.0;
     }
+    // One written with rounds before the adaptive fleet step keeps the fixed factor.
+    if (const QJsonValue a = json.value(QStringLiteral("aggregation"));
+        a.isObject() && !a.toObject().contains(QStringLiteral("adaptive_fleet_step")))
+        job.aggregation.adaptiveFleetStep = false;
     QSet<QString> known;
     QString error;
     forEachField(job, [&](const char *path, auto &field) {
@@ -566,6 +571,22 @@ QString JobSpec::fieldOf(const QString &problem)
     if (!problem.startsWith(u'\''))
         return {};
     return problem.mid(1, problem.indexOf(u'\'', 1) - 1);
+}
+
+QStringList JobSpec::cautions() const
+{
+    QStringList out;
+    // The fleet's step is min(N, L) times one worker's; outer momentum is what spreads it over
+    // rounds. Without it the whole step lands at once, and on Fashion-MNIST with 4 workers the
+    // loss climbed from 0.93 to 1.79 within one epoch (docs/algorithms.md).
+    if (aggregation.rule == QLatin1String("async-delta") && aggregation.outerScaledByFleet
+        && aggregation.outerMomentum == 0.0 && aggregation.largestFleetStep > 1)
+        out << QStringLiteral("'aggregation.outer_momentum' is 0 while 'aggregation.outer_scaled_by_fleet' is on: "
+                              "with several workers each step is up to %1 times one worker's with no momentum to "
+                              "spread it, which diverged on Fashion-MNIST with 4 workers; keep outer_momentum at "
+                              "0.9, or turn outer_scaled_by_fleet off (--outer-scaled off) for plain changes")
+                   .arg(aggregation.largestFleetStep);
+    return out;
 }
 
 QString JobSpec::describedName() const

@@ -140,6 +140,12 @@ struct AggregationSpec
     // L above: the largest fleet factor. Past about four a fleet's step stopped paying and
     // diverged on a small job; a large data set, with a larger critical batch, may take more.
     int largestFleetStep = 4;
+    // Rounds with outer_scaled_by_fleet: the fleet factor follows the rounds' gain ratio (as
+    // AdaScale's), r = E|Δ_i|² / |mean Δ|², running means over about ten rounds started at
+    // min(N, L), within [1, min(N, L)]: near 1 while the workers' changes agree (a larger step
+    // would only overshoot), near N where their noise dominates (the mean of N is worth N
+    // steps). The default since 2026-12-07 (docs/algorithms.md, "Choosing the default").
+    bool adaptiveFleetStep = true;
     // async-delta: each result's weight (1 + s)^-d divided by the running mean of those
     // weights, so that the mean fold weight is about 1 whatever the staleness, reached over
     // the first epoch from the plain damped weights (about 1/N).
@@ -234,6 +240,9 @@ struct JobSpec
     // ("'training.epochs' is 0; ..."), which fieldOf() returns.
     QStringList problems() const;
     static QString fieldOf(const QString &problem);
+    // Settings that are valid but known to train badly, each naming its fields and the cure;
+    // the coordinator logs them when it opens the job.
+    QStringList cautions() const;
 };
 
 // auto, cpu, cuda (the first GPU) or cuda:N.

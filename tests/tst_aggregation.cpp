@@ -49,6 +49,26 @@ AggregationSpec plainDelta()
 }
 
 // A round's fold (aggregation.rounds) with the outer settings following the fleet.
+// The rule for four workers online and an epoch of one shard, its state at W = (0, 0).
+std::unique_ptr<AggregationRule> fourWorkerRule(const AggregationSpec &spec, AggregationState &state)
+{
+    auto rule = createAggregationRule(spec).value();
+    rule->setFleetSize(4);
+    rule->setEpochSize(1);
+    state.weights = vec({0, 0});
+    rule->initialize(state);
+    return rule;
+}
+
+// A round of four changes (1, ±spread) from the weights as they are, folded.
+bool foldSpreadRound(AggregationRule &rule, AggregationState &state, float spread)
+{
+    const torch::Tensor base = state.weights.clone();
+    for (int i = 0; i < 4; ++i)
+        rule.gather(state, Contribution{base + vec({1, i % 2 ? spread : -spread}), base, 1.0, 0});
+    return rule.foldGathered(state);
+}
+
 AggregationSpec roundsSpec(double perWorkerRate, double momentum)
 {
     AggregationSpec spec = plainDelta();
@@ -57,6 +77,7 @@ AggregationSpec roundsSpec(double perWorkerRate, double momentum)
     spec.outerLearningRate = perWorkerRate;
     spec.outerMomentum = momentum;
     spec.nesterov = true;
+    spec.adaptiveFleetStep = false; // the fixed factor min(N, L); the gain's own test turns it on
     return spec;
 }
 
@@ -747,6 +768,52 @@ private Q_SLOTS:
             QVERIFY2(std::abs(s.weights.item<float>() - before - expected) < 1e-3 * expected,
                      qPrintable(QStringLiteral("round %1 moved W by %2").arg(round).arg(s.weights.item<float>() - before)));
         }
+    }
+
+    // adaptive_fleet_step: the gain ratio E|Δ_i|² / |mean Δ|², both running means (0.9 old,
+    // 0.1 new) started at the fixed factor's ratio min(N, L) = 4 and the ratio within [1, K];
+    // the factor weighs it against 4 as n rounds against 32: (32·4 + n·r)/(32 + n). Four
+    // workers, rate 1, no momentum, an epoch of one shard (the warmup over once a round is in):
+    // round 1: Δ_i = (1, ±1): E = 2, mean² = 1; E starts at 4 → 3.8, r 3.8; warmup 0 → W = (1, 0)
+    // round 2: the same: E = 3.62, F = (128 + 2·3.62)/34 = 3.97765 → W = (4.97765, 0)
+    // round 3: Δ_i = (1, 0), all agree: E = 3.358, F = (128 + 3·3.358)/35 → W = (8.92262, 0)
+    // round 4: Δ_i = (1, ±7): E = 8.0222, r within 4, F = 4 → W = (12.92262, 0)
+    // then agreeing rounds: r = min(4, 1 + 7.0222·0.9^k), and F = (128 + (4 + k)·r)/(36 + k).
+    // The fixed factor (the default before) moves W by 4 a round from round 2 on.
+    void anAdaptiveFleetStepFollowsTheGainRatio()
+    {
+        AggregationSpec spec = roundsSpec(1.0, 0.0);
+        spec.adaptiveFleetStep = true;
+        AggregationState s;
+        auto r = fourWorkerRule(spec, s);
+        const auto round = [&](float spread) { QVERIFY(foldSpreadRound(*r, s, spread)); };
+        round(1);
+        expectEqual(s.weights, {1, 0});
+        round(1);
+        expectEqual(s.weights, {4.97765f, 0});
+        round(0);
+        expectEqual(s.weights, {8.92262f, 0});
+        round(7);
+        expectEqual(s.weights, {12.92262f, 0});
+        for (const int k : {1, 40, 400}) {
+            float before = 0;
+            for (int done = 0; done < (k == 1 ? 1 : k == 40 ? 39 : 360); ++done) {
+                before = s.weights[0].item<float>();
+                round(0);
+            }
+            const double r = std::min(4.0, 1.0 + 7.0222 * std::pow(0.9, k)); // within [1, K]
+            const double expected = (32.0 * 4 + (4 + k) * r) / (36 + k);
+            const double last = s.weights[0].item<float>() - before;
+            QVERIFY2(std::abs(last - expected) < 2e-3,
+                     qPrintable(QStringLiteral("agreeing round %1 moved W by %2, not %3").arg(k).arg(last).arg(expected)));
+        }
+        // Off, the same rounds move W by 1, then 4 each.
+        spec.adaptiveFleetStep = false;
+        AggregationState f;
+        auto fixed = fourWorkerRule(spec, f);
+        for (const float spread : {1.0f, 1.0f, 0.0f, 7.0f})
+            QVERIFY(foldSpreadRound(*fixed, f, spread));
+        expectEqual(f.weights, {13, 0});
     }
 
     // normalize_staleness: weights (1+s)^-1 divided by their running mean (an exponential

@@ -61,6 +61,7 @@ JobSpec customJob()
     j.aggregation.nesterov = false;
     j.aggregation.buffer = 16;
     j.aggregation.largestFleetStep = 6;
+    j.aggregation.adaptiveFleetStep = true;
     j.fleet.workers = 7;
     j.fleet.leaseTimeoutSeconds = 45.5;
     j.fleet.epochsAhead = 3;
@@ -174,6 +175,7 @@ private Q_SLOTS:
         QCOMPARE(back->training.weightDecay, 1e-4);
         QCOMPARE(back->aggregation.nesterov, false);
         QCOMPARE(back->aggregation.largestFleetStep, 6);
+        QVERIFY(back->aggregation.adaptiveFleetStep);
         QCOMPARE(back->fleet.leaseTimeoutSeconds, 45.5);
         QCOMPARE(back->fleet.preemption.rejoinDelaySeconds, 9.0);
         QCOMPARE(json.value(QStringLiteral("training")).toObject().value(QStringLiteral("batch_size")).toInt(), 8);
@@ -189,6 +191,32 @@ private Q_SLOTS:
         auto empty = JobSpec::fromJson(QJsonObject{});
         QVERIFY2(empty.ok(), qPrintable(empty.error()));
         QCOMPARE(empty->toJson(), JobSpec().toJson());
+    }
+
+    // A job file trains as it was written to: one whose aggregation section predates rounds
+    // keeps the damped rule, one that predates the adaptive fleet step keeps the fixed factor.
+    void olderJobFilesKeepTheAggregationTheyWereWrittenFor()
+    {
+        const auto withAggregation = [](const QJsonObject &a) {
+            return JobSpec::fromJson(QJsonObject{{QStringLiteral("aggregation"), a}});
+        };
+        auto damped = withAggregation(QJsonObject{{QStringLiteral("rule"), QStringLiteral("async-delta")}});
+        QVERIFY2(damped.ok(), qPrintable(damped.error()));
+        QVERIFY(!damped->aggregation.rounds);
+        QVERIFY(!damped->aggregation.outerScaledByFleet);
+        QCOMPARE(damped->aggregation.outerMomentum, 0.0);
+        QVERIFY(!damped->aggregation.adaptiveFleetStep);
+        auto fixed = withAggregation(QJsonObject{{QStringLiteral("rounds"), true}});
+        QVERIFY2(fixed.ok(), qPrintable(fixed.error()));
+        QVERIFY(fixed->aggregation.rounds);
+        QVERIFY(fixed->aggregation.outerScaledByFleet);
+        QVERIFY(!fixed->aggregation.adaptiveFleetStep);
+        auto current = withAggregation(QJsonObject{{QStringLiteral("rounds"), true},
+                                                   {QStringLiteral("adaptive_fleet_step"), true}});
+        QVERIFY2(current.ok(), qPrintable(current.error()));
+        QCOMPARE(current->toJson(), JobSpec().toJson());
+        // No aggregation section at all: today's defaults.
+        QVERIFY(JobSpec::fromJson(QJsonObject{})->aggregation.adaptiveFleetStep);
     }
 
     void shippedDefaultFileIsTheDefaultJob()
@@ -345,6 +373,26 @@ private Q_SLOTS:
         job.aggregation.rule = QStringLiteral("staleness-aware");
         job.aggregation.buffer = 8;
         QVERIFY2(job.validate().ok(), qPrintable(job.validate().error()));
+    }
+
+    // Outer momentum 0 under a fleet-scaled step is valid but diverged: a caution names both
+    // fields and the cure; the default job and plain changes have none.
+    void aFleetStepWithoutOuterMomentumIsCautioned()
+    {
+        JobSpec job = JobSpec::defaultJob();
+        QVERIFY2(job.cautions().isEmpty(), qPrintable(job.cautions().join(u'\n')));
+        job.aggregation.outerMomentum = 0.0;
+        QVERIFY(job.validate().ok());
+        QCOMPARE(job.cautions().size(), 1);
+        const QString caution = job.cautions().constFirst();
+        QVERIFY2(caution.startsWith(QLatin1String("'aggregation.outer_momentum' is 0")), qPrintable(caution));
+        QVERIFY2(caution.contains(QLatin1String("outer_scaled_by_fleet")), qPrintable(caution));
+        QVERIFY2(caution.contains(QLatin1String("4 times")), qPrintable(caution));
+        job.aggregation.outerScaledByFleet = false;
+        QVERIFY(job.cautions().isEmpty());
+        job.aggregation.outerScaledByFleet = true;
+        job.aggregation.largestFleetStep = 1;
+        QVERIFY(job.cautions().isEmpty());
     }
 
     void validateNamesTheField()

@@ -1,7 +1,9 @@
 #include "engine/coordination/Aggregation.h"
+#include "common/LogCategories.h"
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace flotilla {
@@ -151,7 +153,7 @@ public:
     AsyncDelta(const AggregationSpec &spec, const WeightSegments &segments)
         : m_lr(spec.outerLearningRate), m_momentum(spec.outerMomentum), m_nesterov(spec.nesterov),
           m_period(spec.momentumPeriod), m_damping(spec.stalenessDamping), m_scaled(spec.outerScaledByFleet), m_largestStep(spec.largestFleetStep),
-          m_normalize(spec.normalizeStaleness), m_rounds(spec.usesRounds()), m_ranges(segments)
+          m_adaptive(spec.adaptiveFleetStep && spec.usesRounds()), m_normalize(spec.normalizeStaleness), m_rounds(spec.usesRounds()), m_ranges(segments)
     {
     }
     void setFleetSize(int workers) override { m_fleet = std::max(1, workers); }
@@ -199,6 +201,12 @@ public:
         }
         torch::Tensor delta = m_ranges.parameters(m_sum);
         const double weight = c.credit * weightOf(c);
+        if (m_adaptive) {
+            if (m_gathered == 0)
+                m_squareSum = 0.0;
+            const torch::Tensor own = m_ranges.parameters(c.result) - m_ranges.parameters(c.base);
+            m_squareSum += c.credit * own.dot(own).item<double>();
+        }
         m_plainCredit += c.credit;
         delta.add_(m_ranges.parameters(c.result), weight).sub_(m_ranges.parameters(c.base), weight);
         if (m_ranges.hasBuffers())
@@ -215,6 +223,8 @@ public:
         // results are pieces of one step of the fleet's, however the subtasks were cut.
         const double k = m_rounds ? std::max(1e-12, m_plainCredit) : double(m_gathered);
         m_delta = m_ranges.parameters(m_sum).div_(k);
+        if (m_adaptive && m_gathered >= 2)
+            updateGain(m_squareSum / k, m_delta.dot(m_delta).item<double>());
         const double rateOfThisFold = rate(state);
         step(state, m_plainCredit);
         if (m_ranges.hasBuffers() && m_creditSum > 0) {
@@ -269,6 +279,33 @@ private:
         m_credits += c.credit;
         return d * (1.0 + (1.0 / std::max(1e-6, m_meanDamping) - 1.0) * progress);
     }
+    // AdaScale's gain ratio from a round's K changes: their mean square E|Δ_i|² estimates
+    // |G|² + σ², the square of their mean |G|² + σ²/K, so the ratio is (σ² + |G|²)/(σ²/K + |G|²),
+    // in [1, K]. Both are running means over about ten rounds (one round's ratio is noisy),
+    // started at the fixed factor's ratio, min(N, L). The factor used weighs that ratio
+    // against min(N, L) as n rounds measured against kGainPriorRounds: a job of a few dozen
+    // rounds (a small data set, where the linear scaling rule reached its target soonest)
+    // keeps most of the fixed factor, a long one goes by what its rounds measure.
+    static constexpr double kGainPriorRounds = 32;
+    void updateGain(double meanSquare, double squareOfMean)
+    {
+        if (!std::isfinite(meanSquare) || !std::isfinite(squareOfMean))
+            return;
+        if (m_gainRounds == 0) {
+            m_squareOfMean = squareOfMean;
+            m_meanSquare = double(std::min(m_fleet, m_largestStep)) * squareOfMean;
+        }
+        const double a = 0.1;
+        m_meanSquare += a * (meanSquare - m_meanSquare);
+        m_squareOfMean += a * (squareOfMean - m_squareOfMean);
+        ++m_gainRounds;
+        const double measured =
+            m_squareOfMean > 0 ? std::clamp(m_meanSquare / m_squareOfMean, 1.0, double(m_gathered)) : 1.0;
+        const double n = double(m_gainRounds);
+        m_gain = (kGainPriorRounds * double(std::min(m_fleet, m_largestStep)) + n * measured) / (kGainPriorRounds + n);
+        qCDebug(lcEngine, "round of %d: gain %.3f (measured %.3f, this round %.3f)", m_gathered, m_gain, measured,
+                squareOfMean > 0 ? meanSquare / squareOfMean : 0.0);
+    }
     int period() const { return m_period > 0 ? m_period : m_fleet; }
     // The outer settings in force: the job's, or with outer_scaled_by_fleet those the workers
     // online call for (the plain sum of one worker's changes when it is alone).
@@ -286,7 +323,8 @@ private:
         if (m_fleet < 2)
             return 1.0;
         const double warm = std::clamp(state.foldedCredit / double(m_epochSize), 0.0, 1.0);
-        const double factor = m_lr * double(std::min(m_fleet, m_largestStep));
+        const double largest = double(std::min(m_fleet, m_largestStep));
+        const double factor = m_lr * (m_adaptive ? std::clamp(m_gain, 1.0, largest) : largest);
         return (1.0 + (factor - 1.0) * warm) * (1.0 - m_momentum);
     }
 
@@ -356,6 +394,7 @@ private:
     double m_damping; // d
     bool m_scaled;    // outer_scaled_by_fleet
     int m_largestStep; // largest_fleet_step: L of the fleet's factor
+    bool m_adaptive;  // adaptive_fleet_step (rounds only)
     bool m_normalize; // normalize_staleness
     bool m_rounds;    // rounds: a round's results are averaged by credit, not scaled by it
     int m_fleet = 1;
@@ -369,6 +408,11 @@ private:
     torch::Tensor m_sum;   // gathered: Σ c_i·Δ_i (parameters), Σ c_i·B_i (buffers), the largest counters
     double m_creditSum = 0.0;
     double m_plainCredit = 0.0; // gathered: Σ c_i
+    double m_squareSum = 0.0;   // gathered, adaptive_fleet_step: Σ c_i·|Δ_i|²
+    double m_meanSquare = 0.0;  // adaptive_fleet_step: running means of E|Δ_i|² and |mean Δ|²
+    double m_squareOfMean = 0.0;
+    qint64 m_gainRounds = 0;
+    double m_gain = 1.0;        // their ratio, within [1, K]
 };
 
 class SyncAverage final : public AggregationRule

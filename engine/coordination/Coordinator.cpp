@@ -92,6 +92,8 @@ Result<std::unique_ptr<Coordinator>> Coordinator::open(const JobSpec &spec, cons
     }
     if (auto valid = c->m_spec.validate(); !valid)
         return valid.takeError();
+    for (const QString &caution : c->m_spec.cautions())
+        qCWarning(lcEngine).noquote() << "job" << c->m_spec.name << "-" << caution;
     c->m_board = RunBoard::open(c->m_runDir, c->m_spec, double(clock->nowMs()) / 1000.0);
     c->m_best = BestModelWatch(c->m_spec.training.bestMetric, c->m_spec.training.earlyStopAfter);
 
