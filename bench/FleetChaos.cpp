@@ -51,6 +51,7 @@ struct JobAudit
     int epochs = 0;
     qint64 assimilated = 0;
     int quarantined = 0; // worker-quarantined events
+    QStringList quarantines; // what each of them says
     int overBudget = 0;  // worker-over-budget events
 };
 
@@ -80,8 +81,11 @@ JobAudit auditJob(const QueuedJob &row)
         }
         if (auto a = (*store)->assimilations(id))
             out.assimilated = qint64(a->size());
-        if (auto q = (*store)->events(id, EventKind::WorkerQuarantined))
+        if (auto q = (*store)->events(id, EventKind::WorkerQuarantined)) {
             out.quarantined = int(q->size());
+            for (const auto &e : *q)
+                out.quarantines << e.detail.left(400);
+        }
         if (auto b = (*store)->events(id, EventKind::WorkerOverBudget))
             out.overBudget = int(b->size());
     }
@@ -417,6 +421,8 @@ int runFleetChaos(const QCommandLineParser &parser, JobSpec job)
             problems << QStringLiteral("job %1 is %2 in the queue: %3").arg(row.name, row.state, row.message.left(300));
         if (!a.verdict.isEmpty())
             problems << QStringLiteral("job %1: %2").arg(row.name, a.verdict);
+        for (const QString &why : a.quarantines)
+            problems << QStringLiteral("job %1 quarantined %2").arg(row.name, why);
         std::printf("  %-10s %-9s %-10s %-8d %-12lld %-11d %s\n", row.name.toUtf8().constData(),
                     row.state.toUtf8().constData(), row.submitter.toUtf8().constData(), a.epochs,
                     static_cast<long long>(a.assimilated), a.quarantined, a.verdict.isEmpty() ? "yes" : "NO");
