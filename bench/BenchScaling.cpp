@@ -26,6 +26,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -51,6 +52,7 @@ struct Attempt
     int epochs = 0;      // to the target
     std::vector<EpochLine> curve;
     QString note;
+    double waitingShare = -1; // Flotilla: its workers' time between a result and the next grant
 };
 
 struct Settings
@@ -82,6 +84,26 @@ double targetFor(const QString &job, const std::map<QString, double> &targets)
     if (const auto it = targets.find(job); it != targets.end())
         return it->second;
     return job == QLatin1String("shapes") || job == QLatin1String("bn-cnn") ? 0.95 : 0.90;
+}
+
+// The share of its time a fleet run's workers waited between a result and the next grant, up
+// to `untilMs` (< 0: the whole run); -1 where the store cannot be read.
+double workersWaiting(const QString &runDir, qint64 untilMs)
+{
+    if (runDir.isEmpty())
+        return -1;
+    auto store = Store::open(runDir + QStringLiteral("/flotilla.db"));
+    if (!store)
+        return -1;
+    auto job = (*store)->latestJob();
+    if (!job || !job->has_value())
+        return -1;
+    std::vector<EventRecord> events;
+    for (const EventKind kind : {EventKind::LeaseGranted, EventKind::ResultBuffered, EventKind::ResultAssimilated,
+                                 EventKind::LeaseLost, EventKind::LeaseHandedBack})
+        if (auto some = (*store)->events((**job).id, kind))
+            events.insert(events.end(), some->begin(), some->end());
+    return splitWorkerTime(std::move(events), untilMs < 0 ? std::numeric_limits<qint64>::max() : untilMs).waitingShare();
 }
 
 // Flotilla on an emulated fleet: a `flotilla serve` on the coordinator's machine and W
@@ -252,6 +274,7 @@ Attempt runFleet(const JobSpec &spec, int workers, double target, const Machines
     if (a.seconds < 0)
         a.note = serve.seconds() > s.maxSeconds ? QStringLiteral("not reached in %1 s").arg(s.maxSeconds)
                                                 : QStringLiteral("the job ended without reaching the target");
+    a.waitingShare = workersWaiting(runDir, a.seconds >= 0 ? t0 + qint64(a.seconds * 1000.0) : -1);
     for (auto &w : fleet)
         if (w)
             w->stop();
@@ -347,6 +370,43 @@ bool better(const std::vector<Attempt> &a, const std::vector<Attempt> &b)
 void setSpeedupChartWriter(SpeedupChartWriter writer)
 {
     chartWriter() = std::move(writer);
+}
+
+WorkerTimeSplit splitWorkerTime(std::vector<EventRecord> events, qint64 untilMs)
+{
+    std::sort(events.begin(), events.end(), [](const EventRecord &a, const EventRecord &b) {
+        return a.atMs != b.atMs ? a.atMs < b.atMs : a.id < b.id;
+    });
+    struct Worker
+    {
+        qint64 grantedMs = -1; // a lease is being trained since then
+        qint64 resultMs = -1;  // its result came then; the wait for the next grant runs
+    };
+    std::map<qint64, Worker> workers;
+    WorkerTimeSplit out;
+    for (const EventRecord &e : events) {
+        if (e.atMs > untilMs || e.workerId <= 0)
+            continue;
+        Worker &w = workers[e.workerId];
+        if (e.is(EventKind::LeaseGranted)) {
+            if (w.resultMs >= 0)
+                out.waitingSeconds += double(e.atMs - w.resultMs) / 1000.0;
+            w.grantedMs = e.atMs;
+            w.resultMs = -1;
+        } else if (e.is(EventKind::ResultBuffered) || e.is(EventKind::ResultAssimilated)) {
+            // The first of the two is when the result came (a round's result is buffered, then
+            // assimilated at the round's fold).
+            if (w.grantedMs >= 0) {
+                out.trainingSeconds += double(e.atMs - w.grantedMs) / 1000.0;
+                w.resultMs = e.atMs;
+                w.grantedMs = -1;
+            }
+        } else if (w.grantedMs >= 0) { // lost or handed back: no result, no wait
+            w.grantedMs = -1;
+            w.resultMs = -1;
+        }
+    }
+    return out;
 }
 
 int runBenchScaling(const QStringList &arguments)
@@ -537,7 +597,8 @@ int runBenchScaling(const QStringList &arguments)
             std::fprintf(stderr, "flotilla bench scaling: cannot write %s\n", csv.fileName().toUtf8().constData());
             return ExitFailure;
         }
-        csv.write("job,contender,setting,workers,repeat,target,epochs_to_target,seconds_to_target,curve,note\n");
+        csv.write("job,contender,setting,workers,repeat,target,epochs_to_target,seconds_to_target,curve,note,"
+                  "workers_waiting_share\n");
     }
     std::printf("Scaling: machines of %g core(s) (%s), the coordinator on one of %g%s%s%s; warmup %g epoch(s); %d "
                 "repeat(s)\n",
@@ -569,9 +630,12 @@ int runBenchScaling(const QStringList &arguments)
                                          .toUtf8().constData()
                                    : "not reached",
                     a.note.isEmpty() ? "" : QStringLiteral(" (%1)").arg(a.note).toUtf8().constData());
+        if (a.waitingShare >= 0)
+            std::printf("      its workers waited %.0f%% of their time between a result and their next lease\n",
+                        100.0 * a.waitingShare);
         std::fflush(stdout);
         if (csv.isOpen()) {
-            csv.write(QStringLiteral("%1,%2,\"%3\",%4,%5,%6,%7,%8,%9,\"%10\"\n")
+            csv.write(QStringLiteral("%1,%2,\"%3\",%4,%5,%6,%7,%8,%9,\"%10\",%11\n")
                           .arg(a.job, a.contender, a.setting)
                           .arg(a.workers)
                           .arg(a.repeat + 1)
@@ -580,6 +644,7 @@ int runBenchScaling(const QStringList &arguments)
                           .arg(a.seconds >= 0 ? QString::number(a.seconds, 'f', 2) : QString())
                           .arg(curve.join(u' '))
                           .arg(QString(a.note).replace(u'"', u'\''))
+                          .arg(a.waitingShare >= 0 ? QString::number(a.waitingShare, 'f', 3) : QString())
                           .toUtf8());
             csv.flush();
         }

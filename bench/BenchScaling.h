@@ -12,6 +12,7 @@
 // every so many seconds) or far apart (each worker's connection through the link shaper).
 
 #include "common/Result.h"
+#include "job/Records.h"
 
 #include <QString>
 #include <QStringList>
@@ -22,6 +23,24 @@
 namespace flotilla {
 
 int runBenchScaling(const QStringList &arguments);
+
+// How a fleet run's workers spent their time, read from its store's events up to `untilMs`:
+// from each lease's grant to the worker's result (training, and the weights' transfers both
+// ways), and from that result to the worker's next grant (waiting: for the round's last
+// result, the fold and checkpoint, the coordinator's turn on its machine). A grant whose
+// lease ends without a result (lost, handed back) starts no wait. Where the hardware part of
+// a fleet's efficiency goes.
+struct WorkerTimeSplit
+{
+    double trainingSeconds = 0.0;
+    double waitingSeconds = 0.0;
+    double waitingShare() const
+    {
+        const double total = trainingSeconds + waitingSeconds;
+        return total > 0 ? waitingSeconds / total : -1.0;
+    }
+};
+WorkerTimeSplit splitWorkerTime(std::vector<EventRecord> events, qint64 untilMs);
 
 // One line of the plot: a contender on a job, its median speedup at each W.
 struct SpeedupSeries

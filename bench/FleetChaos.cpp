@@ -51,7 +51,7 @@ struct JobAudit
     int epochs = 0;
     qint64 assimilated = 0;
     int quarantined = 0; // worker-quarantined events
-    QStringList quarantines; // what each of them says
+    QStringList quarantines{}; // what each of them says
     int overBudget = 0;  // worker-over-budget events
 };
 

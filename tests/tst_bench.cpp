@@ -1,6 +1,7 @@
 // Every benchmark of `flotilla bench` runs on a tiny size and prints well-formed figures.
 // (The figures themselves are measured with the commands in docs/benchmarks.md, never here.)
 #include "TestSupport.h"
+#include "bench/BenchScaling.h"
 #include "bench/Contenders.h"
 #include "bench/CpuQuota.h"
 
@@ -140,6 +141,43 @@ private Q_SLOTS:
         // reported, neither is silently counted.
         QVERIFY2(r.output.contains(QRegularExpression(QStringLiteral("a rank SIGKILLed at 3 s\\s+(failed|never|min)"))),
                  qPrintable(r.output));
+    }
+
+    // Where a fleet's hardware efficiency goes: each worker's time from a grant to its result,
+    // and from the result to its next grant, worked out by hand for two workers of a round;
+    // a lost lease starts no wait, and nothing after the target's time counts.
+    void workersTimeSplitsIntoTrainingAndWaiting()
+    {
+        using flotilla::EventKind;
+        std::vector<flotilla::EventRecord> events;
+        qint64 id = 0;
+        const auto at = [&](qint64 ms, EventKind kind, qint64 worker) {
+            flotilla::EventRecord e;
+            e.id = ++id;
+            e.atMs = ms;
+            e.kind = flotilla::eventName(kind);
+            e.workerId = worker;
+            events.push_back(e);
+        };
+        at(1000, EventKind::LeaseGranted, 1);
+        at(1000, EventKind::LeaseGranted, 2);
+        at(1300, EventKind::ResultBuffered, 1);    // w1 trained 0.3 s
+        at(1380, EventKind::ResultBuffered, 2);    // w2 0.38 s: the round's last
+        at(1390, EventKind::ResultAssimilated, 1); // the fold: not a second result
+        at(1390, EventKind::ResultAssimilated, 2);
+        at(1400, EventKind::LeaseGranted, 1);      // w1 waited 0.1 s
+        at(1400, EventKind::LeaseGranted, 2);      // w2 0.02 s
+        at(1700, EventKind::ResultBuffered, 1);    // 0.3 s
+        at(1500, EventKind::LeaseLost, 2);         // w2 trained 0.1 s for nothing: neither
+        at(1900, EventKind::LeaseGranted, 2);      // ... nor a wait before this grant
+        at(2000, EventKind::LeaseGranted, 1);      // past the target's time: not counted
+        at(2100, EventKind::ResultBuffered, 2);
+        std::reverse(events.begin(), events.end()); // the store's order is not the clock's
+        const flotilla::WorkerTimeSplit split = flotilla::splitWorkerTime(events, 1950);
+        QCOMPARE(qRound(split.trainingSeconds * 1000), 300 + 380 + 300);
+        QCOMPARE(qRound(split.waitingSeconds * 1000), 100 + 20);
+        QCOMPARE(qRound(split.waitingShare() * 1000), qRound(120.0 / 1100.0 * 1000));
+        QCOMPARE(flotilla::WorkerTimeSplit{}.waitingShare(), -1.0);
     }
 
     // Where the machines' cgroups cannot be made, `bench scaling` stops before it trains,
