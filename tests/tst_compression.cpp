@@ -79,6 +79,38 @@ class TestCompression : public QObject
 {
     Q_OBJECT
 
+    // A slow worker's lease expires; the model moves past the two checkpoints kept on disk;
+    // its late result comes, in `kind`: dropped as a duplicate, the model as it was, nobody's
+    // record marked.
+    static void lateResultWhoseBaseIsGone(Compression kind)
+    {
+        Fixture f;
+        f.spec.fleet.leaseTimeoutSeconds = 10;
+        auto c = f.open(compressionName(kind));
+        QVERIFY(c);
+        const qint64 slow = c->workerJoined(test::spotWorker(QStringLiteral("slow"))).value();
+        const qint64 fast = c->workerJoined(test::spotWorker(QStringLiteral("fast"))).value();
+        const qint64 other = c->workerJoined(test::spotWorker(QStringLiteral("other"))).value();
+        auto late = c->requestSubtask(slow); // from version 0
+        auto first = c->requestSubtask(fast);
+        f.clock.advance(10'000);
+        c->tick(); // both leases expire; version 0 is no longer an active lease's base
+        UpdateEncoder e;
+        QCOMPARE(c->submitResult(fast, compressedResult(*first, kind, e)).status, SubmitStatus::Assimilated);
+        // The late subtask goes to another worker, which keeps it while the model moves on.
+        QCOMPARE(c->requestSubtask(other)->subtaskId, late->subtaskId);
+        for (int i = 0; i < 4; ++i) // past the two checkpoints kept on disk
+            QCOMPARE(c->submitResult(fast, compressedResult(*c->requestSubtask(fast), kind, e)).status,
+                     SubmitStatus::Assimilated);
+        const torch::Tensor before = c->globalWeights().clone();
+        UpdateEncoder mine;
+        const SubmitReply reply = c->submitResult(slow, compressedResult(*late, kind, mine));
+        QCOMPARE(reply.status, SubmitStatus::Duplicate);
+        QVERIFY2(reply.reason.contains(QStringLiteral("no longer kept")), qPrintable(reply.reason));
+        QVERIFY(torch::equal(before, c->globalWeights()));
+        QCOMPARE(c->progress().rejected, qint64(0));
+    }
+
 private Q_SLOTS:
     void initTestCase() { torch::manual_seed(7); }
 
@@ -237,35 +269,11 @@ private Q_SLOTS:
         QCOMPARE(c->progress().rejected, qint64(0));
     }
 
-    void lateDeltaWhoseBaseIsGoneIsDroppedNotHeldAgainstItsWorker()
-    {
-        Fixture f;
-        f.spec.fleet.leaseTimeoutSeconds = 10;
-        auto c = f.open(QStringLiteral("int8"));
-        QVERIFY(c);
-        const qint64 slow = c->workerJoined(test::spotWorker(QStringLiteral("slow"))).value();
-        const qint64 fast = c->workerJoined(test::spotWorker(QStringLiteral("fast"))).value();
-        const qint64 other = c->workerJoined(test::spotWorker(QStringLiteral("other"))).value();
-        auto late = c->requestSubtask(slow); // from version 0
-        auto first = c->requestSubtask(fast);
-        f.clock.advance(10'000);
-        c->tick(); // both leases expire; version 0 is no longer an active lease's base
-        UpdateEncoder e;
-        QCOMPARE(c->submitResult(fast, compressedResult(*first, Compression::Int8, e)).status,
-                 SubmitStatus::Assimilated);
-        // The late subtask goes to another worker, which keeps it while the model moves on.
-        QCOMPARE(c->requestSubtask(other)->subtaskId, late->subtaskId);
-        for (int i = 0; i < 4; ++i) // past the two checkpoints kept on disk
-            QCOMPARE(c->submitResult(fast, compressedResult(*c->requestSubtask(fast), Compression::Int8, e)).status,
-                     SubmitStatus::Assimilated);
-        const torch::Tensor before = c->globalWeights().clone();
-        UpdateEncoder mine;
-        const SubmitReply reply = c->submitResult(slow, compressedResult(*late, Compression::Int8, mine));
-        QCOMPARE(reply.status, SubmitStatus::Duplicate);
-        QVERIFY2(reply.reason.contains(QStringLiteral("no longer kept")), qPrintable(reply.reason));
-        QVERIFY(torch::equal(before, c->globalWeights()));
-        QCOMPARE(c->progress().rejected, qint64(0));
-    }
+    void lateDeltaWhoseBaseIsGoneIsDroppedNotHeldAgainstItsWorker() { lateResultWhoseBaseIsGone(Compression::Int8); }
+
+    // The same with whole weights: the base is needed at the fold, not at decoding, and a late
+    // result whose base was collected is dropped there, as a duplicate, not a rejection.
+    void lateWholeResultWhoseBaseIsGoneIsDroppedNotHeldAgainstItsWorker() { lateResultWhoseBaseIsGone(Compression::None); }
 
     void corruptOrMismatchedDeltasAreRejectedAndTheModelKept()
     {

@@ -255,9 +255,14 @@ SubmitReply Coordinator::fold(PendingResult p)
     if (m_core->rule().needsBase()) {
         auto kept = p.base.defined() ? Result<torch::Tensor>(p.base) : baseWeights(p.lease);
         if (!kept) {
+            // A late result (its lease was lost, to a restart of the coordinator or a timeout)
+            // whose base was collected since: nobody's fault, dropped as a late delta is in
+            // submitResult, and its subtask trained again.
+            reply.status = SubmitStatus::Duplicate;
             reply.reason = kept.error();
-            ++m_rejected;
-            event(EventKind::ResultRejected, p.workerId, p.subtask.id, p.lease.id, kept.error());
+            ++m_duplicates;
+            event(EventKind::ResultDuplicate, p.workerId, p.subtask.id, p.lease.id,
+                  QStringLiteral("dropped: %1").arg(kept.error()));
             handleChanges(m_scheduler->drop(p.lease.id, LeaseState::Lost), kept.error());
             handleChanges(m_scheduler->release(p.subtask.id), kept.error());
             return reply;
