@@ -29,6 +29,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 
 namespace flotilla {
 
@@ -59,6 +60,7 @@ struct Settings
 {
     double machineCpu = 0.25;
     double coordinatorCpu = 0.25;
+    double evaluatorCpu = 0.25; // the coordinator's evaluations on a machine of their own (0: on its own machine)
     double slowFactor = 1.0; // machine 1 runs this many times slower
     double killEvery = 0.0;  // seconds between SIGKILLs of a worker (0: none)
     bool coldStart = false;  // the service's and the workers' start on Flotilla's clock
@@ -74,6 +76,7 @@ struct Machines
 {
     std::unique_ptr<CpuQuota> quota; // null: no quotas (cgroups not writable)
     QString coordinator;
+    int evaluator = -1; // the machine the coordinator's evaluation thread is moved to; -1: none
     QString loop;
     std::vector<QString> workers;
     QString of(int worker) const { return quota ? workers.at(std::size_t(worker)) : QString(); }
@@ -228,6 +231,33 @@ Attempt runFleet(const JobSpec &spec, int workers, double target, const Machines
         });
         chaos.start(int(s.killEvery * 1000));
     }
+    // The loop's and DDP's evaluations are off their clocks. The coordinator's run beside its
+    // folds, on the thread it names "evaluation" (nameThisThread), and on the coordinator's
+    // quarter core they would take the quota the folds wait for: the thread is moved onto a
+    // machine of its own as soon as it appears, so that every contender's clock leaves the
+    // evaluation out.
+    QTimer evaluator;
+    std::set<qint64> moved;
+    if (machines.evaluator >= 0) {
+        QObject::connect(&evaluator, &QTimer::timeout, &loop, [&] {
+            const qint64 pid = serve.process().processId();
+            if (pid <= 0)
+                return;
+            const QDir tasks(QStringLiteral("/proc/%1/task").arg(pid));
+            for (const QString &tid : tasks.entryList(QDir::Dirs | QDir::NoDotAndDotDot)) {
+                if (moved.count(tid.toLongLong()))
+                    continue;
+                QFile comm(tasks.filePath(tid + QStringLiteral("/comm")));
+                if (!comm.open(QIODevice::ReadOnly) || comm.readAll().trimmed() != "evaluation")
+                    continue;
+                if (auto r = machines.quota->moveThread(machines.evaluator, tid.toLongLong()); !r)
+                    std::fprintf(stderr, "flotilla bench scaling: the evaluation thread stays on the coordinator's "
+                                         "machine: %s\n", r.error().toUtf8().constData());
+                moved.insert(tid.toLongLong());
+            }
+        });
+        evaluator.start(50);
+    }
     QTimer poll;
     QObject::connect(&poll, &QTimer::timeout, &loop, [&] {
         if (runDir.isEmpty()) // the queue names the job's run folder
@@ -271,6 +301,10 @@ Attempt runFleet(const JobSpec &spec, int workers, double target, const Machines
     poll.start(250);
     loop.exec();
     chaos.stop();
+    evaluator.stop();
+    if (machines.evaluator >= 0 && moved.empty() && !a.curve.empty())
+        std::fprintf(stderr, "flotilla bench scaling: the coordinator's evaluation thread was not seen; this run's "
+                             "evaluations shared the coordinator's machine\n");
     if (a.seconds < 0)
         a.note = serve.seconds() > s.maxSeconds ? QStringLiteral("not reached in %1 s").arg(s.maxSeconds)
                                                 : QStringLiteral("the job ended without reaching the target");
@@ -428,6 +462,10 @@ int runBenchScaling(const QStringList &arguments)
          QStringLiteral("cores"), QStringLiteral("0.25")},
         {QStringLiteral("coordinator-cpu"), QStringLiteral("Cores of the coordinator's machine."), QStringLiteral("cores"),
          QStringLiteral("0.25")},
+        {QStringLiteral("evaluator-cpu"),
+         QStringLiteral("Cores of a machine for the coordinator's evaluations, as the loop's and DDP's are off their "
+                        "clocks (cgroup v1; 0: on the coordinator's machine, sharing its quota with the folds)."),
+         QStringLiteral("cores"), QStringLiteral("0.25")},
         {QStringLiteral("cpu-period"),
          QStringLiteral("Milliseconds of the quotas' period: a machine of 0.25 core runs a quarter of each and waits "
                         "out the rest (1 to 1000)."),
@@ -486,6 +524,7 @@ int runBenchScaling(const QStringList &arguments)
     Settings s;
     s.machineCpu = parser.value(QStringLiteral("machine-cpu")).toDouble();
     s.coordinatorCpu = parser.value(QStringLiteral("coordinator-cpu")).toDouble();
+    s.evaluatorCpu = std::max(0.0, parser.value(QStringLiteral("evaluator-cpu")).toDouble());
     s.slowFactor = std::max(1.0, parser.value(QStringLiteral("slow-machine")).toDouble());
     s.killEvery = std::max(0.0, parser.value(QStringLiteral("kill-every")).toDouble());
     s.coldStart = parser.isSet(QStringLiteral("cold-start"));
@@ -555,6 +594,19 @@ int runBenchScaling(const QStringList &arguments)
         }
         machines.coordinator = *coordinator;
         machines.loop = *loop;
+        if (s.evaluatorCpu > 0 && !machines.quota->movesThreads()) {
+            std::fprintf(stderr, "flotilla bench scaling: cgroup v2 cannot move the coordinator's evaluation thread "
+                                 "alone; its evaluations share the coordinator's machine (as --evaluator-cpu 0)\n");
+            s.evaluatorCpu = 0;
+        }
+        if (s.evaluatorCpu > 0) {
+            auto index = machines.quota->addMachine(QStringLiteral("evaluator"), s.evaluatorCpu);
+            if (!index) {
+                std::fprintf(stderr, "flotilla bench scaling: %s\n", index.error().toUtf8().constData());
+                return ExitFailure;
+            }
+            machines.evaluator = *index;
+        }
         for (int i = 0; i < fleets.back(); ++i) {
             auto m = add(QStringLiteral("machine-%1").arg(i + 1), i == 0 ? s.machineCpu / s.slowFactor : s.machineCpu);
             if (!m) {
@@ -600,18 +652,22 @@ int runBenchScaling(const QStringList &arguments)
         csv.write("job,contender,setting,workers,repeat,target,epochs_to_target,seconds_to_target,curve,note,"
                   "workers_waiting_share\n");
     }
-    std::printf("Scaling: machines of %g core(s) (%s), the coordinator on one of %g%s%s%s; warmup %g epoch(s); %d "
+    std::printf("Scaling: machines of %g core(s) (%s), the coordinator on one of %g%s%s%s%s; warmup %g epoch(s); %d "
                 "repeat(s)\n",
                 s.machineCpu, machines.quota ? machines.quota->describe().toUtf8().constData() : "no quotas: epochs only",
                 s.coordinatorCpu,
+                machines.evaluator >= 0
+                    ? QStringLiteral(", its evaluations on one of %1").arg(s.evaluatorCpu).toUtf8().constData()
+                    : machines.quota ? ", its evaluations on it" : "",
                 s.slowFactor > 1 ? QStringLiteral("; machine 1 %1× slower").arg(s.slowFactor).toUtf8().constData() : "",
                 s.killEvery > 0 ? QStringLiteral("; a worker SIGKILLed every %1 s").arg(s.killEvery).toUtf8().constData()
                                 : "",
                 s.link ? QStringLiteral("; links %1").arg(s.link->text()).toUtf8().constData() : "",
                 suite.warmupEpochs, repeats);
-    std::printf("Clocks: the loop and DDP from their launch; Flotilla %s\n",
+    std::printf("Clocks: the loop and DDP from their launch, their evaluations off the clock; Flotilla %s%s\n",
                 s.coldStart ? "from starting its service, before its workers join (--cold-start)"
-                            : "from flotilla submit to a fleet that is up, its workers joined and waiting");
+                            : "from flotilla submit to a fleet that is up, its workers joined and waiting",
+                machines.evaluator >= 0 ? ", its evaluations beside the clock on a machine of their own" : "");
     std::fflush(stdout);
 
     QTemporaryDir temporaryWork;

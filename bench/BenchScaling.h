@@ -1,6 +1,7 @@
 #pragma once
 // `flotilla bench scaling`: more machines, sooner? A fleet of W machines emulated on one box,
 // each a cgroup with a CPU quota (CpuQuota): Flotilla's coordinator on a machine of its own
+// (its evaluation thread on another: the loop's and DDP's evaluations are off their clocks)
 // and each `flotilla worker` on one, the plain loop on one machine, PyTorch DDP's W ranks each
 // on one. For every job of the parity suite and every W it measures the time and the epochs to
 // a target accuracy, the speedup S_W = T_loop / T_W, the parallel efficiency S_W / W, and that

@@ -110,6 +110,14 @@ QString CpuQuota::procsFile(int index) const
     return m_machines.at(std::size_t(index)) + QStringLiteral("/cgroup.procs");
 }
 
+Result<void> CpuQuota::moveThread(int index, qint64 threadId) const
+{
+    if (m_v2)
+        return fail(QStringLiteral("cgroup v2 moves a single thread only inside a threaded subtree; the emulated "
+                                   "machines are whole processes"));
+    return writeText(m_machines.at(std::size_t(index)) + QStringLiteral("/tasks"), QByteArray::number(threadId) + '\n');
+}
+
 QString CpuQuota::describe() const
 {
     return QStringLiteral("%1 at %2, period %3 ms")

@@ -35,6 +35,12 @@ public:
     // The file a process writes its pid to, to move itself into machine `index` (a
     // Contender started with it does, before exec).
     QString procsFile(int index) const;
+    // Moves one thread (its kernel id) of a running process into machine `index`, the
+    // process's other threads staying where they are: cgroup v1's `tasks` file. cgroup v2
+    // moves a single thread only within a threaded subtree, which the machines are not; there
+    // movesThreads() is false and this says so.
+    bool movesThreads() const { return !m_v2; }
+    Result<void> moveThread(int index, qint64 threadId) const;
     // "cgroup v2 at /sys/fs/cgroup/…, period 10 ms" or "cgroup v1 at …": for the report.
     QString describe() const;
 

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <cstdlib> // defines __GLIBC__ where the C library is glibc
+#include <cstring>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
 #ifdef Q_OS_UNIX
+#include <pthread.h>
 #include <sys/resource.h>
 #endif
 #ifdef Q_OS_MACOS
@@ -88,6 +90,19 @@ void yieldCpuToOtherWork()
     setpriority(PRIO_PROCESS, thread, std::max(10, getpriority(PRIO_PROCESS, thread)));
 #else
     QThread::currentThread()->setPriority(QThread::LowestPriority);
+#endif
+}
+
+void nameThisThread(const char *name)
+{
+#if defined(Q_OS_LINUX)
+    char shortName[16] = {};
+    std::strncpy(shortName, name, sizeof(shortName) - 1); // the kernel's limit: 15 and the NUL
+    pthread_setname_np(pthread_self(), shortName);
+#elif defined(Q_OS_MACOS)
+    pthread_setname_np(name);
+#else
+    Q_UNUSED(name);
 #endif
 }
 

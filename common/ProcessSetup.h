@@ -33,6 +33,12 @@ void waitPassivelyInThreadPools(char *argv[]);
 // priority: a machine whose workers keep every core busy would never show an accuracy.
 void yieldCpuToOtherWork();
 
+// Names the calling thread as `top -H`, `ps -L` and a debugger show it (at most 15
+// characters on Linux). A pooled thread keeps Qt's "Thread (pooled)" otherwise. Tools find
+// the coordinator's evaluator by it: `flotilla bench scaling` moves the "evaluation" thread
+// onto a machine of its own. A no-op where the system has no thread names.
+void nameThisThread(const char *name);
+
 // This machine's physical memory in MiB, as a worker tells its coordinator (a job may require
 // so much); 0 where the system does not say.
 long long physicalMemoryMb();

@@ -4,13 +4,19 @@
 #include "bench/BenchScaling.h"
 #include "bench/Contenders.h"
 #include "bench/CpuQuota.h"
+#include "common/ProcessSetup.h"
 
 #include <QFileInfo>
 #include <QRegularExpression>
 #include <QtTest>
 #include <QTemporaryDir>
 
+#include <atomic>
 #include <map>
+#include <thread>
+
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace {
 
@@ -234,6 +240,44 @@ private Q_SLOTS:
         const auto tooShort = flotilla::CpuQuota::create({}, 500);
         QVERIFY(!tooShort);
         QVERIFY2(tooShort.error().contains(QStringLiteral("1 to 1000 ms")), qPrintable(tooShort.error()));
+    }
+
+    // The coordinator's evaluations go onto a machine of their own, as the loop's and DDP's are
+    // off their clocks: the thread named "evaluation" moves, and the process's other threads
+    // stay on the machine they were on.
+    void oneThreadOfAProcessMovesToAMachineOfItsOwn()
+    {
+        auto quota = flotilla::CpuQuota::create();
+        if (!quota)
+            QSKIP(qPrintable(QStringLiteral("no cgroup can be written here: %1").arg(quota.error())));
+        const auto evaluator = (*quota)->addMachine(QStringLiteral("evaluator"), 0.25);
+        QVERIFY2(evaluator, qPrintable(evaluator.error()));
+        std::atomic<qint64> threadId{0};
+        std::atomic<bool> done{false};
+        std::thread evaluation([&] {
+            flotilla::nameThisThread("evaluation");
+            threadId = qint64(syscall(SYS_gettid));
+            while (!done)
+                std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        });
+        QTRY_VERIFY(threadId > 0);
+        const QString task = QStringLiteral("/proc/self/task/%1/").arg(threadId.load());
+        QCOMPARE(flotilla::test::readFile(task + QStringLiteral("comm")).trimmed(), QByteArray("evaluation"));
+        const auto moved = (*quota)->moveThread(*evaluator, threadId);
+        if (!(*quota)->movesThreads()) {
+            QVERIFY(!moved);
+            QVERIFY2(moved.error().contains(QStringLiteral("threaded subtree")), qPrintable(moved.error()));
+        } else {
+            QVERIFY2(moved, qPrintable(moved.error()));
+            const QString group = QFileInfo((*quota)->procsFile(*evaluator)).path();
+            const QString machine = group.mid(group.indexOf(QStringLiteral("flotilla-bench")));
+            QVERIFY2(flotilla::test::readFile(task + QStringLiteral("cgroup")).contains(machine.toUtf8()),
+                     flotilla::test::readFile(task + QStringLiteral("cgroup")).constData());
+            const QString self = QStringLiteral("/proc/self/task/%1/cgroup").arg(qint64(syscall(SYS_gettid)));
+            QVERIFY2(!flotilla::test::readFile(self).contains(machine.toUtf8()), flotilla::test::readFile(self).constData());
+        }
+        done = true;
+        evaluation.join(); // a group with a thread in it cannot be removed
     }
 
     // A contender's curve is read to its end, and the epoch that reached the target stays the

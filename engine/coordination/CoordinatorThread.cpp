@@ -153,6 +153,7 @@ void CoordinatorThread::start()
             // Evaluation is the coordinator's heaviest work; it must not take CPU from workers
             // on the same machine (the control center's own, a benchmark's).
             yieldCpuToOtherWork();
+            nameThisThread("evaluation");
             auto device = request.onCpu ? Result<torch::Device>(torch::Device(torch::kCPU))
                                         : selectDevice(spec.training.device);
             Result<Evaluation> ev = !m_evaluationModel ? Result<Evaluation>(fail(QStringLiteral("no model to evaluate with")))
