@@ -82,6 +82,9 @@ struct Machines
     QString of(int worker) const { return quota ? workers.at(std::size_t(worker)) : QString(); }
 };
 
+// A fleet run whose job stalled and granted nothing for this long since is given up.
+constexpr qint64 kStalledRunMs = 30000;
+
 double targetFor(const QString &job, const std::map<QString, double> &targets)
 {
     if (const auto it = targets.find(job); it != targets.end())
@@ -293,6 +296,26 @@ Attempt runFleet(const JobSpec &spec, int workers, double target, const Machines
                     loop.quit();
                     return;
                 }
+                // A job that says it cannot go on, and has granted nothing for half a minute
+                // since, is given up: the run is reported as stalled, with the job's reason,
+                // rather than waited on until --max-seconds.
+                if (auto stalls = (*store)->events(jobId, EventKind::JobStalled); stalls && !stalls->empty()) {
+                    const EventRecord &stall = stalls->back();
+                    auto grants = (*store)->eventsAfter(jobId, stall.id, 100000);
+                    const bool granted = grants && std::any_of(grants->begin(), grants->end(), [](const EventRecord &e) {
+                                             return e.is(EventKind::LeaseGranted);
+                                         });
+                    if (!granted && QDateTime::currentMSecsSinceEpoch() - stall.atMs > kStalledRunMs) {
+                        a.note = QStringLiteral("the job stalled: %1").arg(stall.detail);
+                        if (auto quarantined = (*store)->events(jobId, EventKind::WorkerQuarantined);
+                            quarantined && !quarantined->empty())
+                            a.note += QStringLiteral(" (%1 quarantine(s); the first: %2)")
+                                          .arg(quarantined->size())
+                                          .arg(quarantined->front().detail);
+                        loop.quit();
+                        return;
+                    }
+                }
             }
         }
         if (!serve.running() || serve.seconds() > s.maxSeconds)
@@ -305,7 +328,7 @@ Attempt runFleet(const JobSpec &spec, int workers, double target, const Machines
     if (machines.evaluator >= 0 && moved.empty() && !a.curve.empty())
         std::fprintf(stderr, "flotilla bench scaling: the coordinator's evaluation thread was not seen; this run's "
                              "evaluations shared the coordinator's machine\n");
-    if (a.seconds < 0)
+    if (a.seconds < 0 && a.note.isEmpty())
         a.note = serve.seconds() > s.maxSeconds ? QStringLiteral("not reached in %1 s").arg(s.maxSeconds)
                                                 : QStringLiteral("the job ended without reaching the target");
     a.waitingShare = workersWaiting(runDir, a.seconds >= 0 ? t0 + qint64(a.seconds * 1000.0) : -1);

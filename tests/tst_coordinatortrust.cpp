@@ -3,6 +3,7 @@
 // restart, speculative copies, dismissing idle workers, a coordinator that stalled, refused
 // subtasks trained again with other draws (tests/testsupport/CoordinatorFixture.h).
 #include "CoordinatorFixture.h"
+#include "engine/coordination/ResultScreen.h"
 
 class TestCoordinatorTrust : public QObject
 {
@@ -64,6 +65,51 @@ private Q_SLOTS:
         QVERIFY(c->requestSubtask(bad));
         auto pending = c->store().pendingOperatorRequests(1);
         QVERIFY(pending && pending->empty());
+    }
+
+    void aResultThatMovedOnlyUnsampledParametersWasTrained()
+    {
+        // The screen looks at a sample of 16,384 parameters. A network that collapsed (its
+        // ReLUs dead, only an output bias still learning) or one with frozen layers moves only
+        // parameters the sample may not hold: honest results whose sample did not move were
+        // refused as "nothing was trained", and a whole honest fleet was quarantined (bench
+        // scaling, the image folder at lr x 4 on 4 machines). The whole weights decide now.
+        Fixture f;
+        f.spec.model.hidden = {256, 64}; // 18,500 parameters: more than the sample
+        auto c = f.open();
+        QVERIFY(c);
+        const WeightSegments segments = c->layout().segments();
+        const std::int64_t parameters = segments.onlyParameters() ? segments.total : segments.parameterEnd;
+        QVERIFY(parameters > ResultScreen::Config().sampleSize);
+        // The coordinates the coordinator's screen samples: the same layout and seed.
+        const ResultScreen screen(segments, f.spec.training.seed);
+        const torch::Tensor sampled = screen.sample(torch::arange(parameters, torch::kFloat)).to(torch::kLong);
+        std::set<std::int64_t> inSample;
+        for (std::int64_t i = 0; i < sampled.numel(); ++i)
+            inSample.insert(sampled[i].item<std::int64_t>());
+        std::int64_t unsampled = parameters - 1; // the last parameters are the output layer's bias
+        while (inSample.count(unsampled))
+            --unsampled;
+
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("remote"))).value();
+        for (int i = 0; i < 4; ++i) {
+            auto a = c->requestSubtask(w);
+            QVERIFY(a);
+            SubtaskResult r = fakeResult(*a);
+            r.weights = a->weights.clone();
+            r.weights[unsampled] += 0.01f;
+            const SubmitReply reply = c->submitResult(w, r);
+            QVERIFY2(reply.status == SubmitStatus::Assimilated, qPrintable(reply.reason));
+        }
+        // The base sent back unchanged is still refused, by its whole weights.
+        auto idle = c->requestSubtask(w);
+        QVERIFY(idle);
+        SubtaskResult r = fakeResult(*idle);
+        r.weights = idle->weights.clone();
+        const SubmitReply refused = c->submitResult(w, r);
+        QCOMPARE(refused.status, SubmitStatus::Rejected);
+        QVERIFY2(refused.reason.contains(QStringLiteral("nothing was trained")), qPrintable(refused.reason));
+        QCOMPARE(countEvents(*c, QStringLiteral("worker-quarantined")), 0);
     }
 
     void quarantiningTheLastWorkerSaysTheJobWaits()

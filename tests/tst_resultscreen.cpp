@@ -5,6 +5,8 @@
 
 #include <QtTest>
 
+#include <set>
+
 #ifndef Q_MOC_RUN // moc need not parse LibTorch: seconds a file
 #include <torch/torch.h>
 #endif
@@ -155,6 +157,45 @@ private Q_SLOTS:
         QVERIFY2(idle.reason.contains(QStringLiteral("nothing was trained")), qPrintable(idle.reason));
         // ... but a result that trained almost nothing because it was preempted at once is fine.
         QVERIFY(!screen.judge(base.clone(), base, 0.1, 0.01).reject);
+    }
+
+    // A screen that samples some of the parameters cannot tell from its sample alone that
+    // nothing was trained: it refuses nothing and says the sample did not move, and the whole
+    // weights decide (their parameters only: buffers move without training).
+    void anUnmovedSampleOfSomeParametersIsLeftToTheWholeWeights()
+    {
+        constexpr std::int64_t kMany = 40000;
+        WeightSegments segments;
+        segments.parameterEnd = kMany;
+        segments.bufferEnd = segments.total = kMany + 10; // 10 running statistics after them
+        ResultScreen screen(segments, 7);
+        const torch::Tensor model = torch::randn({kMany + 10});
+        const torch::Tensor sampled = screen.sample(torch::arange(kMany + 10, torch::kFloat)).to(torch::kLong);
+        QCOMPARE(sampled.numel(), ResultScreen::Config().sampleSize);
+        QVERIFY(sampled.max().item<std::int64_t>() < kMany); // parameters only
+        std::set<std::int64_t> inSample;
+        for (std::int64_t i = 0; i < sampled.numel(); ++i)
+            inSample.insert(sampled[i].item<std::int64_t>());
+        std::int64_t unsampled = kMany - 1;
+        while (inSample.count(unsampled))
+            --unsampled;
+        torch::Tensor trained = model.clone();
+        trained[unsampled] += 0.5f;
+        const auto v = screen.judge(screen.sample(trained), screen.sample(model), 0.1, 1.0);
+        QVERIFY(v.unchangedSample);
+        QVERIFY2(!v.reject, qPrintable(v.reason));
+        QVERIFY(!screen.sameParameters(trained, model));
+        QVERIFY(screen.sameParameters(model.clone(), model));
+        torch::Tensor statistics = model.clone();
+        statistics[kMany + 3] += 1.0f; // only a running statistic moved
+        QVERIFY(screen.sameParameters(statistics, model));
+        QVERIFY(screen.unchangedWork(1.0).contains(QStringLiteral("nothing was trained")));
+        QVERIFY(screen.unchangedWork(0.01).isEmpty()); // preempted at once: fine
+        // A screen whose sample is every parameter still decides on its own.
+        ResultScreen small(parametersOnly(kParameters), 7);
+        const torch::Tensor base = small.sample(torch::randn({kParameters}));
+        const auto idle = small.judge(base.clone(), base, 0.1, 1.0);
+        QVERIFY(idle.unchangedSample && idle.reject);
     }
 
     void eachAttackIsRejectedOnceWarmedUp()

@@ -182,6 +182,16 @@ SubmitReply Coordinator::submitResult(qint64 workerId, SubtaskResult result)
             verdict = m_screen->judge(resultSample, baseSample, screeningRate(subtask), admission.credit);
             m_screen->observed(verdict);
         }
+        // The sample did not move: the whole weights tell an idle result from one that
+        // trained only parameters the sample does not hold. Without the whole base (a rule
+        // that keeps none, and it was collected) the sample's word stands.
+        if (verdict.unchangedSample && !verdict.reject) {
+            auto base = baseWeights(lease);
+            if (!base || m_screen->sameParameters(result.weights, *base)) {
+                verdict.reason = m_screen->unchangedWork(admission.credit);
+                verdict.reject = !verdict.reason.isEmpty();
+            }
+        }
     }
     // The coordinator's own workers run this build on this machine: the screen's statistics
     // learn from their updates, but an unusual one (small data, a sharp turn of the loss

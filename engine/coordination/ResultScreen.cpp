@@ -27,6 +27,7 @@ void push(std::deque<double> &window, double value, int size)
 ResultScreen::ResultScreen(const WeightSegments &segments, quint64 seed, Config config) : m_config(config)
 {
     const std::int64_t parameters = segments.onlyParameters() ? segments.total : segments.parameterEnd;
+    m_parameterCount = parameters;
     if (parameters < 0) {
         // Unknown layout: every value, whatever the buffer's size.
         m_all = true;
@@ -92,9 +93,12 @@ ResultScreen::Verdict ResultScreen::judge(const torch::Tensor &result, const tor
                        .arg(m_config.maxRelative);
         return v;
     }
-    if (updateNorm == 0.0 && credit >= m_config.smallFraction) {
-        v.reject = true;
-        v.reason = QStringLiteral("its weights are exactly the ones its subtask started from: nothing was trained");
+    if (updateNorm == 0.0) {
+        // A sample that did not move says nothing of the update's size or direction.
+        v.unchangedSample = true;
+        if (m_all)
+            v.reason = unchangedWork(credit);
+        v.reject = !v.reason.isEmpty();
         return v;
     }
     // Direction against the consensus of recent accepted updates: early, since the first
@@ -164,6 +168,21 @@ ResultScreen::Verdict ResultScreen::judge(const torch::Tensor &result, const tor
         return v;
     }
     return v;
+}
+
+QString ResultScreen::unchangedWork(double credit) const
+{
+    return credit >= m_config.smallFraction
+               ? QStringLiteral("its weights are exactly the ones its subtask started from: nothing was trained")
+               : QString();
+}
+
+bool ResultScreen::sameParameters(const torch::Tensor &result, const torch::Tensor &base) const
+{
+    if (result.numel() != base.numel())
+        return false;
+    const std::int64_t n = m_parameterCount < 0 ? result.numel() : std::min(result.numel(), m_parameterCount);
+    return torch::equal(result.narrow(0, 0, n), base.narrow(0, 0, n));
 }
 
 void ResultScreen::observed(const Verdict &verdict)

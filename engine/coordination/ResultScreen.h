@@ -61,6 +61,13 @@ public:
         double cosine = 0.0; // against the consensus direction; 0 before there is one
         double sizeScore = 0.0;      // robust z-score of log(size); 0 during warm-up
         double directionScore = 0.0; // robust z-score of the cosine; 0 during warm-up
+        // The sample did not move at all. Where the sample is every parameter, nothing was
+        // trained (refused when the result claims a fair share of a shard). Where it is not,
+        // the sample cannot tell an idle result from one whose training moved only
+        // parameters it does not hold (a collapsed network whose only live gradients are a
+        // few biases, frozen layers, embedding rows it missed): judge() refuses nothing then,
+        // and the caller compares the whole weights with the base (unchangedWork()).
+        bool unchangedSample = false;
     };
 
     ResultScreen(const WeightSegments &segments, quint64 seed, Config config);
@@ -72,6 +79,13 @@ public:
     // result and base are sample()s. learningRate and credit are the subtask's.
     Verdict judge(const torch::Tensor &result, const torch::Tensor &base, double learningRate,
                   double credit) const;
+    // The reason for a result whose whole weights are its base's, or empty where that is
+    // allowed: its credit is too small to say it should have trained (a lease preempted at
+    // once). For the caller of a verdict with unchangedSample.
+    QString unchangedWork(double credit) const;
+    // Whether two whole flat weight buffers hold the same parameters (the buffers and
+    // counters after them are not compared: they move without training).
+    bool sameParameters(const torch::Tensor &result, const torch::Tensor &base) const;
     // The result behind a verdict was folded in: it joins the statistics.
     void accepted(const torch::Tensor &result, const torch::Tensor &base, const Verdict &verdict);
     // Every judged result, accepted or refused: its size joins what the fleet sends now.
@@ -89,6 +103,7 @@ private:
     torch::Tensor m_indices; // int64, sorted
     bool m_all = false;      // the sample is every parameter
     std::int64_t m_parameters = -1; // with m_all: how many (-1: the whole buffer)
+    std::int64_t m_parameterCount = -1; // the parameters at the buffer's start (-1: all of it)
     torch::Tensor m_consensus;
     std::deque<double> m_sizes; // log sizes
     std::deque<double> m_cosines;
