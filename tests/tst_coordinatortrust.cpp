@@ -112,6 +112,66 @@ private Q_SLOTS:
         QCOMPARE(countEvents(*c, QStringLiteral("worker-quarantined")), 0);
     }
 
+    void aCollapsedModelsResultsAreNotJudgedByTheirDirection()
+    {
+        // A network that collapsed (it predicts one class for every test sample) trains little
+        // but each shard's label mix, and honest workers that keep their shards point against
+        // each other: two of four honest machines were quarantined that way on the image folder
+        // at lr x 4. While the coordinator's latest evaluation shows such a model, directions
+        // are not judged; once an evaluation shows more than one class predicted, they are again.
+        Fixture f;
+        f.spec.training.epochs = 6;
+        auto c = f.open();
+        QVERIFY(c);
+        std::vector<EvaluationRequest> asked;
+        CoordinatorHooks hooks;
+        hooks.evaluate = [&](EvaluationRequest r) { asked.push_back(std::move(r)); };
+        c->setHooks(hooks);
+        const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("honest"))).value();
+        const auto submit = [&](float step) {
+            auto a = c->requestSubtask(w);
+            SubtaskResult r = fakeResult(*a);
+            r.weights = a->weights + step; // every weight the same way: one clear direction
+            return c->submitResult(w, r);
+        };
+        for (int i = 0; i < 10; ++i)
+            QCOMPARE(submit(0.01f).status, SubmitStatus::Assimilated);
+        const SubmitReply reversed = submit(-0.01f);
+        QCOMPARE(reversed.status, SubmitStatus::Rejected);
+        QVERIFY2(reversed.reason.contains(QStringLiteral("against the fleet's recent direction")),
+                 qPrintable(reversed.reason));
+        QVERIFY(!asked.empty());
+
+        // The evaluation of epoch 1: class 2 for all 40 test samples.
+        Evaluation collapsed;
+        collapsed.accuracy = 0.25;
+        collapsed.loss = 1.39;
+        collapsed.samples = 40;
+        collapsed.classes = 4;
+        collapsed.confusion = {0, 0, 10, 0, 0, 0, 10, 0, 0, 0, 10, 0, 0, 0, 10, 0};
+        c->recordEvaluation(asked.front(), collapsed);
+        QVERIFY2(lastEventDetail(*c, QStringLiteral("evaluation")).contains(QStringLiteral("for every test sample")),
+                 qPrintable(lastEventDetail(*c, QStringLiteral("evaluation"))));
+        for (int i = 0; i < 3; ++i) {
+            const SubmitReply r = submit(-0.01f);
+            QVERIFY2(r.status == SubmitStatus::Assimilated, qPrintable(r.reason));
+        }
+        QCOMPARE(countEvents(*c, QStringLiteral("worker-quarantined")), 0);
+
+        // A later evaluation predicts every class: directions count again.
+        while (asked.size() < 2)
+            QCOMPARE(submit(0.01f).status, SubmitStatus::Assimilated);
+        Evaluation learning = collapsed;
+        learning.accuracy = 0.75;
+        learning.confusion = {8, 2, 0, 0, 0, 8, 2, 0, 0, 0, 8, 2, 2, 0, 0, 8};
+        c->recordEvaluation(asked.back(), learning);
+        QVERIFY2(lastEventDetail(*c, QStringLiteral("evaluation")).contains(QStringLiteral("judged again")),
+                 qPrintable(lastEventDetail(*c, QStringLiteral("evaluation"))));
+        for (int i = 0; i < 4; ++i)
+            QCOMPARE(submit(0.01f).status, SubmitStatus::Assimilated);
+        QCOMPARE(submit(-0.01f).status, SubmitStatus::Rejected);
+    }
+
     void quarantiningTheLastWorkerSaysTheJobWaits()
     {
         // A fleet whose only worker is quarantined cannot progress; the event says so instead

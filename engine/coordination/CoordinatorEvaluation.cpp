@@ -58,6 +58,25 @@ bool replaceFile(const QString &from, const QString &to)
     return QFile::rename(from, to);
 }
 
+// The class a classification predicted for every one of its test samples, or -1 (another
+// task, or more than one class predicted).
+int predictedForEverySample(const EvaluationDetail &d)
+{
+    if (d.classes < 2 || d.confusion.size() != std::size_t(d.classes) * std::size_t(d.classes))
+        return -1;
+    std::int64_t total = 0;
+    std::vector<std::int64_t> predicted(std::size_t(d.classes), 0);
+    for (int t = 0; t < d.classes; ++t)
+        for (int p = 0; p < d.classes; ++p) {
+            predicted[std::size_t(p)] += d.confusion[std::size_t(t * d.classes + p)];
+            total += d.confusion[std::size_t(t * d.classes + p)];
+        }
+    for (int p = 0; p < d.classes; ++p)
+        if (total > 0 && predicted[std::size_t(p)] == total)
+            return p;
+    return -1;
+}
+
 } // namespace
 
 void Coordinator::requestEvaluation(int epoch)
@@ -168,6 +187,23 @@ void Coordinator::recordEvaluation(const EvaluationRequest &request, const Evalu
     for (const auto &[name, value] : evaluation.metrics)
         if (name != QLatin1String("top5_accuracy"))
             further += QStringLiteral(", %1 %2").arg(name).arg(value, 0, 'g', 5);
+    // A model that predicts one class for every test sample has collapsed: the workers'
+    // updates then follow their shards' label mix, not a common direction, and the screen
+    // stops judging directions until an evaluation of the newest version shows otherwise.
+    if (m_screen && request.epoch >= m_evaluatedEpoch) {
+        const int one = predictedForEverySample(detail);
+        if ((one >= 0) == m_screen->judgesDirections()) {
+            m_screen->setDirectionsJudged(one < 0);
+            further += one >= 0
+                ? QStringLiteral("; it predicts class %1 for every test sample (the training collapsed; a lower "
+                                 "learning rate may help): the results' directions are not judged until it does not")
+                      .arg(one < int(m_data->test.classNames.size()) ? m_data->test.classNames[one] : QString::number(one))
+                : QStringLiteral("; it no longer predicts one class for every test sample: the results' directions "
+                                 "are judged again");
+            qCWarning(lcEngine).noquote() << QStringLiteral("the evaluation of epoch %1:").arg(request.epoch + 1)
+                                          << further.mid(2);
+        }
+    }
     event(EventKind::Evaluation, 0, 0, 0,
           QStringLiteral("epoch %1, version %2: %3, loss %4%5")
               .arg(request.epoch + 1).arg(request.version)

@@ -233,7 +233,7 @@ void Coordinator::noteVerdict(qint64 workerId, bool rejected, const ResultScreen
     } else {
         ++w.trust.accepted;
         w.trust.trust = std::min(1.0, w.trust.trust + 0.05);
-        if (m_screen && m_screen->warmedUp()) {
+        if (m_screen && m_screen->warmedUp() && m_screen->judgesDirections()) {
             w.cosines.push_back(verdict.cosine);
             while (int(w.cosines.size()) > kCosineWindow)
                 w.cosines.pop_front();
@@ -254,7 +254,7 @@ void Coordinator::noteVerdict(qint64 workerId, bool rejected, const ResultScreen
     // runs of negative cosines (measured: five in a row averaging -0.11 with the fleet's
     // typical cosine at 0.14), so the test waits for a full window of ten accepted updates
     // and asks for a negative mean four standard errors below the fleet's typical cosine.
-    if (!rejected && int(w.cosines.size()) >= kCosineWindow) {
+    if (!rejected && int(w.cosines.size()) >= kCosineWindow && m_screen->judgesDirections()) {
         double mean = 0.0;
         for (const double c : w.cosines)
             mean += c;

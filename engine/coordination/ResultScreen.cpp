@@ -115,7 +115,7 @@ ResultScreen::Verdict ResultScreen::judge(const torch::Tensor &result, const tor
     constexpr std::size_t kDirectionEvidence = 3;
     double cosineCenter = 0.0;
     double cosineSpreadNow = 0.0;
-    if (directionsKnown()) {
+    if (m_judgeDirections && directionsKnown()) {
         cosineCenter = medianCosine();
         cosineSpreadNow = cosineSpread();
         v.directionScore = (v.cosine - cosineCenter) / cosineSpreadNow;
@@ -142,7 +142,8 @@ ResultScreen::Verdict ResultScreen::judge(const torch::Tensor &result, const tor
     // A large update that points where the fleet is going is what honest workers send after
     // the model was set back (a bad result got in, the learning rate rose): it is kept.
     // Large and pointing elsewhere (noise), or beyond any plausible size, it is not.
-    const bool aligned = directionsKnown() && v.cosine >= cosineCenter - m_config.alignedSpread * cosineSpreadNow;
+    const bool aligned = m_judgeDirections && directionsKnown()
+                         && v.cosine >= cosineCenter - m_config.alignedSpread * cosineSpreadNow;
     if ((v.sizeScore > m_config.sizeSpread && !aligned) || ratio > m_config.maxSizeRatio) {
         v.reject = true;
         v.reason = QStringLiteral("its update is %1 times the size of recent accepted updates (robust z-score %2, "

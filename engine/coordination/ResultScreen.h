@@ -91,6 +91,16 @@ public:
     // Every judged result, accepted or refused: its size joins what the fleet sends now.
     void observed(const Verdict &verdict);
 
+    // While the global model is degenerate (it predicts one class for every test sample: a
+    // network that collapsed), an update carries little but the label mix of the shard it
+    // trained, and honest workers that keep their shards point against each other round after
+    // round (measured: an honest worker's ten updates at a mean cosine of -0.67 against a
+    // typical 0.32, on the image folder at lr x 4). Directions are not judged meanwhile, for
+    // single results or a worker's average; sizes still are. The coordinator sets it from its
+    // evaluations.
+    void setDirectionsJudged(bool judged) { m_judgeDirections = judged; }
+    bool judgesDirections() const { return m_judgeDirections; }
+
     bool warmedUp() const { return int(m_sizes.size()) >= m_config.warmup; }
     bool directionsKnown() const { return int(m_cosines.size()) >= m_config.directionWarmup; }
     // The fleet's typical cosine and its spread (for the per-worker test), once warmed up.
@@ -108,6 +118,7 @@ private:
     std::deque<double> m_sizes; // log sizes
     std::deque<double> m_cosines;
     std::deque<double> m_seen; // log sizes of every judged result
+    bool m_judgeDirections = true;
 };
 
 } // namespace flotilla
