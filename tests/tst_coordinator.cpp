@@ -748,9 +748,7 @@ private Q_SLOTS:
         auto c = f.open();
         QVERIFY(c);
         std::vector<EvaluationRequest> asked;
-        CoordinatorHooks hooks;
-        hooks.evaluate = [&](EvaluationRequest r) { asked.push_back(std::move(r)); };
-        c->setHooks(hooks);
+        keepEvaluationRequests(*c, asked);
         const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
         runToEnd(*c, {w});
         QCOMPARE(int(asked.size()), 1);

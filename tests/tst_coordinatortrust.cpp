@@ -124,9 +124,7 @@ private Q_SLOTS:
         auto c = f.open();
         QVERIFY(c);
         std::vector<EvaluationRequest> asked;
-        CoordinatorHooks hooks;
-        hooks.evaluate = [&](EvaluationRequest r) { asked.push_back(std::move(r)); };
-        c->setHooks(hooks);
+        keepEvaluationRequests(*c, asked);
         const qint64 w = c->workerJoined(test::spotWorker(QStringLiteral("honest"))).value();
         const auto submit = [&](float step) {
             auto a = c->requestSubtask(w);

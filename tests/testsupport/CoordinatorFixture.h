@@ -43,6 +43,14 @@ struct Fixture
     }
 };
 
+// Evaluations asked for, kept to be recorded by the test (as the service's pool would).
+inline void keepEvaluationRequests(Coordinator &c, std::vector<EvaluationRequest> &asked)
+{
+    CoordinatorHooks hooks;
+    hooks.evaluate = [&asked](EvaluationRequest r) { asked.push_back(std::move(r)); };
+    c.setHooks(hooks);
+}
+
 // A result that moves every weight a little, as training would, without training.
 inline SubtaskResult fakeResult(const Assignment &a, qint64 covered = -1)
 {
