@@ -170,6 +170,44 @@ private Q_SLOTS:
         QCOMPARE(submit(-0.01f).status, SubmitStatus::Rejected);
     }
 
+    void aFleetWhoseEveryResultIsRefusedIsNotQuarantined()
+    {
+        // A learning rate at which every honest worker's training blows up: each result comes
+        // back far larger than the model and is refused. Quarantining them would keep four
+        // honest machines from every job of the fleet (bench scaling, the image folder at
+        // lr x 4 on 4 machines: all four were). While every other worker's last result was
+        // refused too, none is quarantined and the job says no worker can train it. A worker
+        // whose results are refused while another's are folded is quarantined as before.
+        Fixture f;
+        f.spec.training.epochs = 6;
+        auto c = f.open();
+        QVERIFY(c);
+        const qint64 a = c->workerJoined(test::spotWorker(QStringLiteral("a"))).value();
+        const qint64 b = c->workerJoined(test::spotWorker(QStringLiteral("b"))).value();
+        const auto blowUp = [&](qint64 w) {
+            auto lease = c->requestSubtask(w);
+            SubtaskResult r = fakeResult(*lease);
+            r.weights = lease->weights * 50.0f;
+            return c->submitResult(w, r).status;
+        };
+        for (int i = 0; i < 4; ++i) {
+            QCOMPARE(blowUp(a), SubmitStatus::Rejected);
+            QCOMPARE(blowUp(b), SubmitStatus::Rejected);
+        }
+        QCOMPARE(countEvents(*c, QStringLiteral("worker-quarantined")), 0);
+        c->tick();
+        QVERIFY2(c->progress().stalled.contains(QStringLiteral("no connected worker can train this job")),
+                 qPrintable(c->progress().stalled));
+        // A worker whose results are folded joins; the one still refused is now the odd one out.
+        const qint64 honest = c->workerJoined(test::spotWorker(QStringLiteral("honest"))).value();
+        auto h = c->requestSubtask(honest);
+        QVERIFY(h);
+        QCOMPARE(c->submitResult(honest, fakeResult(*h)).status, SubmitStatus::Assimilated);
+        QCOMPARE(blowUp(a), SubmitStatus::Rejected);
+        QCOMPARE(countEvents(*c, QStringLiteral("worker-quarantined")), 1);
+        QVERIFY(lastEventDetail(*c, QStringLiteral("worker-quarantined")).startsWith(QStringLiteral("a:")));
+    }
+
     void quarantiningTheLastWorkerSaysTheJobWaits()
     {
         // A fleet whose only worker is quarantined cannot progress; the event says so instead

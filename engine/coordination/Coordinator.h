@@ -317,6 +317,9 @@ private:
     // Records a screened or invalid result's verdict against its worker, and quarantines the
     // worker when its recent record calls for it.
     void noteVerdict(qint64 workerId, bool rejected, const ResultScreen::Verdict &verdict, const QString &reason);
+    // Whether every other connected, untrusted worker not quarantined has a last verdict, and
+    // it was a refusal (false when there is no such worker).
+    bool everyOtherWorkerWasRefused(qint64 workerId) const;
     void quarantine(qint64 workerId, const QString &reason);
     // A worker declared gone that is heard from again (a request, a heartbeat, a result) is
     // alive: it is online again, without the leases it lost.
@@ -467,6 +470,7 @@ private:
         QString lastFailure;
         QString goneBecause;         // why it was declared gone, while it is
         std::deque<bool> verdicts;   // the last ten results: true = rejected
+        bool spared = false;         // not quarantined while the whole fleet's results were refused (said once)
         std::deque<double> cosines;  // of the last accepted updates against the consensus
     };
     void account(const LedgerRecord &l);

@@ -3,6 +3,7 @@
 #include "engine/coordination/Coordinator.h"
 #include "engine/coordination/CoordinatorLimits.h"
 
+#include "common/LogCategories.h"
 #include "common/Random.h"
 
 #include <torch/torch.h>
@@ -217,6 +218,19 @@ void Coordinator::expireQuorums()
     }
 }
 
+bool Coordinator::everyOtherWorkerWasRefused(qint64 workerId) const
+{
+    int others = 0;
+    for (const auto &[id, w] : m_workers) {
+        if (id == workerId || !w.online || w.trusted || w.trust.quarantined)
+            continue;
+        if (w.verdicts.empty() || !w.verdicts.back())
+            return false;
+        ++others;
+    }
+    return others > 0;
+}
+
 void Coordinator::noteVerdict(qint64 workerId, bool rejected, const ResultScreen::Verdict &verdict,
                               const QString &reason)
 {
@@ -244,6 +258,25 @@ void Coordinator::noteVerdict(qint64 workerId, bool rejected, const ResultScreen
     if (limit <= 0 || w.trust.quarantined || w.trusted)
         return;
     const auto rejections = int(std::count(w.verdicts.begin(), w.verdicts.end(), true));
+    // Every other worker's last result refused too: the job is the likely cause, not this
+    // worker (a learning rate at which every honest worker's training blows up), and a
+    // quarantine, which keeps the machine from every job of the fleet until an operator
+    // releases it, would strand honest machines. Not held against it now; the job says that
+    // no worker can train it (stallReason). A worker alone is judged alone, and one whose
+    // results are refused while another's are folded is quarantined as before.
+    if (rejections >= limit && rejected && everyOtherWorkerWasRefused(workerId)) {
+        if (!w.spared) {
+            w.spared = true;
+            qCWarning(lcEngine).noquote()
+                << QStringLiteral("not quarantining %1: %2 of its last %3 results were refused, and so was the last "
+                                  "result of every other connected worker; the job, not the worker, looks like the "
+                                  "cause (the last: %4)")
+                       .arg(w.record.name).arg(rejections).arg(w.verdicts.size()).arg(reason);
+        }
+        return;
+    }
+    if (!rejected)
+        w.spared = false;
     if (rejections >= limit) {
         quarantine(workerId, QStringLiteral("%1 of its last %2 results were rejected; the last: %3")
                                  .arg(rejections).arg(w.verdicts.size()).arg(reason));
